@@ -1,0 +1,284 @@
+//! Command-line flags (each with an env var) and their validation.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{Error, Result};
+
+#[derive(Parser)]
+#[command(
+    name = "walrelay",
+    version,
+    about = "Publishes a Postgres transactional outbox to Kafka through a pgoutput logical replication slot"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Stream outbox inserts to Kafka until stopped (SIGTERM or SIGINT).
+    Run(Box<RunArgs>),
+}
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// Postgres connection: a URL (postgres://user:pass@host:5432/db) or key=value string.
+    #[arg(long, env = "WALRELAY_PG_URL", hide_env_values = true)]
+    pub pg_url: String,
+
+    /// Kafka bootstrap servers, comma-separated host:port list.
+    #[arg(long, env = "WALRELAY_KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// The outbox table, as schema.table (schema defaults to public).
+    #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
+    pub table: TableName,
+
+    /// The logical replication slot; created with pgoutput if absent, never dropped.
+    #[arg(long, env = "WALRELAY_SLOT", default_value = "walrelay")]
+    pub slot: String,
+
+    /// The publication; created for the table with publish = 'insert' if absent.
+    #[arg(long, env = "WALRELAY_PUBLICATION", default_value = "walrelay")]
+    pub publication: String,
+
+    /// The column whose value picks the topic.
+    #[arg(long, env = "WALRELAY_ROUTE_BY_FIELD", default_value = "event_type")]
+    pub route_by_field: String,
+
+    /// The topic name; ${routedByValue} is replaced by the route-by column's value.
+    #[arg(
+        long,
+        env = "WALRELAY_TOPIC_REPLACEMENT",
+        default_value = "outbox.event.${routedByValue}"
+    )]
+    pub topic_replacement: String,
+
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "WALRELAY_METRICS_ADDR", default_value = "127.0.0.1:9187")]
+    pub metrics_addr: SocketAddr,
+
+    /// A librdkafka property, key=value; repeatable (e.g. -X security.protocol=SASL_SSL).
+    #[arg(
+        short = 'X',
+        long = "kafka-property",
+        env = "WALRELAY_KAFKA_PROPERTIES",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_parser = parse_property
+    )]
+    pub kafka_properties: Vec<(String, String)>,
+
+    /// Partitions for topics walrelay creates.
+    #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
+    pub topic_partitions: i32,
+
+    /// Replication factor for topics walrelay creates [default: the broker's].
+    #[arg(long, env = "WALRELAY_TOPIC_REPLICATION_FACTOR")]
+    pub topic_replication_factor: Option<i32>,
+
+    /// How long shutdown waits for in-flight deliveries before giving up on them.
+    #[arg(long, env = "WALRELAY_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Most events produced but not yet acknowledged by Kafka; reading pauses beyond it.
+    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_EVENTS", default_value_t = 50_000)]
+    pub max_inflight_events: usize,
+
+    /// Most bytes (keys and values) produced but not yet acknowledged by Kafka.
+    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_inflight_bytes: usize,
+
+    /// How often to send a standby status update to Postgres.
+    #[arg(long, env = "WALRELAY_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub status_interval: Duration,
+
+    /// Longest wait between reconnect attempts.
+    #[arg(long, env = "WALRELAY_RECONNECT_MAX_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub reconnect_max_backoff: Duration,
+
+    /// How long to keep retrying before the first successful start; then exit non-zero.
+    #[arg(long, env = "WALRELAY_STARTUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub startup_timeout: Duration,
+}
+
+impl fmt::Debug for RunArgs {
+    // The URL and the Kafka properties can hold passwords: only their shape is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunArgs")
+            .field("pg_url", &"<redacted>")
+            .field("kafka_brokers", &self.kafka_brokers)
+            .field("table", &self.table)
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("route_by_field", &self.route_by_field)
+            .field("topic_replacement", &self.topic_replacement)
+            .field(
+                "kafka_properties",
+                &self
+                    .kafka_properties
+                    .iter()
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunArgs {
+    /// Parses the Postgres URL and checks the values clap cannot.
+    pub fn validate(&self) -> Result<tokio_postgres::Config> {
+        let pg: tokio_postgres::Config = self.pg_url.parse().map_err(|e| {
+            // tokio-postgres's message does not echo the URL, so no password leaks here.
+            Error::permanent(
+                "--pg-url is not a valid Postgres URL or key=value string \
+                 (example: postgres://walrelay:secret@localhost:5432/app)",
+            )
+            .with_source(e)
+        })?;
+        let valid_slot = !self.slot.is_empty()
+            && self.slot.len() <= 63
+            && self
+                .slot
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid_slot {
+            return Err(Error::permanent(format!(
+                "--slot {:?} is not a valid slot name: use up to 63 lower-case letters, digits and underscores",
+                self.slot
+            )));
+        }
+        if self.topic_partitions < 1 {
+            return Err(Error::permanent("--topic-partitions must be at least 1"));
+        }
+        if self.max_inflight_events == 0 || self.max_inflight_bytes == 0 {
+            return Err(Error::permanent(
+                "--max-inflight-events and --max-inflight-bytes must be above 0",
+            ));
+        }
+        Ok(pg)
+    }
+}
+
+/// A schema-qualified table name, exactly as spelled in the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl TableName {
+    /// The name quoted for SQL.
+    pub fn quoted(&self) -> String {
+        format!(
+            "{}.{}",
+            crate::postgres::replication::quote_ident(&self.schema),
+            crate::postgres::replication::quote_ident(&self.name)
+        )
+    }
+}
+
+impl FromStr for TableName {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let (schema, name) = s.split_once('.').unwrap_or(("public", s));
+        if schema.is_empty() || name.is_empty() || name.contains('.') {
+            return Err(format!("expected schema.table or table, got {s:?}"));
+        }
+        Ok(TableName {
+            schema: schema.to_string(),
+            name: name.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+fn parse_property(s: &str) -> std::result::Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| "expected key=value, e.g. -X linger.ms=5".to_string())?;
+    if key.trim().is_empty() {
+        return Err("the property name is empty; expected key=value".into());
+    }
+    Ok((key.trim().to_string(), value.to_string()))
+}
+
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec![
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u:hunter2@localhost/db",
+            "--kafka-brokers",
+            "localhost:9092",
+        ];
+        argv.extend_from_slice(extra);
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command;
+        *args
+    }
+
+    #[test]
+    fn defaults_follow_the_documented_values() {
+        let a = args(&[]);
+        assert_eq!(a.table.to_string(), "public.outbox");
+        assert_eq!(a.slot, "walrelay");
+        assert_eq!(a.route_by_field, "event_type");
+        assert_eq!(a.topic_replacement, "outbox.event.${routedByValue}");
+        assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:9187");
+        assert_eq!(a.topic_partitions, 3);
+        a.validate().unwrap();
+    }
+
+    #[test]
+    fn kafka_properties_repeat_and_keep_equals_signs_in_values() {
+        let a = args(&["-X", "linger.ms=5", "-X", "sasl.jaas.config=a=b"]);
+        assert_eq!(
+            a.kafka_properties,
+            vec![
+                ("linger.ms".into(), "5".into()),
+                ("sasl.jaas.config".into(), "a=b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let a = args(&["-X", "sasl.password=topsecret"]);
+        let text = format!("{a:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("topsecret"), "{text}");
+    }
+
+    #[test]
+    fn table_without_schema_is_in_public() {
+        let t: TableName = "events".parse().unwrap();
+        assert_eq!((t.schema.as_str(), t.name.as_str()), ("public", "events"));
+        assert!("a.b.c".parse::<TableName>().is_err());
+    }
+
+    #[test]
+    fn invalid_slot_name_is_rejected_with_the_rule() {
+        let err = args(&["--slot", "My-Slot"]).validate().unwrap_err();
+        assert!(err.to_string().contains("lower-case letters"), "{err}");
+    }
+}

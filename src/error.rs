@@ -1,0 +1,108 @@
+//! walrelay's one error type.
+//!
+//! Every error is either *transient* (the relay reconnects with backoff and
+//! resumes from the slot's confirmed position) or *permanent* (the relay stops
+//! with a message that says what to fix). The source chain is kept so the
+//! final message shows the underlying cause.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Worth retrying: a lost connection, a broker that is down, a slot held by another process.
+    Transient,
+    /// Retrying cannot help: bad configuration, a missing table, an event Kafka rejects for good.
+    Permanent,
+}
+
+pub struct Error {
+    kind: Kind,
+    message: String,
+    source: Option<BoxError>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Error {
+            kind: Kind::Permanent,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn transient(message: impl Into<String>) -> Self {
+        Error {
+            kind: Kind::Transient,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    pub fn is_transient(&self) -> bool {
+        self.kind == Kind::Transient
+    }
+
+    /// The message followed by every cause, on one line.
+    pub fn report(&self) -> String {
+        let mut out = self.message.clone();
+        let mut cause = self
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static));
+        while let Some(e) = cause {
+            let text = e.to_string();
+            if !out.contains(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            cause = e.source();
+        }
+        out
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} error: {}", self.kind, self.report())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_includes_the_source_chain_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let err = Error::transient("cannot reach Postgres at localhost:5432").with_source(io);
+        assert_eq!(
+            err.report(),
+            "cannot reach Postgres at localhost:5432: connection refused"
+        );
+        assert!(err.is_transient());
+    }
+}

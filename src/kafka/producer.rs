@@ -1,0 +1,214 @@
+//! The Kafka producer: idempotent with `acks=all`, so retries neither
+//! duplicate nor reorder within a partition. Many events are in flight at
+//! once; delivery reports come back on a channel, tagged with the
+//! transaction they belong to.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::checkpoint::TxnSeq;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
+
+/// Settings walrelay relies on for ordering and no loss. `-X` may override
+/// them, with a warning.
+const REQUIRED: &[(&str, &str)] = &[("enable.idempotence", "true"), ("acks", "all")];
+
+/// Defaults chosen for low latency without giving up batching; `-X` overrides them.
+const DEFAULTS: &[(&str, &str)] = &[
+    // 0 means librdkafka retries a delivery forever: a broker that is down
+    // delays events, it never fails them.
+    ("message.timeout.ms", "0"),
+    ("linger.ms", "2"),
+    ("batch.num.messages", "10000"),
+    ("queue.buffering.max.messages", "1000000"),
+    ("queue.buffering.max.kbytes", "1048576"),
+    ("client.id", "walrelay"),
+];
+
+/// What comes back for each produced event.
+#[derive(Debug)]
+pub struct Delivery {
+    pub txn: TxnSeq,
+    pub bytes: usize,
+    pub result: std::result::Result<(), DeliveryFailure>,
+}
+
+#[derive(Debug)]
+pub struct DeliveryFailure {
+    pub error: KafkaError,
+    pub commit_lsn: Lsn,
+    pub event_id: String,
+    pub topic: String,
+}
+
+/// Carried through librdkafka with each message.
+pub struct Ticket {
+    txn: TxnSeq,
+    commit_lsn: Lsn,
+    bytes: usize,
+    /// Microseconds since the Unix epoch at which the transaction committed.
+    commit_time_us: i64,
+}
+
+pub struct DeliveryContext {
+    deliveries: mpsc::UnboundedSender<Delivery>,
+    metrics: Metrics,
+}
+
+impl ClientContext for DeliveryContext {}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Ticket>;
+
+    // Runs on librdkafka's polling thread: keep it short.
+    fn delivery(&self, result: &DeliveryResult<'_>, ticket: Box<Ticket>) {
+        let result = match result {
+            Ok(message) => {
+                let topic = message.topic();
+                self.metrics.record_delivery(topic, ticket.commit_time_us);
+                Ok(())
+            }
+            Err((error, message)) => {
+                let event_id = message
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "id").and_then(|h| h.value))
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_else(|| "(unknown)".into());
+                self.metrics.record_publish_error(error);
+                Err(DeliveryFailure {
+                    error: error.clone(),
+                    commit_lsn: ticket.commit_lsn,
+                    event_id,
+                    topic: message.topic().to_string(),
+                })
+            }
+        };
+        // The receiver is gone only when the session has ended; its events
+        // will be read again from the slot.
+        let _ = self.deliveries.send(Delivery {
+            txn: ticket.txn,
+            bytes: ticket.bytes,
+            result,
+        });
+    }
+}
+
+/// One Kafka message for an outbox event.
+pub struct Outgoing<'a> {
+    pub topic: &'a str,
+    pub key: Option<&'a Bytes>,
+    pub payload: Option<&'a Bytes>,
+    pub event_id: Option<&'a Bytes>,
+    pub event_type: Option<&'a Bytes>,
+    pub commit_lsn: Lsn,
+    /// Microseconds since the Unix epoch.
+    pub commit_time_us: i64,
+}
+
+impl Outgoing<'_> {
+    pub fn size(&self) -> usize {
+        self.key.map_or(0, |k| k.len()) + self.payload.map_or(0, |p| p.len())
+    }
+}
+
+pub enum SendError {
+    /// librdkafka's local queue is full: wait for deliveries, then try again.
+    QueueFull,
+    Failed(KafkaError),
+}
+
+pub struct Producer {
+    inner: ThreadedProducer<DeliveryContext>,
+}
+
+impl Producer {
+    pub fn new(
+        config: &ClientConfig,
+        metrics: Metrics,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<Delivery>)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let inner = config
+            .create_with_context(DeliveryContext {
+                deliveries: tx,
+                metrics,
+            })
+            .map_err(|e| {
+                Error::permanent("cannot create the Kafka producer; check the -X properties")
+                    .with_source(e)
+            })?;
+        Ok((Producer { inner }, rx))
+    }
+
+    pub fn send(&self, txn: TxnSeq, event: &Outgoing<'_>) -> std::result::Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        headers = headers.insert(Header {
+            key: "id",
+            value: event.event_id.map(|v| &v[..]),
+        });
+        headers = headers.insert(Header {
+            key: "event_type",
+            value: event.event_type.map(|v| &v[..]),
+        });
+        let ticket = Box::new(Ticket {
+            txn,
+            commit_lsn: event.commit_lsn,
+            bytes: event.size(),
+            commit_time_us: event.commit_time_us,
+        });
+        let mut record: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
+            BaseRecord::with_opaque_to(event.topic, ticket)
+                .headers(headers)
+                .timestamp(event.commit_time_us / 1000);
+        if let Some(key) = event.key {
+            record = record.key(&key[..]);
+        }
+        if let Some(payload) = event.payload {
+            record = record.payload(&payload[..]);
+        }
+        match self.inner.send(record) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SendError::QueueFull)
+            }
+            Err((e, _)) => Err(SendError::Failed(e)),
+        }
+    }
+
+    pub fn client_config(brokers: &str, properties: &[(String, String)]) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", brokers);
+        for (key, value) in DEFAULTS.iter().chain(REQUIRED) {
+            config.set(*key, *value);
+        }
+        for (key, value) in properties {
+            if let Some((_, required)) = REQUIRED.iter().find(|(k, _)| k == key) {
+                if value != required {
+                    warn!(
+                        property = key.as_str(),
+                        "overriding {key}={required} weakens delivery guarantees: retries may reorder or lose events"
+                    );
+                }
+            }
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+/// Microseconds since the Unix epoch, for events whose commit time is unknown.
+pub fn unix_now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_micros() as i64
+}

@@ -1,0 +1,87 @@
+//! walrelay: publishes a Postgres transactional outbox to Kafka through a
+//! pgoutput logical replication slot, confirming each commit only after
+//! Kafka has acknowledged its events.
+
+mod checkpoint;
+mod config;
+mod error;
+mod kafka;
+mod metrics;
+mod outbox;
+mod postgres;
+mod relay;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+use tracing_subscriber::EnvFilter;
+
+use config::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => {
+                let shutdown = shutdown_signal();
+                relay::run(*args, shutdown).await
+            }
+        }
+    });
+    match result {
+        Ok(()) => {
+            info!("walrelay stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            error!("{}", e.report());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Fires on the first SIGTERM or SIGINT; a second one exits at once.
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            warn!("cannot install signal handlers; stop walrelay with SIGKILL");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received"),
+            _ = int.recv() => info!("SIGINT received"),
+        }
+        let _ = tx.send(true);
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        warn!("second signal: exiting without waiting for deliveries");
+        std::process::exit(130);
+    });
+    rx
+}

@@ -1,0 +1,76 @@
+//! Everything that talks to Postgres: start-up checks and slot management over
+//! an ordinary SQL connection, and the replication stream with its pgoutput codec.
+
+pub mod lsn;
+pub mod pgoutput;
+pub mod replication;
+pub mod setup;
+pub mod wire;
+
+use tokio_postgres::config::Host;
+
+use crate::error::{Error, Kind};
+
+/// Which server errors are worth a retry. Connection problems (class 08),
+/// resource shortages (53), shutdowns (57), system errors (58) and a slot
+/// that another process holds (55006) pass; the rest need a person.
+pub fn classify_sqlstate(code: &str) -> Kind {
+    match code.get(..2) {
+        Some("08" | "53" | "57" | "58") => Kind::Transient,
+        _ if code == "55006" => Kind::Transient,
+        _ => Kind::Permanent,
+    }
+}
+
+/// Maps a tokio-postgres error: server errors by their SQLSTATE, the rest
+/// (I/O, a closed connection) as transient.
+pub fn sql_error(context: impl Into<String>, e: tokio_postgres::Error) -> Error {
+    let kind = match e.as_db_error() {
+        Some(db) => classify_sqlstate(db.code().code()),
+        None => Kind::Transient,
+    };
+    let context = context.into();
+    let err = match kind {
+        Kind::Transient => Error::transient(context),
+        Kind::Permanent => Error::permanent(context),
+    };
+    err.with_source(e)
+}
+
+/// `host:port/db as user`, for messages and logs. Never includes the password.
+pub fn describe_target(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        Some(Host::Unix(dir)) => dir.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{host}:{port}/{} as {}",
+        config.get_dbname().unwrap_or("(default db)"),
+        config.get_user().unwrap_or("(no user)")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_in_use_is_retried_but_a_bad_password_is_not() {
+        assert_eq!(classify_sqlstate("55006"), Kind::Transient);
+        assert_eq!(classify_sqlstate("57P01"), Kind::Transient);
+        assert_eq!(classify_sqlstate("28P01"), Kind::Permanent);
+        assert_eq!(classify_sqlstate("42P01"), Kind::Permanent);
+    }
+
+    #[test]
+    fn target_description_never_shows_the_password() {
+        let config: tokio_postgres::Config = "postgres://app:s3cret@db.example:6543/shop"
+            .parse()
+            .unwrap();
+        let text = describe_target(&config);
+        assert_eq!(text, "db.example:6543/shop as app");
+        assert!(!text.contains("s3cret"));
+    }
+}

@@ -1,0 +1,224 @@
+//! The replication stream: `START_REPLICATION … LOGICAL` on a
+//! `replication=database` connection, the XLogData/keepalive framing inside
+//! CopyBoth, and the standby status updates that move the slot.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use postgres_protocol::message::backend::Message;
+
+use super::lsn::Lsn;
+use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
+use crate::error::{Error, Result};
+
+/// Seconds between the Unix epoch and the Postgres epoch (2000-01-01).
+pub const PG_EPOCH_OFFSET_SECS: u64 = 946_684_800;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicationMessage {
+    /// One pgoutput message and the WAL range it came from.
+    XLogData {
+        wal_start: Lsn,
+        wal_end: Lsn,
+        data: Bytes,
+    },
+    /// The server's current WAL end; `reply_requested` asks for a status update now.
+    Keepalive { wal_end: Lsn, reply_requested: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed replication message: {0}")]
+pub struct FramingError(String);
+
+/// Splits a CopyData payload of the replication stream into its parts.
+pub fn parse_copy_data(mut data: Bytes) -> std::result::Result<ReplicationMessage, FramingError> {
+    if data.is_empty() {
+        return Err(FramingError("empty CopyData".into()));
+    }
+    match data.get_u8() {
+        b'w' => {
+            if data.len() < 24 {
+                return Err(FramingError(format!(
+                    "XLogData header needs 24 bytes, got {}",
+                    data.len()
+                )));
+            }
+            let wal_start = Lsn(data.get_u64());
+            let wal_end = Lsn(data.get_u64());
+            let _server_clock = data.get_i64();
+            Ok(ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                data,
+            })
+        }
+        b'k' => {
+            if data.len() != 17 {
+                return Err(FramingError(format!(
+                    "keepalive must be 17 bytes, got {}",
+                    data.len()
+                )));
+            }
+            let wal_end = Lsn(data.get_u64());
+            let _server_clock = data.get_i64();
+            Ok(ReplicationMessage::Keepalive {
+                wal_end,
+                reply_requested: data.get_u8() == 1,
+            })
+        }
+        other => Err(FramingError(format!(
+            "unknown replication message type 0x{other:02x}"
+        ))),
+    }
+}
+
+pub struct ReplicationStream {
+    reader: WireReader,
+}
+
+impl ReplicationStream {
+    /// The next message from the server. Cancel-safe.
+    pub async fn next(&mut self) -> Result<ReplicationMessage> {
+        loop {
+            match self.reader.read_message().await? {
+                Message::CopyData(body) => {
+                    return parse_copy_data(body.into_bytes()).map_err(|e| {
+                        Error::transient("Postgres sent a malformed replication message")
+                            .with_source(e)
+                    })
+                }
+                Message::ErrorResponse(body) => {
+                    return Err(ServerError::from_fields(body.fields())
+                        .into_error("the replication stream failed"))
+                }
+                Message::CopyDone => {
+                    return Err(Error::transient("Postgres ended the replication stream"))
+                }
+                Message::NoticeResponse(_) | Message::ParameterStatus(_) => {}
+                _ => {
+                    return Err(Error::transient(
+                        "unexpected message from Postgres during replication",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Sends standby status updates: the only way the slot ever moves.
+pub struct StatusSender {
+    writer: WireWriter,
+    buf: BytesMut,
+}
+
+impl StatusSender {
+    /// Reports `received` as written and `confirmed` as flushed and applied.
+    /// The walsender advances the slot's `confirmed_flush_lsn` to `confirmed`.
+    pub async fn send(&mut self, received: Lsn, confirmed: Lsn) -> Result<()> {
+        self.buf.clear();
+        self.buf.put_u8(b'r');
+        self.buf.put_u64(received.max(confirmed).0);
+        self.buf.put_u64(confirmed.0);
+        self.buf.put_u64(confirmed.0);
+        self.buf.put_i64(pg_now_micros());
+        // We never ask the server to answer this update.
+        self.buf.put_u8(0);
+        self.writer.queue_copy_data(&self.buf)?;
+        self.writer.flush().await
+    }
+
+    pub async fn close(self) {
+        self.writer.terminate().await;
+    }
+}
+
+/// Opens a replication connection and starts streaming the slot from `start`
+/// (`0/0` means the slot's own confirmed position).
+pub async fn start(
+    config: &tokio_postgres::Config,
+    slot: &str,
+    publication: &str,
+    start: Lsn,
+) -> Result<(ReplicationStream, StatusSender)> {
+    let mut conn = WireConnection::connect(config).await?;
+    let command = format!(
+        "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {})",
+        quote_ident(slot),
+        quote_literal(&quote_ident(publication)),
+    );
+    conn.start_copy_both(&command).await?;
+    Ok((
+        ReplicationStream {
+            reader: conn.reader,
+        },
+        StatusSender {
+            writer: conn.writer,
+            buf: BytesMut::with_capacity(34),
+        },
+    ))
+}
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+fn pg_now_micros() -> i64 {
+    let since_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    since_unix.as_micros() as i64 - (PG_EPOCH_OFFSET_SECS as i64) * 1_000_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_with_reply_request_is_parsed() {
+        let mut raw = BytesMut::new();
+        raw.put_u8(b'k');
+        raw.put_u64(0x1_0000_0010);
+        raw.put_i64(0);
+        raw.put_u8(1);
+        assert_eq!(
+            parse_copy_data(raw.freeze()).unwrap(),
+            ReplicationMessage::Keepalive {
+                wal_end: Lsn(0x1_0000_0010),
+                reply_requested: true
+            }
+        );
+    }
+
+    #[test]
+    fn xlogdata_keeps_its_payload() {
+        let mut raw = BytesMut::new();
+        raw.put_u8(b'w');
+        raw.put_u64(5);
+        raw.put_u64(9);
+        raw.put_i64(0);
+        raw.put_slice(b"B...");
+        let ReplicationMessage::XLogData {
+            wal_start,
+            wal_end,
+            data,
+        } = parse_copy_data(raw.freeze()).unwrap()
+        else {
+            panic!("expected XLogData");
+        };
+        assert_eq!(
+            (wal_start, wal_end, &data[..]),
+            (Lsn(5), Lsn(9), &b"B..."[..])
+        );
+    }
+
+    #[test]
+    fn truncated_framing_is_an_error_not_a_panic() {
+        for raw in [&b""[..], b"w", b"w1234567", b"k123", b"z"] {
+            assert!(parse_copy_data(Bytes::copy_from_slice(raw)).is_err());
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Start-up checks and slot management, over an ordinary SQL connection.
+//!
+//! The order matters: the publication must exist before the slot, because
+//! pgoutput reads publication membership as of each decoded WAL position.
+
+use tokio_postgres::{Client, NoTls};
+use tracing::{info, warn};
+
+use super::lsn::Lsn;
+use super::replication::quote_ident;
+use super::{describe_target, sql_error};
+use crate::config::TableName;
+use crate::error::{Error, Result};
+
+/// Where the slot stands when streaming starts.
+#[derive(Debug, Clone)]
+pub struct SlotState {
+    pub confirmed_flush: Lsn,
+}
+
+pub async fn connect(config: &tokio_postgres::Config) -> Result<Client> {
+    let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+        sql_error(
+            format!("cannot connect to Postgres at {}", describe_target(config)),
+            e,
+        )
+    })?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "control connection closed");
+        }
+    });
+    Ok(client)
+}
+
+pub async fn check_wal_level(client: &Client) -> Result<()> {
+    let row = client
+        .query_one("SHOW wal_level", &[])
+        .await
+        .map_err(|e| sql_error("cannot read wal_level", e))?;
+    let level: String = row.get(0);
+    if level != "logical" {
+        return Err(Error::permanent(format!(
+            "Postgres runs with wal_level={level}, walrelay needs wal_level=logical: \
+             run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) \
+             and restart Postgres"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the table exists and has every column walrelay maps.
+pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -> Result<()> {
+    let rows = client
+        .query(
+            "SELECT a.attname FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') \
+               AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&table.schema, &table.name],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot inspect table {table}"), e))?;
+    if rows.is_empty() {
+        return Err(Error::permanent(format!(
+            "table {table} does not exist (or this user cannot see it): create it \
+             (sql/outbox.sql has the default layout) or point --table at your outbox table"
+        )));
+    }
+    let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    for column in columns {
+        if !present.iter().any(|c| c == column) {
+            return Err(Error::permanent(format!(
+                "table {table} has no column {column:?} (it has: {}): add the column or \
+                 map another one with the matching walrelay flag",
+                present.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Creates the publication if it is absent; checks an existing one covers the table.
+pub async fn ensure_publication(client: &Client, name: &str, table: &TableName) -> Result<()> {
+    let existing = client
+        .query_opt(
+            "SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read pg_publication", e))?;
+    let Some(row) = existing else {
+        let sql = format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+            quote_ident(name),
+            table.quoted()
+        );
+        client.batch_execute(&sql).await.map_err(|e| {
+            sql_error(
+                format!(
+                    "cannot create publication {name:?}; create it as the table's owner: {sql}"
+                ),
+                e,
+            )
+        })?;
+        info!(publication = name, table = %table, "created publication");
+        return Ok(());
+    };
+    let publishes_inserts: bool = row.get(0);
+    if !publishes_inserts {
+        return Err(Error::permanent(format!(
+            "publication {name:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert');",
+            quote_ident(name)
+        )));
+    }
+    let covers_table = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_publication_tables \
+             WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+            &[&name, &table.schema, &table.name],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read pg_publication_tables", e))?
+        .is_some();
+    if !covers_table {
+        return Err(Error::permanent(format!(
+            "publication {name:?} exists but does not include {table}: run \
+             ALTER PUBLICATION {} ADD TABLE {}; or choose another --publication",
+            quote_ident(name),
+            table.quoted()
+        )));
+    }
+    info!(publication = name, "reusing publication");
+    Ok(())
+}
+
+/// Creates the pgoutput slot if it is absent and reuses it otherwise. An
+/// existing slot is never dropped or recreated: that would lose every event
+/// written since it last moved.
+pub async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
+    for _ in 0..2 {
+        if let Some(state) = existing_slot(client, slot).await? {
+            return Ok(state);
+        }
+        let created = client
+            .query_one(
+                "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await;
+        match created {
+            Ok(row) => {
+                let lsn: String = row.get(0);
+                let lsn: Lsn = lsn.parse().map_err(Error::permanent)?;
+                info!(slot, lsn = %lsn, "created replication slot");
+                return Ok(SlotState {
+                    confirmed_flush: lsn,
+                });
+            }
+            // Another walrelay created it a moment ago: use theirs.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
+                continue
+            }
+            Err(e) => {
+                return Err(sql_error(
+                    format!(
+                        "cannot create replication slot {slot:?}; the user needs the \
+                         REPLICATION attribute (ALTER ROLE … REPLICATION) and free \
+                         max_replication_slots"
+                    ),
+                    e,
+                ))
+            }
+        }
+    }
+    Err(Error::transient(format!(
+        "replication slot {slot:?} appeared and vanished during start-up"
+    )))
+}
+
+async fn existing_slot(client: &Client, slot: &str) -> Result<Option<SlotState>> {
+    let row = client
+        .query_opt(
+            "SELECT s.plugin, s.slot_type, s.database = current_database(), s.database, \
+                    s.confirmed_flush_lsn::text, s.wal_status, s.active_pid \
+             FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read pg_replication_slots", e))?;
+    let Some(row) = row else { return Ok(None) };
+    let plugin: Option<String> = row.get(0);
+    let slot_type: String = row.get(1);
+    if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
+        return Err(Error::permanent(format!(
+            "replication slot {slot:?} exists but is a {slot_type} slot with output plugin {}; \
+             walrelay needs a logical pgoutput slot: choose another --slot, or drop the old \
+             slot once nothing needs it (SELECT pg_drop_replication_slot('{slot}');)",
+            plugin.as_deref().unwrap_or("none")
+        )));
+    }
+    let same_database: Option<bool> = row.get(2);
+    if same_database != Some(true) {
+        let database: Option<String> = row.get(3);
+        return Err(Error::permanent(format!(
+            "replication slot {slot:?} belongs to database {}; point --pg-url at that \
+             database or choose another --slot",
+            database.as_deref().unwrap_or("?")
+        )));
+    }
+    let wal_status: Option<String> = row.get(5);
+    if wal_status.as_deref() == Some("lost") {
+        return Err(Error::permanent(format!(
+            "replication slot {slot:?} is lost (wal_status = lost): Postgres removed WAL it \
+             still needed, so events written while walrelay was behind can no longer be read. \
+             walrelay will not recreate the slot on its own. To recover: find the missing \
+             events in the outbox table, publish them by hand, then drop the slot \
+             (SELECT pg_drop_replication_slot('{slot}');) and start walrelay again"
+        )));
+    }
+    let confirmed: Option<String> = row.get(4);
+    let confirmed = match confirmed {
+        Some(text) => text.parse().map_err(Error::permanent)?,
+        None => Lsn::ZERO,
+    };
+    let active_pid: Option<i32> = row.get(6);
+    if let Some(pid) = active_pid {
+        warn!(slot, pid, "replication slot is in use by another process");
+    }
+    info!(slot, confirmed_flush_lsn = %confirmed, "reusing replication slot");
+    Ok(Some(SlotState {
+        confirmed_flush: confirmed,
+    }))
+}

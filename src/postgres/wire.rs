@@ -1,0 +1,380 @@
+//! A minimal Postgres frontend for the replication connection, built on
+//! `postgres-protocol`: connect, authenticate, run a command in the simple
+//! query protocol and enter CopyBoth mode. Upstream tokio-postgres cannot
+//! speak CopyBoth, so this small piece is ours.
+
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::{backend::Message, frontend};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_postgres::config::{Host, SslMode};
+
+use super::{classify_sqlstate, describe_target};
+use crate::error::{Error, Result};
+
+/// Postgres never sends a message larger than 1 GiB; a bigger length is corruption.
+const MAX_MESSAGE_LEN: usize = 1 << 30;
+
+pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Socket for T {}
+
+/// An error the server sent, with the fields operators need.
+#[derive(Debug, Clone)]
+pub struct ServerError {
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.code)?;
+        if let Some(detail) = &self.detail {
+            write!(f, "; {detail}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "; hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl ServerError {
+    pub fn from_fields(fields: postgres_protocol::message::backend::ErrorFields<'_>) -> Self {
+        let mut err = ServerError {
+            code: String::new(),
+            message: String::new(),
+            detail: None,
+            hint: None,
+        };
+        let mut fields = fields;
+        while let Ok(Some(field)) = fields.next() {
+            let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
+            match field.type_() {
+                b'C' => err.code = value,
+                b'M' => err.message = value,
+                b'D' => err.detail = Some(value),
+                b'H' => err.hint = Some(value),
+                _ => {}
+            }
+        }
+        err
+    }
+
+    pub fn into_error(self, context: &str) -> Error {
+        let base = match classify_sqlstate(&self.code) {
+            crate::error::Kind::Transient => Error::transient(context.to_string()),
+            crate::error::Kind::Permanent => Error::permanent(context.to_string()),
+        };
+        base.with_source(self)
+    }
+}
+
+/// A connection in `replication=database` mode, before or during streaming.
+/// Its two halves can be driven independently once streaming starts.
+pub struct WireConnection {
+    pub reader: WireReader,
+    pub writer: WireWriter,
+    pub server_version: Option<String>,
+}
+
+pub struct WireReader {
+    socket: ReadHalf<Box<dyn Socket>>,
+    buf: BytesMut,
+}
+
+pub struct WireWriter {
+    socket: WriteHalf<Box<dyn Socket>>,
+    buf: BytesMut,
+}
+
+impl WireConnection {
+    pub async fn connect(config: &tokio_postgres::Config) -> Result<Self> {
+        if matches!(config.get_ssl_mode(), SslMode::Require) {
+            return Err(Error::permanent(
+                "sslmode=require is not supported by walrelay's replication connection yet; \
+                 use sslmode=disable or sslmode=prefer, or reach Postgres through a TLS tunnel",
+            ));
+        }
+        let socket = open_socket(config).await?;
+        let (read_half, write_half) = tokio::io::split(socket);
+        let mut conn = WireConnection {
+            reader: WireReader {
+                socket: read_half,
+                buf: BytesMut::with_capacity(64 * 1024),
+            },
+            writer: WireWriter {
+                socket: write_half,
+                buf: BytesMut::with_capacity(1024),
+            },
+            server_version: None,
+        };
+        conn.startup(config).await?;
+        Ok(conn)
+    }
+
+    async fn startup(&mut self, config: &tokio_postgres::Config) -> Result<()> {
+        let user = config.get_user().ok_or_else(|| {
+            Error::permanent("--pg-url names no user: add user=NAME (or postgres://NAME@host/db)")
+        })?;
+        let mut params = vec![("user", user), ("replication", "database")];
+        if let Some(db) = config.get_dbname() {
+            params.push(("database", db));
+        }
+        params.push((
+            "application_name",
+            config.get_application_name().unwrap_or("walrelay"),
+        ));
+        frontend::startup_message(params, &mut self.writer.buf).map_err(protocol_error)?;
+        self.writer.flush().await?;
+
+        let password = config.get_password();
+        let missing_password = || {
+            Error::permanent(
+                "Postgres asks for a password but --pg-url has none: add password=... \
+                 or postgres://user:password@host/db",
+            )
+        };
+        let mut scram: Option<sasl::ScramSha256> = None;
+        loop {
+            match self.reader.read_message().await? {
+                Message::AuthenticationOk => break,
+                Message::AuthenticationCleartextPassword => {
+                    let password = password.ok_or_else(missing_password)?;
+                    frontend::password_message(password, &mut self.writer.buf)
+                        .map_err(protocol_error)?;
+                    self.writer.flush().await?;
+                }
+                Message::AuthenticationMd5Password(body) => {
+                    let password = password.ok_or_else(missing_password)?;
+                    let hash = md5_hash(user.as_bytes(), password, body.salt());
+                    frontend::password_message(hash.as_bytes(), &mut self.writer.buf)
+                        .map_err(protocol_error)?;
+                    self.writer.flush().await?;
+                }
+                Message::AuthenticationSasl(body) => {
+                    let password = password.ok_or_else(missing_password)?;
+                    let mut mechanisms = body.mechanisms();
+                    let mut has_scram = false;
+                    while let Some(m) = mechanisms.next().map_err(protocol_error)? {
+                        has_scram |= m == sasl::SCRAM_SHA_256;
+                    }
+                    if !has_scram {
+                        return Err(Error::permanent(
+                            "Postgres offers no SASL mechanism walrelay supports (SCRAM-SHA-256)",
+                        ));
+                    }
+                    let client =
+                        sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
+                    frontend::sasl_initial_response(
+                        sasl::SCRAM_SHA_256,
+                        client.message(),
+                        &mut self.writer.buf,
+                    )
+                    .map_err(protocol_error)?;
+                    self.writer.flush().await?;
+                    scram = Some(client);
+                }
+                Message::AuthenticationSaslContinue(body) => {
+                    let client = scram.as_mut().ok_or_else(|| unexpected("SASL continue"))?;
+                    client.update(body.data()).map_err(|e| {
+                        Error::permanent("SCRAM authentication failed").with_source(e)
+                    })?;
+                    frontend::sasl_response(client.message(), &mut self.writer.buf)
+                        .map_err(protocol_error)?;
+                    self.writer.flush().await?;
+                }
+                Message::AuthenticationSaslFinal(body) => {
+                    let client = scram.as_mut().ok_or_else(|| unexpected("SASL final"))?;
+                    client.finish(body.data()).map_err(|e| {
+                        Error::permanent("SCRAM server signature did not verify").with_source(e)
+                    })?;
+                }
+                Message::ErrorResponse(body) => {
+                    return Err(ServerError::from_fields(body.fields())
+                        .into_error("Postgres refused the replication connection"));
+                }
+                _ => {
+                    return Err(Error::permanent(
+                        "Postgres asked for an authentication method walrelay does not support \
+                         (use scram-sha-256, md5 or password in pg_hba.conf)",
+                    ))
+                }
+            }
+        }
+        loop {
+            match self.reader.read_message().await? {
+                Message::ReadyForQuery(_) => return Ok(()),
+                Message::ParameterStatus(body) => {
+                    if body.name().ok() == Some("server_version") {
+                        self.server_version = body.value().ok().map(str::to_owned);
+                    }
+                }
+                Message::ErrorResponse(body) => {
+                    return Err(ServerError::from_fields(body.fields())
+                        .into_error("Postgres refused the replication connection"));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends a replication command and waits for CopyBoth mode.
+    pub async fn start_copy_both(&mut self, command: &str) -> Result<()> {
+        frontend::query(command, &mut self.writer.buf).map_err(protocol_error)?;
+        self.writer.flush().await?;
+        loop {
+            let message = match self.reader.read_frame().await? {
+                Frame::CopyBothResponse => return Ok(()),
+                Frame::Message(message) => message,
+            };
+            match message {
+                Message::ErrorResponse(body) => {
+                    return Err(ServerError::from_fields(body.fields())
+                        .into_error("Postgres refused to start replication"));
+                }
+                Message::NoticeResponse(_) | Message::ParameterStatus(_) => {}
+                _ => return Err(unexpected("a reply to START_REPLICATION")),
+            }
+        }
+    }
+}
+
+/// postgres-protocol does not know CopyBothResponse ('W'), so it is picked out here.
+pub enum Frame {
+    CopyBothResponse,
+    Message(Message),
+}
+
+impl WireReader {
+    /// Reads one backend message. Cancel-safe: bytes already read stay buffered.
+    pub async fn read_message(&mut self) -> Result<Message> {
+        match self.read_frame().await? {
+            Frame::Message(message) => Ok(message),
+            Frame::CopyBothResponse => Err(unexpected("a message other than CopyBothResponse")),
+        }
+    }
+
+    pub async fn read_frame(&mut self) -> Result<Frame> {
+        loop {
+            if self.buf.len() >= 5 {
+                let len = (&self.buf[1..5]).get_u32() as usize;
+                if len > MAX_MESSAGE_LEN {
+                    return Err(Error::transient(format!(
+                        "Postgres sent a message of {len} bytes; the stream is corrupt"
+                    )));
+                }
+                if self.buf[0] == b'W' && self.buf.len() > len {
+                    self.buf.advance(len + 1);
+                    return Ok(Frame::CopyBothResponse);
+                }
+            }
+            if let Some(message) = Message::parse(&mut self.buf).map_err(protocol_error)? {
+                return Ok(Frame::Message(message));
+            }
+            let n = self
+                .socket
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(connection_lost)?;
+            if n == 0 {
+                return Err(Error::transient(
+                    "Postgres closed the replication connection",
+                ));
+            }
+        }
+    }
+}
+
+impl WireWriter {
+    /// Queues a CopyData message; `flush` sends it.
+    pub fn queue_copy_data(&mut self, payload: &[u8]) -> Result<()> {
+        frontend::CopyData::new(payload)
+            .map_err(protocol_error)?
+            .write(&mut self.buf);
+        Ok(())
+    }
+
+    pub async fn flush(&mut self) -> Result<()> {
+        self.socket
+            .write_all(&self.buf)
+            .await
+            .map_err(connection_lost)?;
+        self.buf.clear();
+        self.socket.flush().await.map_err(connection_lost)
+    }
+
+    /// Leaves CopyBoth mode and closes the session politely; errors no longer matter.
+    pub async fn terminate(mut self) {
+        frontend::copy_done(&mut self.buf);
+        frontend::terminate(&mut self.buf);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.flush()).await;
+    }
+}
+
+async fn open_socket(config: &tokio_postgres::Config) -> Result<Box<dyn Socket>> {
+    let hosts = config.get_hosts();
+    if hosts.is_empty() {
+        return Err(Error::permanent(
+            "--pg-url names no host: add host=... (or postgres://user@HOST/db)",
+        ));
+    }
+    let ports = config.get_ports();
+    let timeout = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(Duration::from_secs(10));
+    let mut last_error = None;
+    for (i, host) in hosts.iter().enumerate() {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let attempt = async {
+            match host {
+                Host::Tcp(name) => {
+                    let stream = TcpStream::connect((name.as_str(), port)).await?;
+                    stream.set_nodelay(true)?;
+                    Ok::<Box<dyn Socket>, std::io::Error>(Box::new(stream))
+                }
+                Host::Unix(dir) => {
+                    let path = dir.join(format!(".s.PGSQL.{port}"));
+                    Ok(Box::new(UnixStream::connect(path).await?) as Box<dyn Socket>)
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(socket)) => return Ok(socket),
+            Ok(Err(e)) => last_error = Some(e),
+            Err(_) => {
+                last_error = Some(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ))
+            }
+        }
+    }
+    Err(Error::transient(format!(
+        "cannot reach Postgres at {}",
+        describe_target(config)
+    ))
+    .with_source(last_error.expect("at least one host was tried")))
+}
+
+fn protocol_error(e: std::io::Error) -> Error {
+    Error::transient("Postgres protocol error on the replication connection").with_source(e)
+}
+
+fn connection_lost(e: std::io::Error) -> Error {
+    Error::transient("lost the replication connection to Postgres").with_source(e)
+}
+
+fn unexpected(what: &str) -> Error {
+    Error::transient(format!(
+        "unexpected message from Postgres while waiting for {what}"
+    ))
+}

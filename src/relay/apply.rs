@@ -1,0 +1,363 @@
+//! The apply loop of one streaming session: replication messages in, Kafka
+//! messages out, delivery reports back, and status updates that confirm only
+//! what Kafka has acknowledged.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{interval, Instant, MissedTickBehavior};
+use tracing::{debug, info, warn};
+
+use crate::checkpoint::{Checkpoint, TxnSeq};
+use crate::error::{Error, Result};
+use crate::kafka::is_permanent_rejection;
+use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
+use crate::kafka::topics::TopicManager;
+use crate::metrics::Metrics;
+use crate::outbox::mapping::{OutboxEvent, OutboxSchema};
+use crate::postgres::lsn::Lsn;
+use crate::postgres::pgoutput::{self, LogicalMessage, Relation};
+use crate::postgres::replication::{
+    ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
+};
+
+use super::Settings;
+
+/// The transaction whose changes are arriving now.
+struct OpenTxn {
+    seq: TxnSeq,
+    commit_lsn: Lsn,
+    /// Microseconds since the Unix epoch.
+    commit_time_us: i64,
+}
+
+pub struct ApplyLoop<'a> {
+    settings: &'a Settings,
+    topics: &'a mut TopicManager,
+    metrics: Metrics,
+    stream: ReplicationStream,
+    status: StatusSender,
+    producer: Producer,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    checkpoint: Checkpoint,
+    /// The outbox schema by relation oid; `None` for other published tables.
+    relations: HashMap<u32, Option<OutboxSchema>>,
+    open_txn: Option<OpenTxn>,
+    received: Lsn,
+    inflight_events: usize,
+    inflight_bytes: usize,
+}
+
+impl<'a> ApplyLoop<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: &'a Settings,
+        topics: &'a mut TopicManager,
+        metrics: Metrics,
+        stream: ReplicationStream,
+        status: StatusSender,
+        producer: Producer,
+        deliveries: mpsc::UnboundedReceiver<Delivery>,
+        confirmed: Lsn,
+    ) -> Self {
+        metrics.set_confirmed(confirmed.0);
+        ApplyLoop {
+            settings,
+            topics,
+            metrics,
+            stream,
+            status,
+            producer,
+            deliveries,
+            checkpoint: Checkpoint::new(confirmed),
+            relations: HashMap::new(),
+            open_txn: None,
+            received: confirmed,
+            inflight_events: 0,
+            inflight_bytes: 0,
+        }
+    }
+
+    /// Streams until `shutdown` fires (then drains and returns Ok) or an error ends the session.
+    pub async fn run(mut self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
+        let mut status_tick = interval(self.settings.status_interval);
+        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let has_room = self.inflight_events < self.settings.max_inflight_events
+                && self.inflight_bytes < self.settings.max_inflight_bytes;
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => return self.shut_down().await,
+                Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
+                _ = status_tick.tick() => self.send_status().await?,
+                // Backpressure: with the window full, stop reading; the walsender waits.
+                message = self.stream.next(), if has_room => self.on_replication(message?).await?,
+            }
+        }
+    }
+
+    async fn on_replication(&mut self, message: ReplicationMessage) -> Result<()> {
+        match message {
+            ReplicationMessage::Keepalive {
+                wal_end,
+                reply_requested,
+            } => {
+                self.received = self.received.max(wal_end);
+                if self.checkpoint.observe_wal_end(wal_end) {
+                    self.metrics.set_confirmed(self.checkpoint.confirmed().0);
+                }
+                if reply_requested {
+                    self.send_status().await?;
+                }
+                Ok(())
+            }
+            ReplicationMessage::XLogData {
+                wal_start, data, ..
+            } => {
+                self.received = self.received.max(wal_start);
+                let message = pgoutput::decode(data).map_err(|e| {
+                    Error::transient(format!("cannot decode the change at LSN {wal_start}"))
+                        .with_source(e)
+                })?;
+                self.on_change(message).await
+            }
+        }
+    }
+
+    async fn on_change(&mut self, message: LogicalMessage) -> Result<()> {
+        match message {
+            LogicalMessage::Begin(begin) => {
+                if self.open_txn.is_some() {
+                    return Err(protocol("BEGIN inside an open transaction"));
+                }
+                self.open_txn = Some(OpenTxn {
+                    seq: self.checkpoint.begin(),
+                    commit_lsn: begin.final_lsn,
+                    commit_time_us: pg_to_unix_us(begin.commit_time),
+                });
+            }
+            LogicalMessage::Commit(commit) => {
+                let txn = self
+                    .open_txn
+                    .take()
+                    .ok_or_else(|| protocol("COMMIT without BEGIN"))?;
+                self.checkpoint.commit(txn.seq, commit.end_lsn);
+                self.advance();
+            }
+            LogicalMessage::Relation(relation) => self.on_relation(relation)?,
+            LogicalMessage::Insert { relation, new } => {
+                let schema = match self.relations.get(&relation) {
+                    Some(Some(schema)) => schema,
+                    Some(None) => return Ok(()), // another published table
+                    None => return Err(protocol("INSERT for a relation never described")),
+                };
+                let txn = self
+                    .open_txn
+                    .as_ref()
+                    .ok_or_else(|| protocol("INSERT outside a transaction"))?;
+                let (seq, commit_lsn, commit_time_us) =
+                    (txn.seq, txn.commit_lsn, txn.commit_time_us);
+                let event = schema
+                    .event(new)
+                    .map_err(|reason| poison(&OutboxEvent::unknown(), commit_lsn, &reason))?;
+                self.publish(seq, commit_lsn, commit_time_us, event).await?;
+            }
+            LogicalMessage::Update { relation, .. } => {
+                if let Some(Some(_)) = self.relations.get(&relation) {
+                    debug!("ignoring an UPDATE of an outbox row: only INSERTs are events");
+                }
+            }
+            LogicalMessage::Delete { .. }
+            | LogicalMessage::Truncate { .. }
+            | LogicalMessage::Type { .. }
+            | LogicalMessage::Origin { .. }
+            | LogicalMessage::Message(_) => {}
+        }
+        Ok(())
+    }
+
+    /// A Relation message arrives before a table's first change in a session
+    /// and again after its schema changes: the cached mapping is replaced.
+    fn on_relation(&mut self, relation: Relation) -> Result<()> {
+        let table = &self.settings.table;
+        let schema = if relation.namespace == table.schema && relation.name == table.name {
+            let schema = OutboxSchema::from_relation(&relation, &self.settings.columns, table)?;
+            if self.relations.contains_key(&relation.oid) {
+                info!(table = %table, "outbox table schema changed; mapping updated");
+            }
+            Some(schema)
+        } else {
+            None
+        };
+        self.relations.insert(relation.oid, schema);
+        Ok(())
+    }
+
+    async fn publish(
+        &mut self,
+        seq: TxnSeq,
+        commit_lsn: Lsn,
+        commit_time_us: i64,
+        event: OutboxEvent,
+    ) -> Result<()> {
+        let route_value = event.route_value.as_ref().ok_or_else(|| {
+            poison(
+                &event,
+                commit_lsn,
+                &format!(
+                    "its route-by column {:?} is NULL",
+                    self.settings.columns.route_by
+                ),
+            )
+        })?;
+        let topic = self
+            .settings
+            .router
+            .topic(&String::from_utf8_lossy(route_value))
+            .map_err(|reason| poison(&event, commit_lsn, &reason))?;
+        self.topics.ensure(&topic).await?;
+        let outgoing = Outgoing {
+            topic: &topic,
+            key: event.key.as_ref(),
+            payload: event.payload.as_ref(),
+            event_id: event.id.as_ref(),
+            event_type: event.event_type.as_ref(),
+            commit_lsn,
+            commit_time_us,
+        };
+        loop {
+            match self.producer.send(seq, &outgoing) {
+                Ok(()) => break,
+                Err(SendError::QueueFull) => {
+                    // librdkafka's queue is full: make room by taking a delivery report.
+                    let delivery = self.deliveries.recv().await.ok_or_else(|| {
+                        Error::transient("the Kafka producer stopped reporting deliveries")
+                    })?;
+                    self.on_delivery(delivery)?;
+                }
+                Err(SendError::Failed(e)) if is_permanent_rejection(&e) => {
+                    return Err(poison(
+                        &event,
+                        commit_lsn,
+                        &format!("Kafka rejected it: {e}"),
+                    ));
+                }
+                Err(SendError::Failed(e)) => {
+                    return Err(Error::transient(format!(
+                        "cannot hand event {} to the Kafka producer",
+                        event.id_text()
+                    ))
+                    .with_source(e))
+                }
+            }
+        }
+        self.checkpoint.event_sent(seq);
+        self.inflight_events += 1;
+        self.inflight_bytes += outgoing.size();
+        self.metrics
+            .set_inflight(self.inflight_events, self.inflight_bytes);
+        Ok(())
+    }
+
+    fn on_delivery(&mut self, delivery: Delivery) -> Result<()> {
+        if let Err(failure) = delivery.result {
+            let reason = format!("{} (topic {})", failure.error, failure.topic);
+            if is_permanent_rejection(&failure.error) {
+                return Err(Error::permanent(format!(
+                    "Kafka rejected event {} (transaction at LSN {}) for good: {reason}. \
+                     The slot stays before it; fix the cause (for example the broker's or \
+                     producer's message size limit, or the topic) and restart walrelay",
+                    failure.event_id, failure.commit_lsn
+                )));
+            }
+            // A retriable error surfaced despite infinite retries: start over from the slot.
+            return Err(Error::transient(format!(
+                "delivery of event {} failed: {reason}; resending from the slot's confirmed position",
+                failure.event_id
+            )));
+        }
+        self.checkpoint.event_acked(delivery.txn);
+        self.inflight_events -= 1;
+        self.inflight_bytes -= delivery.bytes;
+        self.metrics
+            .set_inflight(self.inflight_events, self.inflight_bytes);
+        self.advance();
+        Ok(())
+    }
+
+    fn advance(&mut self) {
+        if self.checkpoint.advance() {
+            self.metrics.set_confirmed(self.checkpoint.confirmed().0);
+        }
+    }
+
+    async fn send_status(&mut self) -> Result<()> {
+        self.status
+            .send(self.received, self.checkpoint.confirmed())
+            .await
+    }
+
+    /// Stops reading, waits (bounded) for in-flight deliveries, confirms what
+    /// they allow and closes the connection.
+    async fn shut_down(mut self) -> Result<()> {
+        info!(
+            inflight = self.inflight_events,
+            "shutting down: waiting for in-flight deliveries"
+        );
+        let deadline = Instant::now() + self.settings.shutdown_timeout;
+        let mut status_tick = interval(
+            self.settings
+                .status_interval
+                .max(Duration::from_millis(100)),
+        );
+        while self.inflight_events > 0 {
+            tokio::select! {
+                Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
+                _ = status_tick.tick() => self.send_status().await?,
+                _ = tokio::time::sleep_until(deadline) => {
+                    warn!(
+                        inflight = self.inflight_events,
+                        "shutdown timeout reached; unconfirmed events will be sent again on restart"
+                    );
+                    break;
+                }
+            }
+        }
+        self.send_status().await?;
+        info!(confirmed_lsn = %self.checkpoint.confirmed(), "final status update sent");
+        self.status.close().await;
+        Ok(())
+    }
+}
+
+impl OutboxEvent {
+    /// A placeholder for a row that could not be mapped at all.
+    fn unknown() -> Self {
+        OutboxEvent {
+            id: None,
+            key: None,
+            event_type: None,
+            payload: None,
+            route_value: None,
+        }
+    }
+}
+
+/// An event that can never be published as it is. The relay halts before it,
+/// so the slot stays where it can be read again once the cause is fixed.
+fn poison(event: &OutboxEvent, commit_lsn: Lsn, reason: &str) -> Error {
+    Error::permanent(format!(
+        "cannot publish event {} (transaction at LSN {commit_lsn}): {reason}. \
+         walrelay stopped before it and the slot stays before it; fix the row's cause and restart",
+        event.id_text()
+    ))
+}
+
+fn protocol(what: &str) -> Error {
+    Error::transient(format!("unexpected replication stream: {what}"))
+}
+
+fn pg_to_unix_us(pg_us: i64) -> i64 {
+    pg_us + (PG_EPOCH_OFFSET_SECS as i64) * 1_000_000
+}

@@ -1,0 +1,162 @@
+//! The relay's lifecycle: start-up checks, one streaming session at a time,
+//! and reconnects with capped exponential backoff after transient errors.
+//! Each session resumes from the slot's confirmed position, so anything not
+//! yet confirmed is simply read and sent again (at-least-once).
+
+mod apply;
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::config::{RunArgs, TableName};
+use crate::error::{Error, Result};
+use crate::kafka::producer::Producer;
+use crate::kafka::topics::TopicManager;
+use crate::metrics::{self, Metrics};
+use crate::outbox::mapping::OutboxColumns;
+use crate::outbox::routing::Router;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::{describe_target, replication, setup};
+
+use apply::ApplyLoop;
+
+/// A session that streamed this long before failing resets the backoff.
+const HEALTHY_SESSION: Duration = Duration::from_secs(30);
+const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Everything a session needs, derived once from the flags.
+pub struct Settings {
+    pub pg: tokio_postgres::Config,
+    pub kafka: ClientConfig,
+    pub table: TableName,
+    pub slot: String,
+    pub publication: String,
+    pub columns: OutboxColumns,
+    pub router: Router,
+    pub status_interval: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_inflight_events: usize,
+    pub max_inflight_bytes: usize,
+    pub topic_partitions: i32,
+    pub topic_replication_factor: Option<i32>,
+}
+
+pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<()> {
+    let pg = args.validate()?;
+    let settings = Settings {
+        pg,
+        kafka: Producer::client_config(&args.kafka_brokers, &args.kafka_properties),
+        table: args.table.clone(),
+        slot: args.slot.clone(),
+        publication: args.publication.clone(),
+        columns: OutboxColumns::with_route_by(&args.route_by_field),
+        router: Router::new(&args.topic_replacement),
+        status_interval: args.status_interval,
+        shutdown_timeout: args.shutdown_timeout,
+        max_inflight_events: args.max_inflight_events,
+        max_inflight_bytes: args.max_inflight_bytes,
+        topic_partitions: args.topic_partitions,
+        topic_replication_factor: args.topic_replication_factor,
+    };
+    let metrics = Metrics::new();
+    metrics::serve(args.metrics_addr, metrics.clone()).await?;
+    info!(
+        postgres = %describe_target(&settings.pg),
+        kafka = %args.kafka_brokers,
+        table = %settings.table,
+        slot = %settings.slot,
+        "walrelay starting"
+    );
+
+    let started = Instant::now();
+    let mut ever_connected = false;
+    let mut backoff = INITIAL_BACKOFF;
+    loop {
+        let session_start = Instant::now();
+        let result = session(&settings, &metrics, &mut shutdown, &mut ever_connected).await;
+        metrics.set_ready(false);
+        let err = match result {
+            Ok(()) => return Ok(()),
+            Err(e) if !e.is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        // Before the first successful connection a transient error is most
+        // likely a wrong host or port: give up after --startup-timeout.
+        if !ever_connected && started.elapsed() >= args.startup_timeout {
+            return Err(Error::permanent(format!(
+                "could not start within --startup-timeout ({:?}); check that Postgres at {} is \
+                 reachable",
+                args.startup_timeout,
+                describe_target(&settings.pg)
+            ))
+            .with_source(err));
+        }
+        if session_start.elapsed() >= HEALTHY_SESSION {
+            backoff = INITIAL_BACKOFF;
+        }
+        warn!(error = %err.report(), retry_in = ?backoff, "session ended; reconnecting");
+        metrics.record_reconnect("postgres");
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
+        backoff = (backoff * 2).min(args.reconnect_max_backoff);
+    }
+}
+
+/// One session: check, connect, stream until shutdown or an error.
+async fn session(
+    settings: &Settings,
+    metrics: &Metrics,
+    shutdown: &mut watch::Receiver<bool>,
+    ever_connected: &mut bool,
+) -> Result<()> {
+    let client = setup::connect(&settings.pg).await?;
+    *ever_connected = true;
+    setup::check_wal_level(&client).await?;
+    setup::check_table(&client, &settings.table, &settings.columns.names()).await?;
+    setup::ensure_publication(&client, &settings.publication, &settings.table).await?;
+    let slot = setup::ensure_slot(&client, &settings.slot).await?;
+    drop(client);
+
+    // 0/0 lets the server start from the slot's confirmed_flush_lsn; we log
+    // the value we read so the resume point is visible.
+    let (stream, status) = replication::start(
+        &settings.pg,
+        &settings.slot,
+        &settings.publication,
+        Lsn::ZERO,
+    )
+    .await
+    .map_err(|e| {
+        if e.is_transient() {
+            error!(slot = %settings.slot, error = %e.report(), "cannot start replication");
+        }
+        e
+    })?;
+    info!(slot = %settings.slot, resume_lsn = %slot.confirmed_flush, "streaming started");
+    let (producer, deliveries) = Producer::new(&settings.kafka, metrics.clone())?;
+    // Per session, so a topic deleted under a running relay is created again.
+    let mut topics = TopicManager::new(
+        &settings.kafka,
+        settings.topic_partitions,
+        settings.topic_replication_factor,
+    )?;
+    metrics.set_ready(true);
+    ApplyLoop::new(
+        settings,
+        &mut topics,
+        metrics.clone(),
+        stream,
+        status,
+        producer,
+        deliveries,
+        slot.confirmed_flush,
+    )
+    .run(shutdown)
+    .await
+}
