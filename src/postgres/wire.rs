@@ -82,7 +82,6 @@ impl ServerError {
 pub struct WireConnection {
     pub reader: WireReader,
     pub writer: WireWriter,
-    pub server_version: Option<String>,
 }
 
 pub struct WireReader {
@@ -114,7 +113,6 @@ impl WireConnection {
                 socket: write_half,
                 buf: BytesMut::with_capacity(1024),
             },
-            server_version: None,
         };
         conn.startup(config).await?;
         Ok(conn)
@@ -212,11 +210,6 @@ impl WireConnection {
         loop {
             match self.reader.read_message().await? {
                 Message::ReadyForQuery(_) => return Ok(()),
-                Message::ParameterStatus(body) => {
-                    if body.name().ok() == Some("server_version") {
-                        self.server_version = body.value().ok().map(str::to_owned);
-                    }
-                }
                 Message::ErrorResponse(body) => {
                     return Err(ServerError::from_fields(body.fields())
                         .into_error("Postgres refused the replication connection"));

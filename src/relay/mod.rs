@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::{RunArgs, TableName};
 use crate::error::{Error, Result};
@@ -131,13 +131,7 @@ async fn session(
         &settings.publication,
         Lsn::ZERO,
     )
-    .await
-    .map_err(|e| {
-        if e.is_transient() {
-            error!(slot = %settings.slot, error = %e.report(), "cannot start replication");
-        }
-        e
-    })?;
+    .await?;
     info!(slot = %settings.slot, resume_lsn = %slot.confirmed_flush, "streaming started");
     let (producer, deliveries) = Producer::new(&settings.kafka, metrics.clone())?;
     // Per session, so a topic deleted under a running relay is created again.
