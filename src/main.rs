@@ -11,7 +11,9 @@ mod outbox;
 mod postgres;
 mod relay;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tokio::sync::watch;
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
             EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -76,9 +79,17 @@ fn shutdown_signal() -> watch::Receiver<bool> {
             _ = int.recv() => info!("SIGINT received"),
         }
         let _ = tx.send(true);
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let first = Instant::now();
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            // Tools like `timeout` signal the process and its group at once:
+            // only a deliberate second signal forces the exit.
+            if first.elapsed() > Duration::from_secs(1) {
+                break;
+            }
         }
         warn!("second signal: exiting without waiting for deliveries");
         std::process::exit(130);

@@ -1,0 +1,22 @@
+# Builds walrelay and runs it as a non-root user.
+FROM rust:1-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libssl-dev pkg-config zlib1g-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY examples ./examples
+RUN cargo build --release --locked --bin walrelay
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home walrelay
+COPY --from=build /src/target/release/walrelay /usr/local/bin/walrelay
+USER 10001
+# The metrics endpoint binds to 127.0.0.1 unless told otherwise; in a
+# container it must listen on all interfaces to be scraped.
+ENV WALRELAY_METRICS_ADDR=0.0.0.0:9187
+EXPOSE 9187
+ENTRYPOINT ["/usr/local/bin/walrelay"]
+CMD ["run"]

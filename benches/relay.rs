@@ -1,0 +1,259 @@
+//! Benchmarks with real parts (a private Postgres, a tansu broker, the
+//! release walrelay binary). Not a test: it prints figures for
+//! docs/benchmarks.md.
+//!
+//!   cargo bench --bench relay                   # throughput and latency
+//!   BENCH_EVENTS=200000 BENCH_TXN_SIZE=100 cargo bench --bench relay -- throughput
+//!   BENCH_RATE=2000 BENCH_SECONDS=15 cargo bench --bench relay -- latency
+//!
+//! Throughput: fills the outbox with BENCH_EVENTS events, then times
+//! `pg_recvlogical` draining an identical pgoutput slot to /dev/null (the
+//! walsender's own rate) and walrelay draining its slot into the broker
+//! until the slot is confirmed past the last commit.
+//!
+//! Latency: inserts one event per transaction at BENCH_RATE events/s and
+//! measures, per event, the time from just before its commit to the moment
+//! a consumer reads it from Kafka.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use support::pg::confirmed_flush_lsn;
+use support::{Broker, Postgres, Relay};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if wants("throughput") {
+        runtime.block_on(throughput());
+    }
+    if wants("latency") {
+        runtime.block_on(latency());
+    }
+}
+
+async fn throughput() {
+    let events = env_or("BENCH_EVENTS", 200_000) as i64;
+    let txn_size = env_or("BENCH_TXN_SIZE", 100) as i64;
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute(
+            "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert');
+             SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput');
+             SELECT pg_create_logical_replication_slot('recvlogical', 'pgoutput');",
+        )
+        .await
+        .unwrap();
+    let fill = Instant::now();
+    let mut done = 0;
+    while done < events {
+        let n = txn_size.min(events - done);
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
+                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
+                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
+                &[&done, &n],
+            )
+            .await
+            .unwrap();
+        done += n;
+    }
+    let end_lsn: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let end: u64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    println!(
+        "filled {events} events in transactions of {txn_size} in {:.1}s",
+        fill.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let status = Command::new(pg.bin("pg_recvlogical"))
+        .args(["-d", &pg.url(), "--slot", "recvlogical", "--start", "--no-loop"])
+        .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
+        .args(["-E", &end_lsn, "-f", "/dev/null"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let recv_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let relay = Relay::start(&pg, &broker);
+    loop {
+        if confirmed_flush_lsn(&client, "walrelay").await >= end {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "walrelay did not drain; log:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let relay_secs = started.elapsed().as_secs_f64();
+    let published = relay.metric("walrelay_events_published_total").unwrap_or(0.0);
+    assert!(published >= events as f64, "published {published} of {events}");
+    let rss = rss_kib(relay.pid());
+    println!(
+        "pg_recvlogical: {events} events in {recv_secs:.2}s = {:.0} events/s",
+        events as f64 / recv_secs
+    );
+    println!(
+        "walrelay:       {events} events in {relay_secs:.2}s = {:.0} events/s ({:.0}% of pg_recvlogical), RSS after drain {} MiB",
+        events as f64 / relay_secs,
+        100.0 * recv_secs / relay_secs,
+        rss / 1024
+    );
+}
+
+async fn latency() {
+    let rate = env_or("BENCH_RATE", 2000);
+    let seconds = env_or("BENCH_SECONDS", 15);
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(Duration::from_secs(60));
+    // Create the topic and warm up the connection before measuring.
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'warm', 'Latency', '{\"warmup\": true}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let brokers = broker.brokers();
+    let total = (rate * seconds) as usize;
+    let reader = std::thread::spawn(move || read_latencies(&brokers, total + 1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let insert = client
+        .prepare(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'order-' || ($1::int % 100), 'Latency', \
+                     jsonb_build_object('sent_us', $2::bigint))",
+        )
+        .await
+        .unwrap();
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = Instant::now();
+    for i in 0..total {
+        let due = start + interval * i as u32;
+        let now = Instant::now();
+        if due > now {
+            tokio::time::sleep(due - now).await;
+        }
+        client
+            .execute(&insert, &[&(i as i32), &unix_us()])
+            .await
+            .unwrap();
+    }
+    let achieved = total as f64 / start.elapsed().as_secs_f64();
+    let mut latencies = reader.join().unwrap();
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    println!(
+        "latency at {achieved:.0} events/s over {seconds}s ({} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        pct(0.50) as f64 / 1000.0,
+        pct(0.99) as f64 / 1000.0,
+        *latencies.last().unwrap() as f64 / 1000.0
+    );
+    drop(relay);
+}
+
+/// Microsecond latencies from the `sent_us` in each payload to its arrival.
+fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "walrelay-bench")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "1")
+        .set("fetch.error.backoff.ms", "1")
+        .create()
+        .unwrap();
+    let topic = "outbox.event.Latency";
+    let partitions = loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5));
+        if let Some(n) = md.ok().and_then(|md| {
+            md.topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map(|t| t.partitions().len())
+        }) {
+            if n > 0 {
+                break n;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        list.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut out = Vec::with_capacity(count);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut seen = 0;
+    while seen < count && Instant::now() < deadline {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let now = unix_us();
+        seen += 1;
+        let value: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        if let Some(sent) = value.get("sent_us").and_then(|v| v.as_i64()) {
+            out.push(now - sent);
+        }
+    }
+    out
+}
+
+fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what walrelay's tests and demo need on a fresh Debian machine:
+# the PostgreSQL server binaries, a C toolchain for librdkafka, and tansu
+# (a Kafka-protocol broker from crates.io). Safe to run again: it skips what
+# is already there.
+set -euo pipefail
+
+need_apt=()
+pg_bin=""
+for major in 18 17 16 15 14; do
+  if [ -x "/usr/lib/postgresql/$major/bin/initdb" ]; then pg_bin="/usr/lib/postgresql/$major/bin"; break; fi
+done
+[ -n "$pg_bin" ] || need_apt+=(postgresql postgresql-contrib)
+command -v psql >/dev/null || need_apt+=(postgresql-client)
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v make >/dev/null || need_apt+=(make)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+command -v curl >/dev/null || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
+if [ ! -x "$tansu_bin" ]; then
+  echo "installing tansu (Kafka-protocol broker); this takes about 15 minutes on 2 cores"
+  cargo install tansu --locked --features dynostore,libsql
+fi

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs walrelay's whole test suite against a real Postgres and a real
+# Kafka-protocol broker (tansu), installing them first when they are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+# Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
+cargo test --all-targets -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

@@ -1,0 +1,184 @@
+//! Faults with real processes: a paused broker, a killed relay, a killed
+//! walsender, and WAL written by tables walrelay does not publish.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use support::kafka::KafkaReader;
+use support::pg::{confirmed_flush_lsn, slot_lag};
+use support::{eventually, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn current_lsn(client: &tokio_postgres::Client) -> u64 {
+    client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64
+}
+
+/// Inserts `count` events of one type in one transaction.
+async fn insert_batch(client: &tokio_postgres::Client, event_type: &str, count: i32) {
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 7), $1, jsonb_build_object('seq', i) \
+             FROM generate_series(1, $2::int) i",
+            &[&event_type, &count],
+        )
+        .await
+        .unwrap();
+}
+
+/// Every event id committed to the outbox: the ground truth.
+async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> HashSet<String> {
+    client
+        .query("SELECT id::text FROM outbox WHERE event_type = $1", &[&event_type])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Reads until every committed id has arrived (duplicates allowed).
+fn read_all(reader: &KafkaReader, expected: &HashSet<String>, relay: &Relay) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !expected.is_subset(&seen) && std::time::Instant::now() < deadline {
+        for m in reader.read(expected.len(), Duration::from_secs(2)) {
+            seen.insert(m.header("id").unwrap().to_string());
+        }
+    }
+    let missing: Vec<_> = expected.difference(&seen).collect();
+    assert!(
+        missing.is_empty(),
+        "{} committed events never arrived, e.g. {:?}; log:\n{}",
+        missing.len(),
+        missing.iter().take(3).collect::<Vec<_>>(),
+        relay.log()
+    );
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_is_not_advanced_while_broker_is_paused() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    let reader = broker.consumer();
+
+    insert_batch(&client, "Paused", 1).await;
+    reader.subscribe(&["outbox.event.Paused"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "log:\n{}", relay.log());
+
+    broker.pause();
+    let before_outage = current_lsn(&client).await;
+    for _ in 0..10 {
+        insert_batch(&client, "Paused", 10).await;
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let confirmed = confirmed_flush_lsn(&client, "walrelay").await;
+    assert!(
+        confirmed <= before_outage,
+        "slot moved to {confirmed:x}, past {before_outage:x}, while the broker was paused"
+    );
+    assert!(relay.metric("walrelay_inflight_events").unwrap_or(0.0) > 0.0);
+
+    broker.resume();
+    read_all(&reader, &committed_ids(&client, "Paused").await, &relay);
+    let end = current_lsn(&client).await;
+    eventually(WAIT, "the slot to move after the broker resumed", || async {
+        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    let writer_pg = pg.client().await;
+    let writer = tokio::spawn(async move {
+        for _ in 0..200 {
+            insert_batch(&writer_pg, "Killed", 10).await;
+        }
+    });
+    // Kill it while events are flowing, then start it again.
+    eventually(WAIT, "some deliveries", || async {
+        (relay.metric("walrelay_events_published_total").unwrap_or(0.0) >= 100.0).then_some(())
+    })
+    .await;
+    relay.kill9();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    relay.restart();
+    writer.await.unwrap();
+
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Killed"]);
+    let expected = committed_ids(&client, "Killed").await;
+    assert_eq!(expected.len(), 2000);
+    read_all(&reader, &expected, &relay);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_walsender_is_reconnected_without_loss() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    insert_batch(&client, "Reconnect", 50).await;
+    client
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap();
+    insert_batch(&client, "Reconnect", 50).await;
+
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Reconnect"]);
+    read_all(&reader, &committed_ids(&client, "Reconnect").await, &relay);
+    eventually(WAIT, "a reconnect to be counted", || async {
+        (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    client
+        .batch_execute(
+            "CREATE TABLE busy (id bigint, filler text); \
+             INSERT INTO busy SELECT i, repeat(md5(i::text), 8) FROM generate_series(1, 120000) i;",
+        )
+        .await
+        .unwrap();
+    let lag_after_write = slot_lag(&client, "walrelay").await;
+    assert!(lag_after_write > 20 << 20, "the test wrote only {lag_after_write} bytes of WAL");
+
+    let lag = eventually(WAIT, "slot lag under 1 MB", || async {
+        let lag = slot_lag(&client, "walrelay").await;
+        (lag < 1 << 20).then_some(lag)
+    })
+    .await;
+    assert!(lag < 1 << 20, "lag {lag}");
+}

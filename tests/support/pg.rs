@@ -1,0 +1,193 @@
+//! A throwaway Postgres cluster: initdb in a temp dir, a free port,
+//! wal_level=logical. Started through the `postgres` user when run as root,
+//! because the server refuses to run as root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tokio_postgres::{Client, NoTls};
+
+use super::{free_port, TempDir};
+
+pub struct Postgres {
+    pub port: u16,
+    dir: TempDir,
+    bin: PathBuf,
+    running: bool,
+}
+
+fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WALRELAY_PG_BIN") {
+        return dir.into();
+    }
+    for major in ["18", "17", "16", "15", "14"] {
+        let dir = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    panic!("no Postgres server binaries found: install the postgresql package or set WALRELAY_PG_BIN");
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Postgres {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a cluster with extra `-c name=value` settings.
+    pub fn start_with(settings: &[&str]) -> Self {
+        let dir = TempDir::new("pg");
+        let bin = bin_dir();
+        if is_root() {
+            run(Command::new("chown").args(["-R", "postgres"]).arg(&dir.0));
+        }
+        let data = dir.0.join("data");
+        run(pg_command(&bin, "initdb")
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])
+            .arg(&data));
+        let mut pg = Postgres {
+            port: free_port(),
+            dir,
+            bin,
+            running: false,
+        };
+        let mut conf = String::from(
+            "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n\
+             fsync = off\nsynchronous_commit = on\nlisten_addresses = '127.0.0.1'\n\
+             wal_sender_timeout = '60s'\n",
+        );
+        for s in settings {
+            conf.push_str(s);
+            conf.push('\n');
+        }
+        std::fs::write(data.join("postgresql.auto.conf"), conf).unwrap();
+        pg.start_server();
+        pg
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.0.join("data")
+    }
+
+    pub fn start_server(&mut self) {
+        let log = self.dir.0.join("postgres.log");
+        run(pg_command(&self.bin, "pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(&log)
+            .arg("-o")
+            .arg(format!(
+                "-p {} -k {}",
+                self.port,
+                self.dir.0.display()
+            ))
+            .args(["-w", "start"]));
+        self.running = true;
+    }
+
+    /// `pg_ctl stop -m MODE` (fast or immediate).
+    pub fn stop(&mut self, mode: &str) {
+        run(pg_command(&self.bin, "pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", mode, "-w", "stop"]));
+        self.running = false;
+    }
+
+    pub fn restart(&mut self, mode: &str) {
+        self.stop(mode);
+        self.start_server();
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub async fn client(&self) -> Client {
+        let (client, conn) = tokio_postgres::connect(&self.url(), NoTls).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// A client with the default outbox table created.
+    pub async fn client_with_outbox(&self) -> Client {
+        let client = self.client().await;
+        client
+            .batch_execute(include_str!("../../sql/outbox.sql"))
+            .await
+            .unwrap();
+        client
+    }
+
+    pub fn bin(&self, tool: &str) -> PathBuf {
+        self.bin.join(tool)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("postgres.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.running {
+            let _ = pg_command(&self.bin, "pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["-m", "immediate", "stop"])
+                .output();
+        }
+    }
+}
+
+fn pg_command(bin: &Path, tool: &str) -> Command {
+    if is_root() {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+        cmd
+    } else {
+        Command::new(bin.join(tool))
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The slot's confirmed_flush_lsn as a number (0 when absent).
+pub async fn confirmed_flush_lsn(client: &Client, slot: &str) -> u64 {
+    let row = client
+        .query_opt(
+            "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    row.map(|r| r.get::<_, Option<i64>>(0).unwrap_or(0) as u64)
+        .unwrap_or(0)
+}
+
+/// Bytes between the current WAL position and the slot's confirmed_flush_lsn.
+pub async fn slot_lag(client: &Client, slot: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

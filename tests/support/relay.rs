@@ -1,0 +1,157 @@
+//! The walrelay binary as a child process, with its log and metrics.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, signal, Broker, Postgres, TempDir};
+
+pub struct Relay {
+    child: Option<Child>,
+    dir: TempDir,
+    pub metrics_port: u16,
+    args: Vec<String>,
+}
+
+impl Relay {
+    pub fn start(pg: &Postgres, broker: &Broker) -> Self {
+        Self::start_with(pg, broker, &[])
+    }
+
+    pub fn start_with(pg: &Postgres, broker: &Broker, extra: &[&str]) -> Self {
+        Self::start_raw(&pg.url(), &broker.brokers(), extra)
+    }
+
+    /// Any URL and broker list, for start-up errors.
+    pub fn start_raw(pg_url: &str, brokers: &str, extra: &[&str]) -> Self {
+        let metrics_port = free_port();
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--pg-url".into(),
+            pg_url.into(),
+            "--kafka-brokers".into(),
+            brokers.into(),
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{metrics_port}"),
+            "--startup-timeout".into(),
+            "20s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut relay = Relay {
+            child: None,
+            dir: TempDir::new("relay"),
+            metrics_port,
+            args,
+        };
+        relay.spawn();
+        relay
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+            .args(&self.args)
+            .env("WALRELAY_LOG", "info,walrelay=debug")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.0.join("walrelay.log")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("relay is running").id()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts the same command line again after a kill.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        signal(self.pid(), libc::SIGTERM);
+        self.wait(timeout).expect("walrelay did not exit after SIGTERM")
+    }
+
+    /// Waits for the process to exit on its own.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// GET a path of the metrics endpoint: (status code, body).
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let status = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((status, body))
+    }
+
+    /// The value of an unlabelled metric, or the sum of a labelled one.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (_, body) = self.http_get("/metrics")?;
+        let values: Vec<f64> = body
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.http_get("/readyz").map(|(s, _)| s) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "walrelay never became ready; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("--- walrelay log ---\n{}", self.log());
+        }
+    }
+}
