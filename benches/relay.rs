@@ -101,7 +101,14 @@ async fn throughput() {
 
     let started = Instant::now();
     let status = Command::new(pg.bin("pg_recvlogical"))
-        .args(["-d", &pg.url(), "--slot", "recvlogical", "--start", "--no-loop"])
+        .args([
+            "-d",
+            &pg.url(),
+            "--slot",
+            "recvlogical",
+            "--start",
+            "--no-loop",
+        ])
         .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
         .args(["-E", &end_lsn, "-f", "/dev/null"])
         .status()
@@ -123,8 +130,13 @@ async fn throughput() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relay_secs = started.elapsed().as_secs_f64();
-    let published = relay.metric("walrelay_events_published_total").unwrap_or(0.0);
-    assert!(published >= events as f64, "published {published} of {events}");
+    let published = relay
+        .metric("walrelay_events_published_total")
+        .unwrap_or(0.0);
+    assert!(
+        published >= events as f64,
+        "published {published} of {events}"
+    );
     let rss = rss_kib(relay.pid());
     println!(
         "pg_recvlogical: {events} events in {recv_secs:.2}s = {:.0} events/s",
@@ -222,7 +234,8 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
     };
     let mut list = TopicPartitionList::new();
     for p in 0..partitions as i32 {
-        list.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        list.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
     }
     consumer.assign(&list).unwrap();
     let mut out = Vec::with_capacity(count);

@@ -17,7 +17,11 @@ fn main() {
         eprintln!("usage: tail BROKERS COUNT TIMEOUT_SECS TOPIC...");
         std::process::exit(2);
     }
-    let (brokers, count, timeout) = (&args[0], args[1].parse::<usize>().unwrap(), args[2].parse::<u64>().unwrap());
+    let (brokers, count, timeout) = (
+        &args[0],
+        args[1].parse::<usize>().unwrap(),
+        args[2].parse::<u64>().unwrap(),
+    );
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "walrelay-tail")
@@ -48,13 +52,17 @@ fn main() {
             }
         };
         for p in 0..partitions as i32 {
-            assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+            assignment
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
         }
     }
     consumer.assign(&assignment).expect("assign");
     let mut seen = 0;
     while seen < count && Instant::now() < deadline {
-        let Some(result) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let Some(result) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
         let m = result.expect("consume");
         let text = |b: Option<&[u8]>| b.map(|v| String::from_utf8_lossy(v).into_owned());
         let headers: serde_json::Map<String, serde_json::Value> = m

@@ -35,9 +35,24 @@ async fn events_are_routed_keyed_and_headed_by_their_columns() {
     relay.wait_ready(WAIT);
 
     let events = [
-        ("00000000-0000-0000-0000-000000000001", "order-1", "OrderPlaced", r#"{"version": 1, "total": 1999}"#),
-        ("00000000-0000-0000-0000-000000000002", "order-1", "OrderPaid", r#"{"version": 1, "method": "card"}"#),
-        ("00000000-0000-0000-0000-000000000003", "order-2", "OrderShipped", r#"{"version": 2, "note": "ünïcødé ✓"}"#),
+        (
+            "00000000-0000-0000-0000-000000000001",
+            "order-1",
+            "OrderPlaced",
+            r#"{"version": 1, "total": 1999}"#,
+        ),
+        (
+            "00000000-0000-0000-0000-000000000002",
+            "order-1",
+            "OrderPaid",
+            r#"{"version": 1, "method": "card"}"#,
+        ),
+        (
+            "00000000-0000-0000-0000-000000000003",
+            "order-2",
+            "OrderShipped",
+            r#"{"version": 2, "note": "ünïcødé ✓"}"#,
+        ),
     ];
     for (id, key, event_type, payload) in events {
         insert_event(&client, id, key, event_type, payload).await;
@@ -61,9 +76,13 @@ async fn events_are_routed_keyed_and_headed_by_their_columns() {
         assert_eq!(m.header("event_type"), Some(event_type));
         // jsonb normalises the text; compare as JSON.
         let sent: serde_json::Value = serde_json::from_str(payload).unwrap();
-        let received: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
+        let received: serde_json::Value =
+            serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
         assert_eq!(received, sent);
-        assert!(m.timestamp.unwrap() > 1_600_000_000_000, "commit time as timestamp");
+        assert!(
+            m.timestamp.unwrap() > 1_600_000_000_000,
+            "commit time as timestamp"
+        );
     }
 }
 
@@ -85,14 +104,24 @@ async fn a_rolled_back_transaction_produces_nothing() {
     .unwrap();
     txn.rollback().await.unwrap();
     // A committed marker in the same topic proves the relay got past the rollback.
-    insert_event(&client, "00000000-0000-0000-0000-00000000000a", "o-9", "Ghost", r#"{"committed": true}"#).await;
+    insert_event(
+        &client,
+        "00000000-0000-0000-0000-00000000000a",
+        "o-9",
+        "Ghost",
+        r#"{"committed": true}"#,
+    )
+    .await;
 
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Ghost"]);
     let mut got = reader.read(1, WAIT);
     got.extend(reader.read_for(Duration::from_secs(2)));
     assert_eq!(got.len(), 1, "only the committed event: {got:?}");
-    assert_eq!(got[0].header("id"), Some("00000000-0000-0000-0000-00000000000a"));
+    assert_eq!(
+        got[0].header("id"),
+        Some("00000000-0000-0000-0000-00000000000a")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +159,19 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Multi", "outbox.event.Copied"]);
     let got = reader.read(200, WAIT);
-    let multi = got.iter().filter(|m| m.topic == "outbox.event.Multi").count();
-    let copied = got.iter().filter(|m| m.topic == "outbox.event.Copied").count();
+    let multi = got
+        .iter()
+        .filter(|m| m.topic == "outbox.event.Multi")
+        .count();
+    let copied = got
+        .iter()
+        .filter(|m| m.topic == "outbox.event.Copied")
+        .count();
     assert_eq!((multi, copied), (100, 100), "log:\n{}", relay.log());
-    let ids: std::collections::HashSet<_> = got.iter().map(|m| m.header("id").unwrap().to_string()).collect();
+    let ids: std::collections::HashSet<_> = got
+        .iter()
+        .map(|m| m.header("id").unwrap().to_string())
+        .collect();
     assert_eq!(ids.len(), 200, "every event id is distinct");
 
     // Both transactions are confirmed in full: the slot reaches the last commit.
@@ -207,7 +245,14 @@ async fn sigterm_drains_confirms_and_exits_zero() {
     let mut relay = Relay::start(&pg, &broker);
     relay.wait_ready(WAIT);
 
-    insert_event(&client, "00000000-0000-0000-0000-0000000000b1", "k", "Bye", "{}").await;
+    insert_event(
+        &client,
+        "00000000-0000-0000-0000-0000000000b1",
+        "k",
+        "Bye",
+        "{}",
+    )
+    .await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Bye"]);
     assert_eq!(reader.read(1, WAIT).len(), 1);
@@ -218,7 +263,11 @@ async fn sigterm_drains_confirms_and_exits_zero() {
         .get(0);
 
     let status = relay.terminate(Duration::from_secs(30));
-    assert!(status.success(), "exit status {status:?}; log:\n{}", relay.log());
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        relay.log()
+    );
     assert!(relay.log().contains("final status update sent"));
     assert!(
         confirmed_flush_lsn(&client, "walrelay").await as i64 >= lsn_after - 1024,

@@ -36,7 +36,10 @@ async fn insert_batch(client: &tokio_postgres::Client, event_type: &str, count: 
 /// Every event id committed to the outbox: the ground truth.
 async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> HashSet<String> {
     client
-        .query("SELECT id::text FROM outbox WHERE event_type = $1", &[&event_type])
+        .query(
+            "SELECT id::text FROM outbox WHERE event_type = $1",
+            &[&event_type],
+        )
         .await
         .unwrap()
         .iter()
@@ -46,7 +49,16 @@ async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> Has
 
 /// Reads until every committed id has arrived (duplicates allowed).
 fn read_all(reader: &KafkaReader, expected: &HashSet<String>, relay: &Relay) -> HashSet<String> {
-    let mut seen = HashSet::new();
+    read_rest(reader, expected, HashSet::new(), relay)
+}
+
+/// Like `read_all`, for a reader that has already seen `seen`.
+fn read_rest(
+    reader: &KafkaReader,
+    expected: &HashSet<String>,
+    mut seen: HashSet<String>,
+    relay: &Relay,
+) -> HashSet<String> {
     let deadline = std::time::Instant::now() + WAIT;
     while !expected.is_subset(&seen) && std::time::Instant::now() < deadline {
         for m in reader.read(expected.len(), Duration::from_secs(2)) {
@@ -75,7 +87,12 @@ async fn slot_is_not_advanced_while_broker_is_paused() {
 
     insert_batch(&client, "Paused", 1).await;
     reader.subscribe(&["outbox.event.Paused"]);
-    assert_eq!(reader.read(1, WAIT).len(), 1, "log:\n{}", relay.log());
+    let first = reader.read(1, WAIT);
+    assert_eq!(first.len(), 1, "log:\n{}", relay.log());
+    let seen_before_pause = first
+        .iter()
+        .map(|m| m.header("id").unwrap().to_string())
+        .collect();
 
     broker.pause();
     let before_outage = current_lsn(&client).await;
@@ -91,11 +108,18 @@ async fn slot_is_not_advanced_while_broker_is_paused() {
     assert!(relay.metric("walrelay_inflight_events").unwrap_or(0.0) > 0.0);
 
     broker.resume();
-    read_all(&reader, &committed_ids(&client, "Paused").await, &relay);
+    read_rest(
+        &reader,
+        &committed_ids(&client, "Paused").await,
+        seen_before_pause,
+        &relay,
+    );
     let end = current_lsn(&client).await;
-    eventually(WAIT, "the slot to move after the broker resumed", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
+    eventually(
+        WAIT,
+        "the slot to move after the broker resumed",
+        || async { (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(()) },
+    )
     .await;
 }
 
@@ -115,7 +139,11 @@ async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
     });
     // Kill it while events are flowing, then start it again.
     eventually(WAIT, "some deliveries", || async {
-        (relay.metric("walrelay_events_published_total").unwrap_or(0.0) >= 100.0).then_some(())
+        (relay
+            .metric("walrelay_events_published_total")
+            .unwrap_or(0.0)
+            >= 100.0)
+            .then_some(())
     })
     .await;
     relay.kill9();
@@ -173,7 +201,10 @@ async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
         .await
         .unwrap();
     let lag_after_write = slot_lag(&client, "walrelay").await;
-    assert!(lag_after_write > 20 << 20, "the test wrote only {lag_after_write} bytes of WAL");
+    assert!(
+        lag_after_write > 20 << 20,
+        "the test wrote only {lag_after_write} bytes of WAL"
+    );
 
     let lag = eventually(WAIT, "slot lag under 1 MB", || async {
         let lag = slot_lag(&client, "walrelay").await;

@@ -86,7 +86,11 @@ impl Broker {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not listen: {}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not listen: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -132,7 +136,11 @@ impl Broker {
             .args(["--partitions", &partitions.to_string()])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn consumer(&self) -> KafkaReader {
@@ -227,7 +235,9 @@ impl KafkaReader {
                     for header in h.iter() {
                         headers.insert(
                             header.key.to_string(),
-                            header.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+                            header
+                                .value
+                                .map(|v| String::from_utf8_lossy(v).into_owned()),
                         );
                     }
                 }

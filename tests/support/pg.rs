@@ -26,7 +26,9 @@ fn bin_dir() -> PathBuf {
             return dir;
         }
     }
-    panic!("no Postgres server binaries found: install the postgresql package or set WALRELAY_PG_BIN");
+    panic!(
+        "no Postgres server binaries found: install the postgresql package or set WALRELAY_PG_BIN"
+    );
 }
 
 fn is_root() -> bool {
@@ -47,7 +49,15 @@ impl Postgres {
         }
         let data = dir.0.join("data");
         run(pg_command(&bin, "initdb")
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-D",
+            ])
             .arg(&data));
         let mut pg = Postgres {
             port: free_port(),
@@ -81,11 +91,7 @@ impl Postgres {
             .arg("-l")
             .arg(&log)
             .arg("-o")
-            .arg(format!(
-                "-p {} -k {}",
-                self.port,
-                self.dir.0.display()
-            ))
+            .arg(format!("-p {} -k {}", self.port, self.dir.0.display()))
             .args(["-w", "start"]));
         self.running = true;
     }
@@ -158,7 +164,9 @@ fn pg_command(bin: &Path, tool: &str) -> Command {
 }
 
 fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}{}",

@@ -91,7 +91,8 @@ impl Relay {
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
         signal(self.pid(), libc::SIGTERM);
-        self.wait(timeout).expect("walrelay did not exit after SIGTERM")
+        self.wait(timeout)
+            .expect("walrelay did not exit after SIGTERM")
     }
 
     /// Waits for the process to exit on its own.
