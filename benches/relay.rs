@@ -28,6 +28,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use support::pg::confirmed_flush_lsn;
 use support::{Broker, Postgres, Relay};
 
+/// Extra walrelay flags from BENCH_RELAY_ARGS, e.g. "-X linger.ms=1".
+fn start_relay(pg: &Postgres, broker: &Broker) -> Relay {
+    let extra = std::env::var("BENCH_RELAY_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    Relay::start_with(pg, broker, &extra)
+}
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -60,14 +67,14 @@ async fn throughput() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    client
-        .batch_execute(
-            "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert');
-             SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput');
-             SELECT pg_create_logical_replication_slot('recvlogical', 'pgoutput');",
-        )
-        .await
-        .unwrap();
+    // Separate statements: a slot cannot be created in a transaction that wrote.
+    for sql in [
+        "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')",
+        "SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')",
+        "SELECT pg_create_logical_replication_slot('recvlogical', 'pgoutput')",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
     let fill = Instant::now();
     let mut done = 0;
     while done < events {
@@ -117,7 +124,7 @@ async fn throughput() {
     let recv_secs = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
-    let relay = Relay::start(&pg, &broker);
+    let relay = start_relay(&pg, &broker);
     loop {
         if confirmed_flush_lsn(&client, "walrelay").await >= end {
             break;
@@ -143,7 +150,7 @@ async fn throughput() {
         events as f64 / recv_secs
     );
     println!(
-        "walrelay:       {events} events in {relay_secs:.2}s = {:.0} events/s ({:.0}% of pg_recvlogical), RSS after drain {} MiB",
+        "walrelay:       {events} events in {relay_secs:.2}s = {:.0} events/s ({:.0}% of pg_recvlogical), peak RSS {} MiB",
         events as f64 / relay_secs,
         100.0 * recv_secs / relay_secs,
         rss / 1024
@@ -156,7 +163,7 @@ async fn latency() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
+    let relay = start_relay(&pg, &broker);
     relay.wait_ready(Duration::from_secs(60));
     // Create the topic and warm up the connection before measuring.
     client
@@ -204,6 +211,15 @@ async fn latency() {
         pct(0.99) as f64 / 1000.0,
         *latencies.last().unwrap() as f64 / 1000.0
     );
+    // Commit-to-acknowledgement, as walrelay itself sees it.
+    let (_, body) = relay.http_get("/metrics").unwrap();
+    println!("  walrelay's commit-to-acknowledgement histogram:");
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("walrelay_delivery_latency_seconds_bucket"))
+    {
+        println!("    {line}");
+    }
     drop(relay);
 }
 
@@ -213,7 +229,10 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
         .set("bootstrap.servers", brokers)
         .set("group.id", "walrelay-bench")
         .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "1")
+        .set(
+            "fetch.wait.max.ms",
+            std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "1".into()),
+        )
         .set("fetch.error.backoff.ms", "1")
         .create()
         .unwrap();

@@ -28,7 +28,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     // 0 means librdkafka retries a delivery forever: a broker that is down
     // delays events, it never fails them.
     ("message.timeout.ms", "0"),
-    ("linger.ms", "2"),
+    ("linger.ms", "5"),
     ("batch.num.messages", "10000"),
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
