@@ -18,6 +18,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
 command -v curl >/dev/null || need_apt+=(curl)
+# promtool checks the shipped Prometheus alert rules.
+command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

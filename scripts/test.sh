@@ -9,4 +9,4 @@ scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
-cargo test --all-targets -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

@@ -24,21 +24,16 @@ pub struct Cli {
 pub enum Command {
     /// Stream outbox inserts to Kafka until stopped (SIGTERM or SIGINT).
     Run(Box<RunArgs>),
+    /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
+    Status(StatusArgs),
 }
 
+/// Where the events come from: shared by `run` and `status`.
 #[derive(Args, Clone)]
-pub struct RunArgs {
+pub struct SourceArgs {
     /// Postgres connection: a URL (postgres://user:pass@host:5432/db) or key=value string.
     #[arg(long, env = "WALRELAY_PG_URL", hide_env_values = true)]
     pub pg_url: String,
-
-    /// Kafka bootstrap servers, comma-separated host:port list.
-    #[arg(long, env = "WALRELAY_KAFKA_BROKERS")]
-    pub kafka_brokers: String,
-
-    /// The outbox table, as schema.table (schema defaults to public).
-    #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
-    pub table: TableName,
 
     /// The logical replication slot; created with pgoutput if absent, never dropped.
     #[arg(long, env = "WALRELAY_SLOT", default_value = "walrelay")]
@@ -47,6 +42,30 @@ pub struct RunArgs {
     /// The publication; created for the table with publish = 'insert' if absent.
     #[arg(long, env = "WALRELAY_PUBLICATION", default_value = "walrelay")]
     pub publication: String,
+}
+
+#[derive(Args, Clone)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Kafka bootstrap servers, comma-separated host:port list.
+    #[arg(long, env = "WALRELAY_KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// The outbox table, as schema.table (schema defaults to public).
+    #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
+    pub table: TableName,
 
     /// The column whose value picks the topic.
     #[arg(long, env = "WALRELAY_ROUTE_BY_FIELD", default_value = "event_type")]
@@ -106,6 +125,30 @@ pub struct RunArgs {
     /// How long to keep retrying before the first successful start; then exit non-zero.
     #[arg(long, env = "WALRELAY_STARTUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub startup_timeout: Duration,
+
+    /// How often the watchdog reads the slot's state.
+    #[arg(long, env = "WALRELAY_WATCHDOG_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub watchdog_interval: Duration,
+
+    /// Slot lag that raises a warning (bytes; units like 512MiB or 1GB accepted).
+    #[arg(long, env = "WALRELAY_LAG_WARN_BYTES", default_value = "1GiB", value_parser = parse_bytes)]
+    pub lag_warn_bytes: u64,
+
+    /// Slot lag that raises a critical alert.
+    #[arg(long, env = "WALRELAY_LAG_CRITICAL_BYTES", default_value = "8GiB", value_parser = parse_bytes)]
+    pub lag_critical_bytes: u64,
+
+    /// Warn when less than this share of max_slot_wal_keep_size is left (safe_wal_size).
+    #[arg(long, env = "WALRELAY_SAFE_WAL_WARN_RATIO", default_value_t = 0.2)]
+    pub safe_wal_warn_ratio: f64,
+
+    /// Events pending with no confirmed progress this long is a stall: alert and fail /readyz.
+    #[arg(long, env = "WALRELAY_STALL_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
+
+    /// POST a JSON document here on every change of alert level (http://host:port/path).
+    #[arg(long, env = "WALRELAY_ALERT_WEBHOOK")]
+    pub alert_webhook: Option<String>,
 }
 
 impl fmt::Debug for RunArgs {
@@ -115,8 +158,8 @@ impl fmt::Debug for RunArgs {
             .field("pg_url", &"<redacted>")
             .field("kafka_brokers", &self.kafka_brokers)
             .field("table", &self.table)
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
+            .field("slot", &self.source.slot)
+            .field("publication", &self.source.publication)
             .field("route_by_field", &self.route_by_field)
             .field("topic_replacement", &self.topic_replacement)
             .field(
@@ -131,8 +174,8 @@ impl fmt::Debug for RunArgs {
     }
 }
 
-impl RunArgs {
-    /// Parses the Postgres URL and checks the values clap cannot.
+impl SourceArgs {
+    /// Parses the Postgres URL and checks the slot name.
     pub fn validate(&self) -> Result<tokio_postgres::Config> {
         let pg: tokio_postgres::Config = self.pg_url.parse().map_err(|e| {
             // tokio-postgres's message does not echo the URL, so no password leaks here.
@@ -154,12 +197,30 @@ impl RunArgs {
                 self.slot
             )));
         }
+        Ok(pg)
+    }
+}
+
+impl RunArgs {
+    /// Parses the Postgres URL and checks the values clap cannot.
+    pub fn validate(&self) -> Result<tokio_postgres::Config> {
+        let pg = self.source.validate()?;
         if self.topic_partitions < 1 {
             return Err(Error::permanent("--topic-partitions must be at least 1"));
         }
         if self.max_inflight_events == 0 || self.max_inflight_bytes == 0 {
             return Err(Error::permanent(
                 "--max-inflight-events and --max-inflight-bytes must be above 0",
+            ));
+        }
+        if self.lag_warn_bytes > self.lag_critical_bytes {
+            return Err(Error::permanent(
+                "--lag-warn-bytes must not be above --lag-critical-bytes",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.safe_wal_warn_ratio) {
+            return Err(Error::permanent(
+                "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
             ));
         }
         Ok(pg)
@@ -215,6 +276,35 @@ fn parse_property(s: &str) -> std::result::Result<(String, String), String> {
     Ok((key.trim().to_string(), value.to_string()))
 }
 
+/// Bytes with an optional unit: 1048576, 512MiB, 1GB, 10 GiB.
+fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a size like 512MiB or 1073741824, got {s:?}"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "kib" | "k" => 1 << 10,
+        "mb" => 1_000_000,
+        "mib" | "m" => 1 << 20,
+        "gb" => 1_000_000_000,
+        "gib" | "g" => 1 << 30,
+        "tb" => 1_000_000_000_000,
+        "tib" | "t" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
 fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
 }
@@ -233,7 +323,9 @@ mod tests {
             "localhost:9092",
         ];
         argv.extend_from_slice(extra);
-        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command;
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("expected run");
+        };
         *args
     }
 
@@ -241,7 +333,8 @@ mod tests {
     fn defaults_follow_the_documented_values() {
         let a = args(&[]);
         assert_eq!(a.table.to_string(), "public.outbox");
-        assert_eq!(a.slot, "walrelay");
+        assert_eq!(a.source.slot, "walrelay");
+        assert_eq!(a.lag_warn_bytes, 1 << 30);
         assert_eq!(a.route_by_field, "event_type");
         assert_eq!(a.topic_replacement, "outbox.event.${routedByValue}");
         assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:9187");
@@ -267,6 +360,14 @@ mod tests {
         let text = format!("{a:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(!text.contains("topsecret"), "{text}");
+    }
+
+    #[test]
+    fn sizes_accept_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert!(parse_bytes("12 parsecs").is_err());
     }
 
     #[test]

@@ -10,6 +10,8 @@ mod metrics;
 mod outbox;
 mod postgres;
 mod relay;
+mod status;
+mod watchdog;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -46,15 +48,17 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => {
                 let shutdown = shutdown_signal();
-                relay::run(*args, shutdown).await
+                let result = relay::run(*args, shutdown).await;
+                if result.is_ok() {
+                    info!("walrelay stopped");
+                }
+                result
             }
+            Command::Status(args) => status::run(args).await,
         }
     });
     match result {
-        Ok(()) => {
-            info!("walrelay stopped");
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{}", e.report());
             ExitCode::FAILURE

@@ -2,11 +2,13 @@
 //! `/healthz` (the process is alive) and `/readyz` (it is streaming).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 use rdkafka::error::KafkaError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,9 +22,20 @@ use crate::kafka::producer::unix_now_us;
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
 
+/// The `wal_status` values Postgres reports for a slot.
+pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
+
 struct Inner {
     registry: Registry,
-    ready: AtomicBool,
+    /// Streaming from the slot right now.
+    streaming: AtomicBool,
+    /// Set by the watchdog when events are pending and nothing is confirmed.
+    stalled: AtomicBool,
+    started: Instant,
+    /// Microseconds after `started` at which the confirmed LSN last moved, or
+    /// nothing was pending.
+    last_progress_us: AtomicU64,
+    acked: AtomicU64,
     events_published: IntCounterVec,
     delivery_latency: Histogram,
     confirmed_flush_lsn: IntGauge,
@@ -30,6 +43,25 @@ struct Inner {
     inflight_bytes: IntGauge,
     publish_errors: IntCounterVec,
     reconnects: IntCounterVec,
+    slot_lag_bytes: IntGauge,
+    slot_retained_wal_bytes: IntGauge,
+    slot_safe_wal_size_bytes: IntGauge,
+    slot_wal_status: IntGaugeVec,
+    slot_active: IntGauge,
+    slot_lag_alert_level: IntGauge,
+    last_confirm_age_seconds: Gauge,
+    streaming_gauge: IntGauge,
+}
+
+/// What the watchdog read from `pg_replication_slots`.
+#[derive(Debug, Clone, Default)]
+pub struct SlotFigures {
+    pub lag_bytes: i64,
+    pub retained_wal_bytes: i64,
+    /// None when retention is unlimited (`max_slot_wal_keep_size = -1`).
+    pub safe_wal_size_bytes: Option<i64>,
+    pub wal_status: Option<String>,
+    pub active: bool,
 }
 
 impl Metrics {
@@ -85,6 +117,56 @@ impl Metrics {
             &["target"],
         )
         .expect("valid metric");
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let slot_lag_bytes = gauge(
+            "walrelay_slot_lag_bytes",
+            "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn.",
+        );
+        let slot_retained_wal_bytes = gauge(
+            "walrelay_slot_retained_wal_bytes",
+            "pg_current_wal_lsn() minus the slot's restart_lsn: WAL the slot keeps on disk.",
+        );
+        let slot_safe_wal_size_bytes = gauge(
+            "walrelay_slot_safe_wal_size_bytes",
+            "WAL that can still be written before the slot is lost; -1 when retention is unlimited (max_slot_wal_keep_size = -1).",
+        );
+        let slot_wal_status = IntGaugeVec::new(
+            Opts::new(
+                "walrelay_slot_wal_status",
+                "1 for the slot's current wal_status, 0 for the others.",
+            ),
+            &["status"],
+        )
+        .expect("valid metric");
+        let slot_active = gauge(
+            "walrelay_slot_active",
+            "1 when a process streams from the slot (pg_replication_slots.active).",
+        );
+        let slot_lag_alert_level = gauge(
+            "walrelay_slot_lag_alert_level",
+            "The watchdog's alert level: 0 ok, 1 warning, 2 critical.",
+        );
+        let last_confirm_age_seconds = Gauge::new(
+            "walrelay_last_confirm_age_seconds",
+            "Seconds since the confirmed LSN last moved while events were pending; 0 when nothing is pending.",
+        )
+        .expect("valid metric");
+        let streaming_gauge = gauge(
+            "walrelay_streaming",
+            "1 while walrelay streams from its slot.",
+        );
+        let build_info = IntGaugeVec::new(
+            Opts::new("walrelay_build_info", "walrelay's version, always 1."),
+            &["version"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for status in WAL_STATUSES {
+            slot_wal_status.with_label_values(&[status]);
+        }
+        slot_safe_wal_size_bytes.set(-1);
         for collector in [
             Box::new(events_published.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(delivery_latency.clone()),
@@ -93,6 +175,15 @@ impl Metrics {
             Box::new(inflight_bytes.clone()),
             Box::new(publish_errors.clone()),
             Box::new(reconnects.clone()),
+            Box::new(slot_lag_bytes.clone()),
+            Box::new(slot_retained_wal_bytes.clone()),
+            Box::new(slot_safe_wal_size_bytes.clone()),
+            Box::new(slot_wal_status.clone()),
+            Box::new(slot_active.clone()),
+            Box::new(slot_lag_alert_level.clone()),
+            Box::new(last_confirm_age_seconds.clone()),
+            Box::new(streaming_gauge.clone()),
+            Box::new(build_info),
         ] {
             registry
                 .register(collector)
@@ -101,9 +192,22 @@ impl Metrics {
         for target in ["postgres", "kafka"] {
             reconnects.with_label_values(&[target]);
         }
+        // The kinds operators alert on exist from the start, at 0.
+        for reason in [
+            "MessageTimedOut",
+            "MessageSizeTooLarge",
+            "InvalidTopic",
+            "TopicAuthorizationFailed",
+        ] {
+            publish_errors.with_label_values(&[reason]);
+        }
         Metrics(Arc::new(Inner {
             registry,
-            ready: AtomicBool::new(false),
+            streaming: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
+            started: Instant::now(),
+            last_progress_us: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
             events_published,
             delivery_latency,
             confirmed_flush_lsn,
@@ -111,11 +215,20 @@ impl Metrics {
             inflight_bytes,
             publish_errors,
             reconnects,
+            slot_lag_bytes,
+            slot_retained_wal_bytes,
+            slot_safe_wal_size_bytes,
+            slot_wal_status,
+            slot_active,
+            slot_lag_alert_level,
+            last_confirm_age_seconds,
+            streaming_gauge,
         }))
     }
 
     pub fn record_delivery(&self, topic: &str, commit_time_us: i64) {
         self.0.events_published.with_label_values(&[topic]).inc();
+        self.0.acked.fetch_add(1, Ordering::Relaxed);
         let latency_us = (unix_now_us() - commit_time_us).max(0);
         self.0.delivery_latency.observe(latency_us as f64 / 1e6);
     }
@@ -133,18 +246,82 @@ impl Metrics {
 
     pub fn set_confirmed(&self, lsn: u64) {
         self.0.confirmed_flush_lsn.set(lsn as i64);
+        self.mark_progress();
     }
 
     pub fn set_inflight(&self, events: usize, bytes: usize) {
+        if events == 0 {
+            // Nothing pending: the confirm age starts again from here.
+            self.mark_progress();
+        }
         self.0.inflight_events.set(events as i64);
         self.0.inflight_bytes.set(bytes as i64);
     }
 
-    pub fn set_ready(&self, ready: bool) {
-        self.0.ready.store(ready, Ordering::Relaxed);
+    fn mark_progress(&self) {
+        let now = self.0.started.elapsed().as_micros() as u64;
+        self.0.last_progress_us.store(now, Ordering::Relaxed);
+    }
+
+    pub fn inflight_events(&self) -> i64 {
+        self.0.inflight_events.get()
+    }
+
+    /// Events Kafka has acknowledged since start.
+    pub fn acked_total(&self) -> u64 {
+        self.0.acked.load(Ordering::Relaxed)
+    }
+
+    /// How long the confirmed LSN has not moved while events were pending.
+    pub fn confirm_age(&self) -> Duration {
+        if self.0.inflight_events.get() == 0 {
+            return Duration::ZERO;
+        }
+        let last = Duration::from_micros(self.0.last_progress_us.load(Ordering::Relaxed));
+        self.0.started.elapsed().saturating_sub(last)
+    }
+
+    pub fn set_streaming(&self, streaming: bool) {
+        self.0.streaming.store(streaming, Ordering::Relaxed);
+        self.0.streaming_gauge.set(i64::from(streaming));
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.0.streaming.load(Ordering::Relaxed)
+    }
+
+    pub fn set_stalled(&self, stalled: bool) {
+        self.0.stalled.store(stalled, Ordering::Relaxed);
+    }
+
+    /// Ready means streaming and not stalled.
+    pub fn is_ready(&self) -> bool {
+        self.is_streaming() && !self.0.stalled.load(Ordering::Relaxed)
+    }
+
+    pub fn set_slot(&self, slot: &SlotFigures) {
+        let m = &self.0;
+        m.slot_lag_bytes.set(slot.lag_bytes);
+        m.slot_retained_wal_bytes.set(slot.retained_wal_bytes);
+        m.slot_safe_wal_size_bytes
+            .set(slot.safe_wal_size_bytes.unwrap_or(-1));
+        for status in WAL_STATUSES {
+            let current = slot.wal_status.as_deref() == Some(status);
+            m.slot_wal_status
+                .with_label_values(&[status])
+                .set(i64::from(current));
+        }
+        m.slot_active.set(i64::from(slot.active));
+    }
+
+    pub fn set_alert_level(&self, level: i64) {
+        self.0.slot_lag_alert_level.set(level);
     }
 
     pub fn render(&self) -> String {
+        self.0
+            .last_confirm_age_seconds
+            .set(self.confirm_age().as_secs_f64());
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.0.registry.gather(), &mut out)
@@ -175,12 +352,19 @@ pub async fn serve(addr: SocketAddr, metrics: Metrics) -> Result<()> {
             };
             let metrics = metrics.clone();
             tokio::spawn(async move {
-                let mut request = [0u8; 1024];
-                let n = match stream.read(&mut request).await {
-                    Ok(n) => n,
-                    Err(e) => return debug!(error = %e, "metrics request failed"),
-                };
-                let (status, content_type, body) = respond(&request[..n], &metrics);
+                // Read the request head (bounded); closing with unread bytes would reset the connection.
+                let mut request = Vec::with_capacity(512);
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
+                    match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await
+                    {
+                        Ok(Ok(0)) => break,
+                        Ok(Ok(n)) => request.extend_from_slice(&buf[..n]),
+                        Ok(Err(e)) => return debug!(error = %e, "metrics request failed"),
+                        Err(_) => return,
+                    }
+                }
+                let (status, content_type, body) = respond(&request, &metrics);
                 let response = format!(
                     "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
@@ -207,9 +391,12 @@ fn respond(request: &[u8], metrics: &Metrics) -> (&'static str, &'static str, St
     match path.split('?').next().unwrap_or("") {
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
         "/healthz" => ("200 OK", "text/plain", "ok\n".into()),
-        "/readyz" if metrics.0.ready.load(Ordering::Relaxed) => {
-            ("200 OK", "text/plain", "ready\n".into())
-        }
+        "/readyz" if metrics.is_ready() => ("200 OK", "text/plain", "ready\n".into()),
+        "/readyz" if metrics.is_streaming() => (
+            "503 Service Unavailable",
+            "text/plain",
+            "stalled: events are pending and the confirmed LSN does not move\n".into(),
+        ),
         "/readyz" => (
             "503 Service Unavailable",
             "text/plain",

@@ -190,7 +190,7 @@ async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
+    let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
     relay.wait_ready(WAIT);
 
     client
@@ -212,4 +212,11 @@ async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
     })
     .await;
     assert!(lag < 1 << 20, "lag {lag}");
+    // Operators see the same through the metric.
+    eventually(WAIT, "walrelay_slot_lag_bytes under 1 MB", || async {
+        relay
+            .metric("walrelay_slot_lag_bytes")
+            .filter(|&lag| lag < (1 << 20) as f64)
+    })
+    .await;
 }

@@ -65,7 +65,18 @@ pub struct DeliveryContext {
     metrics: Metrics,
 }
 
-impl ClientContext for DeliveryContext {}
+impl ClientContext for DeliveryContext {
+    // librdkafka reconnects to brokers by itself; count it and say so.
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        ) {
+            self.metrics.record_reconnect("kafka");
+        }
+        warn!(error = %error, reason, "Kafka client error");
+    }
+}
 
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Box<Ticket>;

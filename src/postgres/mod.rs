@@ -5,6 +5,7 @@ pub mod lsn;
 pub mod pgoutput;
 pub mod replication;
 pub mod setup;
+pub mod slot;
 pub mod wire;
 
 use tokio_postgres::config::Host;

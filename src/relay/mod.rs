@@ -8,7 +8,7 @@ mod apply;
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -21,6 +21,7 @@ use crate::outbox::mapping::OutboxColumns;
 use crate::outbox::routing::Router;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::{describe_target, replication, setup};
+use crate::watchdog::{self, WatchdogSettings, Webhook};
 
 use apply::ApplyLoop;
 
@@ -51,8 +52,8 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         pg,
         kafka: Producer::client_config(&args.kafka_brokers, &args.kafka_properties),
         table: args.table.clone(),
-        slot: args.slot.clone(),
-        publication: args.publication.clone(),
+        slot: args.source.slot.clone(),
+        publication: args.source.publication.clone(),
         columns: OutboxColumns::with_route_by(&args.route_by_field),
         router: Router::new(&args.topic_replacement),
         status_interval: args.status_interval,
@@ -62,8 +63,44 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         topic_partitions: args.topic_partitions,
         topic_replication_factor: args.topic_replication_factor,
     };
+    let watchdog_settings = WatchdogSettings {
+        interval: args.watchdog_interval,
+        lag_warn_bytes: args.lag_warn_bytes,
+        lag_critical_bytes: args.lag_critical_bytes,
+        safe_wal_warn_ratio: args.safe_wal_warn_ratio,
+        stall_timeout: args.stall_timeout,
+        webhook: args
+            .alert_webhook
+            .as_deref()
+            .map(Webhook::parse)
+            .transpose()
+            .map_err(Error::permanent)?,
+    };
     let metrics = Metrics::new();
     metrics::serve(args.metrics_addr, metrics.clone()).await?;
+    let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
+    let watchdog = tokio::spawn(watchdog::run(
+        settings.pg.clone(),
+        settings.slot.clone(),
+        watchdog_settings,
+        metrics.clone(),
+        fatal_tx,
+    ));
+    let result = tokio::select! {
+        result = supervise(&settings, &args, &metrics, &mut shutdown) => result,
+        Some(fatal) = fatal_rx.recv() => Err(fatal),
+    };
+    watchdog.abort();
+    result
+}
+
+/// Runs sessions one after another until shutdown or a permanent error.
+async fn supervise(
+    settings: &Settings,
+    args: &RunArgs,
+    metrics: &Metrics,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<()> {
     info!(
         postgres = %describe_target(&settings.pg),
         kafka = %args.kafka_brokers,
@@ -77,8 +114,8 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let mut backoff = INITIAL_BACKOFF;
     loop {
         let session_start = Instant::now();
-        let result = session(&settings, &metrics, &mut shutdown, &mut ever_connected).await;
-        metrics.set_ready(false);
+        let result = session(settings, metrics, shutdown, &mut ever_connected).await;
+        metrics.set_streaming(false);
         let err = match result {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
@@ -140,7 +177,7 @@ async fn session(
         settings.topic_partitions,
         settings.topic_replication_factor,
     )?;
-    metrics.set_ready(true);
+    metrics.set_streaming(true);
     ApplyLoop::new(
         settings,
         &mut topics,

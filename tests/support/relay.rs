@@ -115,7 +115,8 @@ impl Relay {
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         let status = response.split_whitespace().nth(1)?.parse().ok()?;

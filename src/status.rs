@@ -1,0 +1,122 @@
+//! `walrelay status`: the slot's state at a glance, for people on call.
+
+use crate::config::StatusArgs;
+use crate::error::{Error, Result};
+use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::{describe_target, setup};
+use crate::watchdog::human_bytes;
+
+/// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
+pub async fn run(args: StatusArgs) -> Result<()> {
+    let pg = args.source.validate()?;
+    let client = setup::connect(&pg).await?;
+    let slot_name = &args.source.slot;
+    let report = slot::read(&client, slot_name).await?;
+    let tables: Vec<String> = client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_catalog.pg_publication_tables \
+             WHERE pubname = $1 ORDER BY 1",
+            &[&args.source.publication],
+        )
+        .await
+        .map_err(|e| crate::postgres::sql_error("cannot read pg_publication_tables", e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let publication_exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&args.source.publication],
+        )
+        .await
+        .map_err(|e| crate::postgres::sql_error("cannot read pg_publication", e))?
+        .is_some();
+
+    if args.json {
+        let doc = serde_json::json!({
+            "database": describe_target(&pg),
+            "slot": report.as_ref().map(SlotReport::to_json),
+            "publication": {
+                "name": args.source.publication,
+                "exists": publication_exists,
+                "tables": tables,
+            },
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        print_table(&pg, &args, report.as_ref(), publication_exists, &tables);
+    }
+
+    match report {
+        None => Err(Error::permanent(format!(
+            "replication slot {slot_name:?} does not exist; walrelay run creates it"
+        ))),
+        Some(r) if r.wal_status.as_deref() == Some("lost") => Err(Error::permanent(format!(
+            "replication slot {slot_name:?} is lost: see docs/operations.md, \"The slot is lost\""
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+fn print_table(
+    pg: &tokio_postgres::Config,
+    args: &StatusArgs,
+    report: Option<&SlotReport>,
+    publication_exists: bool,
+    tables: &[String],
+) {
+    let mut rows: Vec<(&str, String)> = vec![("database", describe_target(pg))];
+    match report {
+        None => rows.push(("slot", format!("{} (missing)", args.source.slot))),
+        Some(r) => {
+            rows.push(("slot", r.name.clone()));
+            rows.push(("plugin", r.plugin.clone().unwrap_or_default()));
+            rows.push((
+                "active",
+                match (r.active, r.active_pid) {
+                    (true, Some(pid)) => format!("yes (pid {pid})"),
+                    (true, None) => "yes".into(),
+                    (false, _) => "no: nothing streams from this slot".into(),
+                },
+            ));
+            let lsn = |l: Option<crate::postgres::lsn::Lsn>| {
+                l.map(|l| l.to_string()).unwrap_or_else(|| "-".into())
+            };
+            rows.push(("confirmed_flush_lsn", lsn(r.confirmed_flush)));
+            rows.push(("restart_lsn", lsn(r.restart)));
+            rows.push(("current WAL", r.current_wal.to_string()));
+            rows.push(("lag", human_bytes(r.lag_bytes.max(0) as u64)));
+            rows.push(("retained WAL", human_bytes(r.retained_bytes.max(0) as u64)));
+            rows.push((
+                "wal_status",
+                r.wal_status.clone().unwrap_or_else(|| "-".into()),
+            ));
+            rows.push((
+                "safe_wal_size",
+                r.safe_wal_size
+                    .map(|b| human_bytes(b.max(0) as u64))
+                    .unwrap_or_else(|| "unlimited (max_slot_wal_keep_size = -1)".into()),
+            ));
+        }
+    }
+    rows.push((
+        "publication",
+        if publication_exists {
+            format!(
+                "{} ({})",
+                args.source.publication,
+                if tables.is_empty() {
+                    "no tables".into()
+                } else {
+                    tables.join(", ")
+                }
+            )
+        } else {
+            format!("{} (missing)", args.source.publication)
+        },
+    ));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (key, value) in rows {
+        println!("{key:<width$}  {value}");
+    }
+}

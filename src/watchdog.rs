@@ -1,0 +1,489 @@
+//! The watchdog: on its own control connection, reads the slot every
+//! `--watchdog-interval`, publishes its figures as metrics, and raises an
+//! alert level before retained WAL fills the disk. Each change of level is
+//! logged once, with the figures and a hint at the likely cause, and POSTed
+//! to `--alert-webhook` when one is set.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+use crate::error::Error;
+use crate::metrics::{Metrics, SlotFigures};
+use crate::postgres::setup;
+use crate::postgres::slot::{self, SlotReport};
+
+mod webhook;
+
+pub use webhook::Webhook;
+
+#[derive(Debug, Clone)]
+pub struct WatchdogSettings {
+    pub interval: Duration,
+    pub lag_warn_bytes: u64,
+    pub lag_critical_bytes: u64,
+    pub safe_wal_warn_ratio: f64,
+    pub stall_timeout: Duration,
+    pub webhook: Option<Webhook>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok = 0,
+    Warning = 1,
+    Critical = 2,
+}
+
+impl Level {
+    fn name(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warning => "warning",
+            Level::Critical => "critical",
+        }
+    }
+}
+
+/// The likely reason the slot is not keeping up, told apart from what the
+/// relay itself observes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    None,
+    /// Events are pending and Kafka has acknowledged nothing since the last check.
+    BrokerDown,
+    /// Kafka acknowledges events, yet the confirmed LSN has not moved for --stall-timeout.
+    Stall,
+    /// Confirmations move, but the slot falls further behind.
+    SlowConsumer,
+    /// The relay is not streaming: reconnecting, or halted by a poison event.
+    NotStreaming,
+    /// Postgres itself is about to remove, or has removed, WAL the slot needs.
+    WalRetention,
+}
+
+impl Cause {
+    fn name(self) -> &'static str {
+        match self {
+            Cause::None => "none",
+            Cause::BrokerDown => "broker_down",
+            Cause::Stall => "stall",
+            Cause::SlowConsumer => "slow_consumer",
+            Cause::NotStreaming => "not_streaming",
+            Cause::WalRetention => "wal_retention",
+        }
+    }
+
+    fn hint(self) -> &'static str {
+        match self {
+            Cause::None => "",
+            Cause::BrokerDown => {
+                "Kafka has acknowledged nothing since the last check while events wait: \
+                 the broker is likely down or unreachable; check the brokers and walrelay's \
+                 log for librdkafka errors"
+            }
+            Cause::Stall => {
+                "the confirmed LSN has not moved for --stall-timeout although Kafka \
+                 acknowledges events: a delivery is stuck; check walrelay's log and the \
+                 partition leaders of the outbox topics"
+            }
+            Cause::SlowConsumer => {
+                "walrelay confirms, but more slowly than the database writes: a slow \
+                 consumer; check the broker's produce latency and walrelay's CPU"
+            }
+            Cause::NotStreaming => {
+                "walrelay is not streaming from the slot: it is reconnecting, or a poison \
+                 event halted it (see its log); the slot stays where it stopped"
+            }
+            Cause::WalRetention => {
+                "Postgres is close to removing WAL the slot needs (max_slot_wal_keep_size): \
+                 restore delivery now or the slot will be lost"
+            }
+        }
+    }
+}
+
+/// What the relay itself observed since the last check.
+#[derive(Debug, Clone, Copy)]
+pub struct RelayView {
+    pub streaming: bool,
+    pub inflight_events: i64,
+    pub acked_since_last_check: u64,
+    pub confirm_age: Duration,
+    pub lag_grew: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    pub level: Level,
+    pub cause: Cause,
+    pub reasons: Vec<String>,
+    pub stalled: bool,
+    pub lost: bool,
+}
+
+/// Decides the alert level from the slot and the relay's own view. Pure, so
+/// every rule can be tested without a database.
+pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Assessment {
+    let mut level = Level::Ok;
+    let mut reasons = Vec::new();
+    let mut raise = |to: Level, why: String| {
+        level = level.max(to);
+        reasons.push(why);
+    };
+    let lag = slot.lag_bytes.max(0) as u64;
+    if lag >= s.lag_critical_bytes {
+        raise(
+            Level::Critical,
+            format!(
+                "slot lag {} ≥ --lag-critical-bytes {}",
+                human_bytes(lag),
+                human_bytes(s.lag_critical_bytes)
+            ),
+        );
+    } else if lag >= s.lag_warn_bytes {
+        raise(
+            Level::Warning,
+            format!(
+                "slot lag {} ≥ --lag-warn-bytes {}",
+                human_bytes(lag),
+                human_bytes(s.lag_warn_bytes)
+            ),
+        );
+    }
+    let mut retention = false;
+    if let (Some(safe), Some(limit)) = (slot.safe_wal_size, slot.wal_keep_limit) {
+        if limit > 0 && (safe as f64) < s.safe_wal_warn_ratio * limit as f64 {
+            retention = true;
+            raise(
+                Level::Warning,
+                format!(
+                    "only {} of max_slot_wal_keep_size {} is left before the slot is lost",
+                    human_bytes(safe.max(0) as u64),
+                    human_bytes(limit as u64)
+                ),
+            );
+        }
+    }
+    let lost = slot.wal_status.as_deref() == Some("lost");
+    match slot.wal_status.as_deref() {
+        Some("unreserved") => {
+            retention = true;
+            raise(
+                Level::Critical,
+                "wal_status is unreserved: the next checkpoint may remove WAL the slot needs"
+                    .into(),
+            );
+        }
+        Some("lost") => {
+            retention = true;
+            raise(
+                Level::Critical,
+                "wal_status is lost: WAL the slot needed has been removed".into(),
+            );
+        }
+        _ => {}
+    }
+    let stalled =
+        relay.streaming && relay.inflight_events > 0 && relay.confirm_age >= s.stall_timeout;
+    if stalled {
+        raise(
+            Level::Critical,
+            format!(
+                "{} events pending and the confirmed LSN has not moved for {}s",
+                relay.inflight_events,
+                relay.confirm_age.as_secs()
+            ),
+        );
+    }
+    let cause = if level == Level::Ok {
+        Cause::None
+    } else if retention {
+        Cause::WalRetention
+    } else if !relay.streaming {
+        Cause::NotStreaming
+    } else if relay.inflight_events > 0 && relay.acked_since_last_check == 0 {
+        Cause::BrokerDown
+    } else if stalled {
+        Cause::Stall
+    } else if relay.lag_grew {
+        Cause::SlowConsumer
+    } else {
+        Cause::None
+    };
+    Assessment {
+        level,
+        cause,
+        reasons,
+        stalled,
+        lost,
+    }
+}
+
+/// Runs until the slot is lost, which it reports on `fatal`.
+pub async fn run(
+    pg: tokio_postgres::Config,
+    slot_name: String,
+    settings: WatchdogSettings,
+    metrics: Metrics,
+    fatal: mpsc::Sender<Error>,
+) {
+    let mut tick = tokio::time::interval(settings.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut client = None;
+    let mut level = Level::Ok;
+    let mut last_acked = metrics.acked_total();
+    let mut last_lag = None;
+    loop {
+        tick.tick().await;
+        if client
+            .as_ref()
+            .is_none_or(|c: &tokio_postgres::Client| c.is_closed())
+        {
+            match setup::connect(&pg).await {
+                Ok(c) => client = Some(c),
+                Err(e) => {
+                    debug!(error = %e.report(), "watchdog cannot connect; will retry");
+                    continue;
+                }
+            }
+        }
+        let report = match slot::read(client.as_ref().expect("connected above"), &slot_name).await {
+            Ok(Some(report)) => report,
+            Ok(None) => {
+                debug!(slot = %slot_name, "watchdog: slot does not exist yet");
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e.report(), "watchdog cannot read the slot");
+                client = None;
+                continue;
+            }
+        };
+        metrics.set_slot(&SlotFigures {
+            lag_bytes: report.lag_bytes,
+            retained_wal_bytes: report.retained_bytes,
+            safe_wal_size_bytes: report.safe_wal_size,
+            wal_status: report.wal_status.clone(),
+            active: report.active,
+        });
+        let acked = metrics.acked_total();
+        let view = RelayView {
+            streaming: metrics.is_streaming(),
+            inflight_events: metrics.inflight_events(),
+            acked_since_last_check: acked - last_acked,
+            confirm_age: metrics.confirm_age(),
+            lag_grew: last_lag.is_some_and(|l| report.lag_bytes > l),
+        };
+        last_acked = acked;
+        last_lag = Some(report.lag_bytes);
+        let assessment = assess(&report, &view, &settings);
+        metrics.set_alert_level(assessment.level as i64);
+        metrics.set_stalled(assessment.stalled);
+        if assessment.level != level {
+            announce(level, &assessment, &report, &settings).await;
+            level = assessment.level;
+        }
+        if assessment.lost {
+            let _ = fatal
+                .send(Error::permanent(format!(
+                    "replication slot {slot_name:?} is lost (wal_status = lost): Postgres removed \
+                     WAL that held events walrelay had not yet confirmed. walrelay will not \
+                     recreate the slot. Publish the missing events from the outbox table by \
+                     hand, then drop the slot (SELECT pg_drop_replication_slot('{slot_name}');) \
+                     and start walrelay again; set max_slot_wal_keep_size large enough to \
+                     ride out an outage"
+                )))
+                .await;
+            return;
+        }
+    }
+}
+
+async fn announce(previous: Level, a: &Assessment, slot: &SlotReport, s: &WatchdogSettings) {
+    let figures = format!(
+        "lag {}, retained WAL {}, wal_status {}, safe_wal_size {}",
+        human_bytes(slot.lag_bytes.max(0) as u64),
+        human_bytes(slot.retained_bytes.max(0) as u64),
+        slot.wal_status.as_deref().unwrap_or("unknown"),
+        slot.safe_wal_size
+            .map(|b| human_bytes(b.max(0) as u64))
+            .unwrap_or_else(|| "unlimited".into()),
+    );
+    let reasons = a.reasons.join("; ");
+    match a.level {
+        Level::Ok => {
+            info!(slot = %slot.name, previous = previous.name(), %figures, "slot alert cleared")
+        }
+        Level::Warning => warn!(
+            slot = %slot.name, level = "warning", cause = a.cause.name(), %figures, %reasons,
+            hint = a.cause.hint(), "slot alert raised"
+        ),
+        Level::Critical => error!(
+            slot = %slot.name, level = "critical", cause = a.cause.name(), %figures, %reasons,
+            hint = a.cause.hint(), "slot alert raised"
+        ),
+    }
+    if let Some(webhook) = &s.webhook {
+        let body = json!({
+            "level": a.level.name(),
+            "previous_level": previous.name(),
+            "cause": a.cause.name(),
+            "hint": a.cause.hint(),
+            "reasons": a.reasons,
+            "slot": slot.to_json(),
+        });
+        if let Err(e) = webhook.post(&body).await {
+            warn!(error = %e.report(), "alert webhook failed");
+        }
+    }
+}
+
+/// Bytes in binary units, as operators read them.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::lsn::Lsn;
+
+    fn settings() -> WatchdogSettings {
+        WatchdogSettings {
+            interval: Duration::from_secs(10),
+            lag_warn_bytes: 1000,
+            lag_critical_bytes: 10_000,
+            safe_wal_warn_ratio: 0.2,
+            stall_timeout: Duration::from_secs(60),
+            webhook: None,
+        }
+    }
+
+    fn slot(lag: i64) -> SlotReport {
+        SlotReport {
+            name: "walrelay".into(),
+            plugin: Some("pgoutput".into()),
+            database: Some("app".into()),
+            active: true,
+            active_pid: Some(1),
+            confirmed_flush: Some(Lsn(1)),
+            restart: Some(Lsn(1)),
+            wal_status: Some("reserved".into()),
+            safe_wal_size: None,
+            current_wal: Lsn(1),
+            lag_bytes: lag,
+            retained_bytes: lag,
+            wal_keep_limit: None,
+        }
+    }
+
+    fn healthy() -> RelayView {
+        RelayView {
+            streaming: true,
+            inflight_events: 0,
+            acked_since_last_check: 10,
+            confirm_age: Duration::ZERO,
+            lag_grew: false,
+        }
+    }
+
+    #[test]
+    fn small_lag_is_ok() {
+        let a = assess(&slot(10), &healthy(), &settings());
+        assert_eq!((a.level, a.cause), (Level::Ok, Cause::None));
+    }
+
+    #[test]
+    fn lag_thresholds_raise_warning_then_critical() {
+        let s = settings();
+        assert_eq!(assess(&slot(5_000), &healthy(), &s).level, Level::Warning);
+        assert_eq!(assess(&slot(20_000), &healthy(), &s).level, Level::Critical);
+    }
+
+    #[test]
+    fn pending_events_with_no_acks_point_at_the_broker() {
+        let view = RelayView {
+            inflight_events: 50,
+            acked_since_last_check: 0,
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&slot(5_000), &view, &settings()).cause,
+            Cause::BrokerDown
+        );
+    }
+
+    #[test]
+    fn pending_events_that_never_confirm_are_a_stall() {
+        let view = RelayView {
+            inflight_events: 5,
+            acked_since_last_check: 100,
+            confirm_age: Duration::from_secs(61),
+            ..healthy()
+        };
+        let a = assess(&slot(10), &view, &settings());
+        assert_eq!(
+            (a.level, a.cause, a.stalled),
+            (Level::Critical, Cause::Stall, true)
+        );
+    }
+
+    #[test]
+    fn growing_lag_with_progress_is_a_slow_consumer() {
+        let view = RelayView {
+            lag_grew: true,
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&slot(5_000), &view, &settings()).cause,
+            Cause::SlowConsumer
+        );
+    }
+
+    #[test]
+    fn little_safe_wal_left_warns_and_unreserved_is_critical_and_lost_is_fatal() {
+        let mut report = slot(10);
+        report.wal_keep_limit = Some(1_000_000);
+        report.safe_wal_size = Some(100_000);
+        let a = assess(&report, &healthy(), &settings());
+        assert_eq!((a.level, a.cause), (Level::Warning, Cause::WalRetention));
+        report.wal_status = Some("unreserved".into());
+        assert_eq!(
+            assess(&report, &healthy(), &settings()).level,
+            Level::Critical
+        );
+        report.wal_status = Some("lost".into());
+        assert!(assess(&report, &healthy(), &settings()).lost);
+    }
+
+    #[test]
+    fn a_relay_that_is_not_streaming_is_named() {
+        let view = RelayView {
+            streaming: false,
+            ..healthy()
+        };
+        assert_eq!(
+            assess(&slot(5_000), &view, &settings()).cause,
+            Cause::NotStreaming
+        );
+    }
+
+    #[test]
+    fn bytes_are_shown_in_binary_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
+    }
+}

@@ -1,0 +1,260 @@
+//! The watchdog, metrics and `walrelay status`, with real processes.
+
+mod support;
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use support::{eventually, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn insert(client: &tokio_postgres::Client, event_type: &str, n: i32) {
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'a-' || i, $1, jsonb_build_object('pad', repeat('x', 500)) \
+             FROM generate_series(1, $2::int) i",
+            &[&event_type, &n],
+        )
+        .await
+        .unwrap();
+}
+
+/// A webhook receiver that records every POSTed JSON body.
+async fn webhook_server() -> (u16, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let store = bodies.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = stream.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= len {
+                        store
+                            .lock()
+                            .unwrap()
+                            .push(serde_json::from_str(body).unwrap());
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = stream
+                .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    (port, bodies)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_metric_is_exposed_and_moves() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
+    relay.wait_ready(WAIT);
+    let confirmed_before = relay.metric("walrelay_confirmed_flush_lsn").unwrap();
+
+    insert(&client, "Measured", 20).await;
+    eventually(WAIT, "20 events published", || async {
+        (relay
+            .metric("walrelay_events_published_total")
+            .unwrap_or(0.0)
+            >= 20.0)
+            .then_some(())
+    })
+    .await;
+    eventually(WAIT, "the confirmed LSN to move", || async {
+        (relay.metric("walrelay_confirmed_flush_lsn").unwrap() > confirmed_before).then_some(())
+    })
+    .await;
+    // The watchdog reads the slot every second.
+    let body = eventually(WAIT, "the watchdog's first reading", || async {
+        let (_, body) = relay.http_get("/metrics").unwrap();
+        body.contains("walrelay_slot_wal_status{status=\"reserved\"} 1")
+            .then_some(body)
+    })
+    .await;
+    for name in [
+        "walrelay_slot_lag_bytes",
+        "walrelay_slot_retained_wal_bytes",
+        "walrelay_slot_safe_wal_size_bytes",
+        "walrelay_slot_wal_status{status=\"reserved\"} 1",
+        "walrelay_slot_wal_status{status=\"lost\"} 0",
+        "walrelay_slot_lag_alert_level 0",
+        "walrelay_events_published_total{topic=\"outbox.event.Measured\"} 20",
+        "walrelay_delivery_latency_seconds_count 20",
+        "walrelay_confirmed_flush_lsn",
+        "walrelay_inflight_events 0",
+        "walrelay_publish_errors_total",
+        "walrelay_reconnects_total{target=\"postgres\"} 0",
+        "walrelay_last_confirm_age_seconds 0",
+        "walrelay_slot_active 1",
+        "walrelay_streaming 1",
+    ] {
+        assert!(body.contains(name), "/metrics lacks {name:?}:\n{body}");
+    }
+    assert_eq!(
+        relay.metric("walrelay_slot_safe_wal_size_bytes"),
+        Some(-1.0),
+        "unlimited retention is -1"
+    );
+    let retained = relay.metric("walrelay_slot_retained_wal_bytes").unwrap();
+    assert!(retained > 0.0);
+    assert_eq!(relay.http_get("/healthz").unwrap().0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let (hook_port, hooks) = webhook_server().await;
+    let hook = format!("http://127.0.0.1:{hook_port}/alerts");
+    let relay = Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--watchdog-interval",
+            "1s",
+            "--lag-warn-bytes",
+            "64KiB",
+            "--lag-critical-bytes",
+            "1GiB",
+            "--stall-timeout",
+            "4s",
+            "--alert-webhook",
+            &hook,
+        ],
+    );
+    relay.wait_ready(WAIT);
+    insert(&client, "Alerted", 1).await;
+    eventually(WAIT, "the first event", || async {
+        (relay
+            .metric("walrelay_events_published_total")
+            .unwrap_or(0.0)
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
+
+    broker.pause();
+    for _ in 0..10 {
+        insert(&client, "Alerted", 50).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eventually(WAIT, "a critical alert level", || async {
+        (relay.metric("walrelay_slot_lag_alert_level") == Some(2.0)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        relay.http_get("/readyz").unwrap().0,
+        503,
+        "a stall fails readiness"
+    );
+    assert!(relay.http_get("/readyz").unwrap().1.contains("stalled"));
+    let log = relay.log();
+    assert!(log.contains("slot alert raised"), "log:\n{log}");
+    assert!(
+        log.contains("broker_down"),
+        "the likely cause is named; log:\n{log}"
+    );
+    {
+        let bodies = hooks.lock().unwrap();
+        let levels: Vec<&str> = bodies
+            .iter()
+            .map(|b| b["level"].as_str().unwrap())
+            .collect();
+        assert!(levels.contains(&"critical"), "webhook calls: {levels:?}");
+        assert!(bodies.iter().all(|b| b["slot"]["slot"] == "walrelay"));
+    }
+
+    broker.resume();
+    eventually(WAIT, "the alert to clear", || async {
+        (relay.metric("walrelay_slot_lag_alert_level") == Some(0.0)).then_some(())
+    })
+    .await;
+    relay.wait_ready(WAIT);
+    assert!(relay.log().contains("slot alert cleared"));
+    eventually(WAIT, "the webhook to hear the all-clear", || async {
+        let bodies = hooks.lock().unwrap();
+        (bodies.last().map(|b| b["level"] == "ok") == Some(true)).then_some(())
+    })
+    .await;
+}
+
+fn status(pg: &Postgres, extra: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_missing_healthy_and_inactive_slots() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let _client = pg.client_with_outbox().await;
+
+    let (ok, _, stderr) = status(&pg, &[]);
+    assert!(!ok, "a missing slot exits non-zero");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    let (ok, stdout, stderr) = status(&pg, &["--json"]);
+    assert!(ok, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["slot"]["active"], true);
+    assert!(doc["slot"]["active_pid"].is_number());
+    assert_eq!(doc["slot"]["wal_status"], "reserved");
+    assert_eq!(doc["publication"]["tables"][0], "public.outbox");
+    let (ok, table, _) = status(&pg, &[]);
+    assert!(ok);
+    assert!(
+        table.contains("active") && table.contains("yes (pid"),
+        "{table}"
+    );
+    assert!(table.contains("unlimited"), "{table}");
+
+    relay.kill9();
+    // The walsender notices the dead client within moments.
+    let table = eventually(WAIT, "the slot to be inactive", || async {
+        let (ok, table, _) = status(&pg, &[]);
+        assert!(ok, "an inactive slot is reported, not an error");
+        table
+            .contains("no: nothing streams from this slot")
+            .then_some(table)
+    })
+    .await;
+    assert!(table.contains("lag"), "{table}");
+}
