@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::{Error, Result};
 
@@ -93,6 +93,18 @@ pub struct RunArgs {
         value_parser = parse_property
     )]
     pub kafka_properties: Vec<(String, String)>,
+
+    /// What to do with an event Kafka rejects for good, a NULL route-by value or an unmappable row.
+    #[arg(long, env = "WALRELAY_ON_POISON", value_enum, default_value_t = OnPoison::Halt)]
+    pub on_poison: OnPoison,
+
+    /// Where --on-poison dead-letter publishes poison events.
+    #[arg(
+        long,
+        env = "WALRELAY_DEAD_LETTER_TOPIC",
+        default_value = "walrelay.dead-letter"
+    )]
+    pub dead_letter_topic: String,
 
     /// Partitions for topics walrelay creates.
     #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
@@ -213,6 +225,8 @@ impl RunArgs {
                 "--max-inflight-events and --max-inflight-bytes must be above 0",
             ));
         }
+        crate::outbox::routing::validate_topic(&self.dead_letter_topic)
+            .map_err(|e| Error::permanent(format!("--dead-letter-topic: {e}")))?;
         if self.lag_warn_bytes > self.lag_critical_bytes {
             return Err(Error::permanent(
                 "--lag-warn-bytes must not be above --lag-critical-bytes",
@@ -225,6 +239,14 @@ impl RunArgs {
         }
         Ok(pg)
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnPoison {
+    /// Stop with an error naming the event; the slot stays before it.
+    Halt,
+    /// Publish it to --dead-letter-topic with the reason in headers, and go on.
+    DeadLetter,
 }
 
 /// A schema-qualified table name, exactly as spelled in the catalog.

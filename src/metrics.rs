@@ -43,6 +43,7 @@ struct Inner {
     inflight_bytes: IntGauge,
     publish_errors: IntCounterVec,
     reconnects: IntCounterVec,
+    dead_letters: prometheus::IntCounter,
     slot_lag_bytes: IntGauge,
     slot_retained_wal_bytes: IntGauge,
     slot_safe_wal_size_bytes: IntGauge,
@@ -117,6 +118,11 @@ impl Metrics {
             &["target"],
         )
         .expect("valid metric");
+        let dead_letters = prometheus::IntCounter::new(
+            "walrelay_dead_letter_events_total",
+            "Poison events published to the dead-letter topic.",
+        )
+        .expect("valid metric");
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
         let slot_lag_bytes = gauge(
             "walrelay_slot_lag_bytes",
@@ -175,6 +181,7 @@ impl Metrics {
             Box::new(inflight_bytes.clone()),
             Box::new(publish_errors.clone()),
             Box::new(reconnects.clone()),
+            Box::new(dead_letters.clone()),
             Box::new(slot_lag_bytes.clone()),
             Box::new(slot_retained_wal_bytes.clone()),
             Box::new(slot_safe_wal_size_bytes.clone()),
@@ -215,6 +222,7 @@ impl Metrics {
             inflight_bytes,
             publish_errors,
             reconnects,
+            dead_letters,
             slot_lag_bytes,
             slot_retained_wal_bytes,
             slot_safe_wal_size_bytes,
@@ -238,6 +246,10 @@ impl Metrics {
             .publish_errors
             .with_label_values(&[&error_reason(error)])
             .inc();
+    }
+
+    pub fn record_dead_letter(&self) {
+        self.0.dead_letters.inc();
     }
 
     pub fn record_reconnect(&self, target: &str) {

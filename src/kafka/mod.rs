@@ -27,6 +27,15 @@ pub fn is_permanent_rejection(error: &KafkaError) -> bool {
     )
 }
 
+/// Rejections because the message is too large: a dead-letter copy must leave the value out.
+pub fn is_size_rejection(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | InvalidMessageSize | MessageBatchTooLarge)
+    )
+}
+
 /// A short stable label for metrics.
 pub fn error_reason(error: &KafkaError) -> String {
     match error.rdkafka_error_code() {

@@ -29,6 +29,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     // delays events, it never fails them.
     ("message.timeout.ms", "0"),
     ("linger.ms", "5"),
+    // What a default Kafka broker accepts (its message.max.bytes).
+    ("message.max.bytes", "1048588"),
     ("batch.num.messages", "10000"),
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
@@ -40,15 +42,21 @@ const DEFAULTS: &[(&str, &str)] = &[
 pub struct Delivery {
     pub txn: TxnSeq,
     pub bytes: usize,
-    pub result: std::result::Result<(), DeliveryFailure>,
+    /// True for a record sent to the dead-letter topic.
+    pub dead_letter: bool,
+    pub result: std::result::Result<(), Box<DeliveryFailure>>,
 }
 
+/// A failed delivery, with a copy of the message so it can be dead-lettered.
 #[derive(Debug)]
 pub struct DeliveryFailure {
     pub error: KafkaError,
     pub commit_lsn: Lsn,
-    pub event_id: String,
     pub topic: String,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub event_id: Option<Bytes>,
+    pub event_type: Option<Bytes>,
 }
 
 /// Carried through librdkafka with each message.
@@ -56,6 +64,7 @@ pub struct Ticket {
     txn: TxnSeq,
     commit_lsn: Lsn,
     bytes: usize,
+    dead_letter: bool,
     /// Microseconds since the Unix epoch at which the transaction committed.
     commit_time_us: i64,
 }
@@ -85,23 +94,28 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, ticket: Box<Ticket>) {
         let result = match result {
             Ok(message) => {
-                let topic = message.topic();
-                self.metrics.record_delivery(topic, ticket.commit_time_us);
+                self.metrics
+                    .record_delivery(message.topic(), ticket.commit_time_us);
                 Ok(())
             }
             Err((error, message)) => {
-                let event_id = message
-                    .headers()
-                    .and_then(|h| h.iter().find(|h| h.key == "id").and_then(|h| h.value))
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_else(|| "(unknown)".into());
                 self.metrics.record_publish_error(error);
-                Err(DeliveryFailure {
+                let header = |name: &str| {
+                    message.headers().and_then(|h| {
+                        h.iter()
+                            .find(|h| h.key == name)
+                            .and_then(|h| h.value.map(Bytes::copy_from_slice))
+                    })
+                };
+                Err(Box::new(DeliveryFailure {
                     error: error.clone(),
                     commit_lsn: ticket.commit_lsn,
-                    event_id,
                     topic: message.topic().to_string(),
-                })
+                    key: message.key().map(Bytes::copy_from_slice),
+                    payload: message.payload().map(Bytes::copy_from_slice),
+                    event_id: header("id"),
+                    event_type: header("event_type"),
+                }))
             }
         };
         // The receiver is gone only when the session has ended; its events
@@ -109,6 +123,7 @@ impl ProducerContext for DeliveryContext {
         let _ = self.deliveries.send(Delivery {
             txn: ticket.txn,
             bytes: ticket.bytes,
+            dead_letter: ticket.dead_letter,
             result,
         });
     }
@@ -121,6 +136,9 @@ pub struct Outgoing<'a> {
     pub payload: Option<&'a Bytes>,
     pub event_id: Option<&'a Bytes>,
     pub event_type: Option<&'a Bytes>,
+    /// Headers beyond `id` and `event_type`; only dead-letter records have them.
+    pub extra_headers: &'a [(&'a str, &'a [u8])],
+    pub dead_letter: bool,
     pub commit_lsn: Lsn,
     /// Microseconds since the Unix epoch.
     pub commit_time_us: i64,
@@ -161,7 +179,7 @@ impl Producer {
     }
 
     pub fn send(&self, txn: TxnSeq, event: &Outgoing<'_>) -> std::result::Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(2);
+        let mut headers = OwnedHeaders::new_with_capacity(2 + event.extra_headers.len());
         headers = headers.insert(Header {
             key: "id",
             value: event.event_id.map(|v| &v[..]),
@@ -170,10 +188,17 @@ impl Producer {
             key: "event_type",
             value: event.event_type.map(|v| &v[..]),
         });
+        for (key, value) in event.extra_headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
         let ticket = Box::new(Ticket {
             txn,
             commit_lsn: event.commit_lsn,
             bytes: event.size(),
+            dead_letter: event.dead_letter,
             commit_time_us: event.commit_time_us,
         });
         let mut record: BaseRecord<'_, [u8], [u8], Box<Ticket>> =

@@ -51,7 +51,7 @@ pub struct OutboxSchema {
 }
 
 /// One outbox row, sharing memory with the replication message it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct OutboxEvent {
     pub id: Option<Bytes>,
     pub key: Option<Bytes>,

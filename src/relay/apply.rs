@@ -2,18 +2,21 @@
 //! messages out, delivery reports back, and status updates that confirm only
 //! what Kafka has acknowledged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use bytes::Bytes;
+use rdkafka::error::KafkaError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn};
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
+use crate::config::OnPoison;
 use crate::error::{Error, Result};
-use crate::kafka::is_permanent_rejection;
 use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
 use crate::kafka::topics::TopicManager;
+use crate::kafka::{is_permanent_rejection, is_size_rejection};
 use crate::metrics::Metrics;
 use crate::outbox::mapping::{OutboxEvent, OutboxSchema};
 use crate::postgres::lsn::Lsn;
@@ -22,6 +25,7 @@ use crate::postgres::replication::{
     ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
 };
 
+use super::poison::Poisoned;
 use super::Settings;
 
 /// The transaction whose changes are arriving now.
@@ -33,20 +37,22 @@ struct OpenTxn {
 }
 
 pub struct ApplyLoop<'a> {
-    settings: &'a Settings,
-    topics: &'a mut TopicManager,
-    metrics: Metrics,
+    pub(super) settings: &'a Settings,
+    pub(super) topics: &'a mut TopicManager,
+    pub(super) metrics: Metrics,
     stream: ReplicationStream,
     status: StatusSender,
     producer: Producer,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
-    checkpoint: Checkpoint,
+    pub(super) checkpoint: Checkpoint,
     /// The outbox schema by relation oid; `None` for other published tables.
     relations: HashMap<u32, Option<OutboxSchema>>,
     open_txn: Option<OpenTxn>,
     received: Lsn,
-    inflight_events: usize,
-    inflight_bytes: usize,
+    pub(super) inflight_events: usize,
+    pub(super) inflight_bytes: usize,
+    /// Events Kafka rejected for good, waiting to be dead-lettered.
+    pub(super) rejected: VecDeque<Poisoned>,
 }
 
 impl<'a> ApplyLoop<'a> {
@@ -76,6 +82,7 @@ impl<'a> ApplyLoop<'a> {
             received: confirmed,
             inflight_events: 0,
             inflight_bytes: 0,
+            rejected: VecDeque::new(),
         }
     }
 
@@ -84,6 +91,9 @@ impl<'a> ApplyLoop<'a> {
         let mut status_tick = interval(self.settings.status_interval);
         status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            while let Some(poisoned) = self.rejected.pop_front() {
+                self.dead_letter(poisoned).await?;
+            }
             let has_room = self.inflight_events < self.settings.max_inflight_events
                 && self.inflight_bytes < self.settings.max_inflight_bytes;
             tokio::select! {
@@ -158,10 +168,14 @@ impl<'a> ApplyLoop<'a> {
                     .ok_or_else(|| protocol("INSERT outside a transaction"))?;
                 let (seq, commit_lsn, commit_time_us) =
                     (txn.seq, txn.commit_lsn, txn.commit_time_us);
-                let event = schema
-                    .event(new)
-                    .map_err(|reason| poison(&OutboxEvent::unknown(), commit_lsn, &reason))?;
-                self.publish(seq, commit_lsn, commit_time_us, event).await?;
+                match schema.event(new) {
+                    Ok(event) => self.publish(seq, commit_lsn, commit_time_us, event).await?,
+                    Err(reason) => {
+                        let unmapped = OutboxEvent::default();
+                        self.reject(Poisoned::new(seq, commit_lsn, &unmapped, None, reason))
+                            .await?
+                    }
+                }
             }
             LogicalMessage::Update { relation, .. } => {
                 if let Some(Some(_)) = self.relations.get(&relation) {
@@ -201,21 +215,27 @@ impl<'a> ApplyLoop<'a> {
         commit_time_us: i64,
         event: OutboxEvent,
     ) -> Result<()> {
-        let route_value = event.route_value.as_ref().ok_or_else(|| {
-            poison(
-                &event,
-                commit_lsn,
-                &format!(
-                    "its route-by column {:?} is NULL",
-                    self.settings.columns.route_by
-                ),
-            )
-        })?;
-        let topic = self
+        let Some(route_value) = &event.route_value else {
+            let reason = format!(
+                "its route-by column {:?} is NULL",
+                self.settings.columns.route_by
+            );
+            return self
+                .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
+                .await;
+        };
+        let topic = match self
             .settings
             .router
             .topic(&String::from_utf8_lossy(route_value))
-            .map_err(|reason| poison(&event, commit_lsn, &reason))?;
+        {
+            Ok(topic) => topic,
+            Err(reason) => {
+                return self
+                    .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
+                    .await
+            }
+        };
         self.topics.ensure(&topic).await?;
         let outgoing = Outgoing {
             topic: &topic,
@@ -223,33 +243,46 @@ impl<'a> ApplyLoop<'a> {
             payload: event.payload.as_ref(),
             event_id: event.id.as_ref(),
             event_type: event.event_type.as_ref(),
+            extra_headers: &[],
+            dead_letter: false,
             commit_lsn,
             commit_time_us,
         };
+        match self.produce(seq, &outgoing).await? {
+            Ok(()) => Ok(()),
+            Err(e) if is_permanent_rejection(&e) => {
+                let reason = format!("Kafka rejected it: {e}");
+                let mut poisoned = Poisoned::new(seq, commit_lsn, &event, Some(topic), reason);
+                poisoned.value_too_large = is_size_rejection(&e);
+                self.reject(poisoned).await
+            }
+            Err(e) => Err(Error::transient(format!(
+                "cannot hand event {} to the Kafka producer",
+                event.id_text()
+            ))
+            .with_source(e)),
+        }
+    }
+
+    /// Hands one message to librdkafka and counts it as in flight for `seq`.
+    /// A full local queue is waited out by taking delivery reports. The inner
+    /// result is librdkafka's refusal of this message; the outer one is an
+    /// error met while waiting.
+    pub(super) async fn produce(
+        &mut self,
+        seq: TxnSeq,
+        outgoing: &Outgoing<'_>,
+    ) -> Result<std::result::Result<(), KafkaError>> {
         loop {
-            match self.producer.send(seq, &outgoing) {
+            match self.producer.send(seq, outgoing) {
                 Ok(()) => break,
                 Err(SendError::QueueFull) => {
-                    // librdkafka's queue is full: make room by taking a delivery report.
                     let delivery = self.deliveries.recv().await.ok_or_else(|| {
                         Error::transient("the Kafka producer stopped reporting deliveries")
                     })?;
                     self.on_delivery(delivery)?;
                 }
-                Err(SendError::Failed(e)) if is_permanent_rejection(&e) => {
-                    return Err(poison(
-                        &event,
-                        commit_lsn,
-                        &format!("Kafka rejected it: {e}"),
-                    ));
-                }
-                Err(SendError::Failed(e)) => {
-                    return Err(Error::transient(format!(
-                        "cannot hand event {} to the Kafka producer",
-                        event.id_text()
-                    ))
-                    .with_source(e))
-                }
+                Err(SendError::Failed(e)) => return Ok(Err(e)),
             }
         }
         self.checkpoint.event_sent(seq);
@@ -257,33 +290,48 @@ impl<'a> ApplyLoop<'a> {
         self.inflight_bytes += outgoing.size();
         self.metrics
             .set_inflight(self.inflight_events, self.inflight_bytes);
-        Ok(())
+        Ok(Ok(()))
     }
 
     fn on_delivery(&mut self, delivery: Delivery) -> Result<()> {
-        if let Err(failure) = delivery.result {
-            let reason = format!("{} (topic {})", failure.error, failure.topic);
-            if is_permanent_rejection(&failure.error) {
-                return Err(Error::permanent(format!(
-                    "Kafka rejected event {} (transaction at LSN {}) for good: {reason}. \
-                     The slot stays before it; fix the cause (for example the broker's or \
-                     producer's message size limit, or the topic) and restart walrelay",
-                    failure.event_id, failure.commit_lsn
-                )));
+        match delivery.result {
+            Ok(()) => {
+                self.acked(delivery.txn, delivery.bytes);
+                Ok(())
+            }
+            Err(failure) if delivery.dead_letter => Err(Error::permanent(format!(
+                "Kafka rejected the dead-letter record of event {} too: {} (topic {}); \
+                 walrelay stopped and the slot stays before it",
+                text(failure.event_id.as_ref()),
+                failure.error,
+                failure.topic
+            ))),
+            Err(failure) if is_permanent_rejection(&failure.error) => {
+                let poisoned = Poisoned::from_failure(delivery.txn, delivery.bytes, *failure);
+                if self.settings.on_poison == OnPoison::Halt {
+                    return Err(poisoned.halt_error(self.settings));
+                }
+                self.rejected.push_back(poisoned);
+                Ok(())
             }
             // A retriable error surfaced despite infinite retries: start over from the slot.
-            return Err(Error::transient(format!(
-                "delivery of event {} failed: {reason}; resending from the slot's confirmed position",
-                failure.event_id
-            )));
+            Err(failure) => Err(Error::transient(format!(
+                "delivery of event {} failed: {} (topic {}); resending from the slot's confirmed position",
+                text(failure.event_id.as_ref()),
+                failure.error,
+                failure.topic
+            ))),
         }
-        self.checkpoint.event_acked(delivery.txn);
+    }
+
+    /// Kafka acknowledged one event of `seq`.
+    pub(super) fn acked(&mut self, seq: TxnSeq, bytes: usize) {
+        self.checkpoint.event_acked(seq);
         self.inflight_events -= 1;
-        self.inflight_bytes -= delivery.bytes;
+        self.inflight_bytes -= bytes;
         self.metrics
             .set_inflight(self.inflight_events, self.inflight_bytes);
         self.advance();
-        Ok(())
     }
 
     fn advance(&mut self) {
@@ -331,27 +379,11 @@ impl<'a> ApplyLoop<'a> {
     }
 }
 
-impl OutboxEvent {
-    /// A placeholder for a row that could not be mapped at all.
-    fn unknown() -> Self {
-        OutboxEvent {
-            id: None,
-            key: None,
-            event_type: None,
-            payload: None,
-            route_value: None,
-        }
-    }
-}
-
-/// An event that can never be published as it is. The relay halts before it,
-/// so the slot stays where it can be read again once the cause is fixed.
-fn poison(event: &OutboxEvent, commit_lsn: Lsn, reason: &str) -> Error {
-    Error::permanent(format!(
-        "cannot publish event {} (transaction at LSN {commit_lsn}): {reason}. \
-         walrelay stopped before it and the slot stays before it; fix the row's cause and restart",
-        event.id_text()
-    ))
+/// An id or header for messages, or a placeholder when absent.
+pub(super) fn text(value: Option<&Bytes>) -> String {
+    value
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_else(|| "(NULL)".into())
 }
 
 fn protocol(what: &str) -> Error {

@@ -4,6 +4,7 @@
 //! yet confirmed is simply read and sent again (at-least-once).
 
 mod apply;
+mod poison;
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{RunArgs, TableName};
+use crate::config::{OnPoison, RunArgs, TableName};
 use crate::error::{Error, Result};
 use crate::kafka::producer::Producer;
 use crate::kafka::topics::TopicManager;
@@ -44,6 +45,8 @@ pub struct Settings {
     pub max_inflight_bytes: usize,
     pub topic_partitions: i32,
     pub topic_replication_factor: Option<i32>,
+    pub on_poison: OnPoison,
+    pub dead_letter_topic: String,
 }
 
 pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<()> {
@@ -62,6 +65,8 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         max_inflight_bytes: args.max_inflight_bytes,
         topic_partitions: args.topic_partitions,
         topic_replication_factor: args.topic_replication_factor,
+        on_poison: args.on_poison,
+        dead_letter_topic: args.dead_letter_topic.clone(),
     };
     let watchdog_settings = WatchdogSettings {
         interval: args.watchdog_interval,

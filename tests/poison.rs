@@ -1,0 +1,135 @@
+//! Poison events under both policies, with a real oversized payload and a
+//! real illegal topic name: never a silent drop.
+
+mod support;
+
+use std::time::Duration;
+
+use support::pg::confirmed_flush_lsn;
+use support::{eventually, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn insert(client: &tokio_postgres::Client, id: &str, event_type: &str, payload: &str) -> u64 {
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ($1::text::uuid, 'order', 'order-1', $2, $3::text::jsonb)",
+            &[&id, &event_type, &payload],
+        )
+        .await
+        .unwrap();
+    client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64
+}
+
+fn big_payload() -> String {
+    format!(r#"{{"blob": "{}"}}"#, "x".repeat(50_000))
+}
+
+const LIMIT: &[&str] = &["-X", "message.max.bytes=20000"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_event_halts_the_relay_before_it_and_names_it() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start_with(&pg, &broker, LIMIT);
+    relay.wait_ready(WAIT);
+
+    let id = "00000000-0000-0000-0000-00000000b16b";
+    let before = insert(&client, "00000000-0000-0000-0000-000000000001", "Fine", "{}").await;
+    insert(&client, id, "Fine", &big_payload()).await;
+
+    let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(log.contains(id), "the error names the event; log:\n{log}");
+    assert!(log.contains("transaction at LSN"), "{log}");
+    assert!(log.contains("--on-poison dead-letter"), "the error names a way out; {log}");
+    assert!(
+        confirmed_flush_lsn(&client, "walrelay").await <= before,
+        "the slot stays before the poison event"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn illegal_topic_name_halts_the_relay_and_names_the_event() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    let id = "00000000-0000-0000-0000-0000000000aa";
+    insert(&client, id, "Order Placed!", "{}").await;
+    let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(log.contains(id) && log.contains("not a legal Kafka topic name"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_events_are_dead_lettered_with_their_reason_and_the_relay_goes_on() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("ALTER TABLE outbox ALTER COLUMN event_type DROP NOT NULL")
+        .await
+        .unwrap();
+    let mut args = vec!["--on-poison", "dead-letter"];
+    args.extend_from_slice(LIMIT);
+    let relay = Relay::start_with(&pg, &broker, &args);
+    relay.wait_ready(WAIT);
+
+    let too_big = "00000000-0000-0000-0000-0000000000b1";
+    let bad_topic = "00000000-0000-0000-0000-0000000000b2";
+    let null_route = "00000000-0000-0000-0000-0000000000b3";
+    insert(&client, "00000000-0000-0000-0000-0000000000a1", "Fine", "{}").await;
+    insert(&client, too_big, "Fine", &big_payload()).await;
+    insert(&client, bad_topic, "no spaces allowed", r#"{"kept": true}"#).await;
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ($1::text::uuid, 'order', 'order-1', NULL, '{}')",
+            &[&null_route],
+        )
+        .await
+        .unwrap();
+    let end = insert(&client, "00000000-0000-0000-0000-0000000000a2", "Fine", "{}").await;
+
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Fine", "walrelay.dead-letter"]);
+    let got = reader.read(5, WAIT);
+    let fine: Vec<_> = got.iter().filter(|m| m.topic == "outbox.event.Fine").collect();
+    let dead: Vec<_> = got.iter().filter(|m| m.topic == "walrelay.dead-letter").collect();
+    assert_eq!(fine.len(), 2, "the good events go on: {got:?}\n{}", relay.log());
+    assert_eq!(dead.len(), 3, "{got:?}");
+
+    let find = |id: &str| dead.iter().find(|m| m.header("id") == Some(id)).unwrap();
+    let big = find(too_big);
+    assert_eq!(big.header("walrelay.event-id"), Some(too_big));
+    assert_eq!(big.header("walrelay.original-topic"), Some("outbox.event.Fine"));
+    assert!(big.header("walrelay.reason").unwrap().contains("Kafka rejected it"));
+    assert!(big.header("walrelay.commit-lsn").unwrap().contains('/'));
+    assert!(big.header("walrelay.value-omitted").is_some(), "too large to copy");
+    assert_eq!(big.key.as_deref(), Some("order-1"));
+
+    let topic = find(bad_topic);
+    assert!(topic.header("walrelay.reason").unwrap().contains("not a legal Kafka topic name"));
+    let value: serde_json::Value = serde_json::from_str(topic.value.as_deref().unwrap()).unwrap();
+    assert_eq!(value, serde_json::json!({"kept": true}), "the original value is kept");
+
+    assert!(find(null_route).header("walrelay.reason").unwrap().contains("NULL"));
+
+    eventually(WAIT, "the slot to pass every event", || async {
+        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+    assert_eq!(relay.metric("walrelay_dead_letter_events_total"), Some(3.0));
+    assert!(relay.log().contains("poison event sent to the dead-letter topic"));
+}
