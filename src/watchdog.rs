@@ -59,8 +59,10 @@ pub enum Cause {
     SlowConsumer,
     /// The relay is not streaming: reconnecting, or halted by a poison event.
     NotStreaming,
-    /// Postgres itself is about to remove, or has removed, WAL the slot needs.
+    /// Postgres is about to remove WAL the slot needs.
     WalRetention,
+    /// Postgres has removed WAL the slot needed: it can never resume.
+    SlotLost,
 }
 
 impl Cause {
@@ -72,6 +74,7 @@ impl Cause {
             Cause::SlowConsumer => "slow_consumer",
             Cause::NotStreaming => "not_streaming",
             Cause::WalRetention => "wal_retention",
+            Cause::SlotLost => "slot_lost",
         }
     }
 
@@ -99,6 +102,9 @@ impl Cause {
             Cause::WalRetention => {
                 "Postgres is close to removing WAL the slot needs (max_slot_wal_keep_size): \
                  restore delivery now or the slot will be lost"
+            }
+            Cause::SlotLost => {
+                "the slot is lost and walrelay stops; see docs/operations.md, \"The slot is lost\""
             }
         }
     }
@@ -199,6 +205,8 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
     }
     let cause = if level == Level::Ok {
         Cause::None
+    } else if lost {
+        Cause::SlotLost
     } else if retention {
         Cause::WalRetention
     } else if !relay.streaming {
@@ -229,7 +237,12 @@ pub async fn run(
     metrics: Metrics,
     fatal: mpsc::Sender<Error>,
 ) {
-    let mut tick = tokio::time::interval(settings.interval);
+    // The first check waits one interval, so start-up problems are reported
+    // by the relay itself, once.
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + settings.interval,
+        settings.interval,
+    );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut client = None;
     let mut level = Level::Ok;
@@ -307,9 +320,11 @@ async fn announce(previous: Level, a: &Assessment, slot: &SlotReport, s: &Watchd
         human_bytes(slot.lag_bytes.max(0) as u64),
         human_bytes(slot.retained_bytes.max(0) as u64),
         slot.wal_status.as_deref().unwrap_or("unknown"),
-        slot.safe_wal_size
-            .map(|b| human_bytes(b.max(0) as u64))
-            .unwrap_or_else(|| "unlimited".into()),
+        match (slot.safe_wal_size, slot.wal_keep_limit) {
+            (Some(b), _) => human_bytes(b.max(0) as u64),
+            (None, None) => "unlimited".into(),
+            (None, Some(_)) => "none".into(),
+        },
     );
     let reasons = a.reasons.join("; ");
     match a.level {

@@ -41,7 +41,13 @@ async fn oversized_event_halts_the_relay_before_it_and_names_it() {
     relay.wait_ready(WAIT);
 
     let id = "00000000-0000-0000-0000-00000000b16b";
-    let before = insert(&client, "00000000-0000-0000-0000-000000000001", "Fine", "{}").await;
+    let before = insert(
+        &client,
+        "00000000-0000-0000-0000-000000000001",
+        "Fine",
+        "{}",
+    )
+    .await;
     insert(&client, id, "Fine", &big_payload()).await;
 
     let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
@@ -49,7 +55,10 @@ async fn oversized_event_halts_the_relay_before_it_and_names_it() {
     let log = relay.log();
     assert!(log.contains(id), "the error names the event; log:\n{log}");
     assert!(log.contains("transaction at LSN"), "{log}");
-    assert!(log.contains("--on-poison dead-letter"), "the error names a way out; {log}");
+    assert!(
+        log.contains("--on-poison dead-letter"),
+        "the error names a way out; {log}"
+    );
     assert!(
         confirmed_flush_lsn(&client, "walrelay").await <= before,
         "the slot stays before the poison event"
@@ -69,7 +78,10 @@ async fn illegal_topic_name_halts_the_relay_and_names_the_event() {
     let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
     assert!(!status.success());
     let log = relay.log();
-    assert!(log.contains(id) && log.contains("not a legal Kafka topic name"), "{log}");
+    assert!(
+        log.contains(id) && log.contains("not a legal Kafka topic name"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +101,13 @@ async fn poison_events_are_dead_lettered_with_their_reason_and_the_relay_goes_on
     let too_big = "00000000-0000-0000-0000-0000000000b1";
     let bad_topic = "00000000-0000-0000-0000-0000000000b2";
     let null_route = "00000000-0000-0000-0000-0000000000b3";
-    insert(&client, "00000000-0000-0000-0000-0000000000a1", "Fine", "{}").await;
+    insert(
+        &client,
+        "00000000-0000-0000-0000-0000000000a1",
+        "Fine",
+        "{}",
+    )
+    .await;
     insert(&client, too_big, "Fine", &big_payload()).await;
     insert(&client, bad_topic, "no spaces allowed", r#"{"kept": true}"#).await;
     client
@@ -100,36 +118,74 @@ async fn poison_events_are_dead_lettered_with_their_reason_and_the_relay_goes_on
         )
         .await
         .unwrap();
-    let end = insert(&client, "00000000-0000-0000-0000-0000000000a2", "Fine", "{}").await;
+    let end = insert(
+        &client,
+        "00000000-0000-0000-0000-0000000000a2",
+        "Fine",
+        "{}",
+    )
+    .await;
 
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Fine", "walrelay.dead-letter"]);
     let got = reader.read(5, WAIT);
-    let fine: Vec<_> = got.iter().filter(|m| m.topic == "outbox.event.Fine").collect();
-    let dead: Vec<_> = got.iter().filter(|m| m.topic == "walrelay.dead-letter").collect();
-    assert_eq!(fine.len(), 2, "the good events go on: {got:?}\n{}", relay.log());
+    let fine: Vec<_> = got
+        .iter()
+        .filter(|m| m.topic == "outbox.event.Fine")
+        .collect();
+    let dead: Vec<_> = got
+        .iter()
+        .filter(|m| m.topic == "walrelay.dead-letter")
+        .collect();
+    assert_eq!(
+        fine.len(),
+        2,
+        "the good events go on: {got:?}\n{}",
+        relay.log()
+    );
     assert_eq!(dead.len(), 3, "{got:?}");
 
     let find = |id: &str| dead.iter().find(|m| m.header("id") == Some(id)).unwrap();
     let big = find(too_big);
     assert_eq!(big.header("walrelay.event-id"), Some(too_big));
-    assert_eq!(big.header("walrelay.original-topic"), Some("outbox.event.Fine"));
-    assert!(big.header("walrelay.reason").unwrap().contains("Kafka rejected it"));
+    assert_eq!(
+        big.header("walrelay.original-topic"),
+        Some("outbox.event.Fine")
+    );
+    assert!(big
+        .header("walrelay.reason")
+        .unwrap()
+        .contains("Kafka rejected it"));
     assert!(big.header("walrelay.commit-lsn").unwrap().contains('/'));
-    assert!(big.header("walrelay.value-omitted").is_some(), "too large to copy");
+    assert!(
+        big.header("walrelay.value-omitted").is_some(),
+        "too large to copy"
+    );
     assert_eq!(big.key.as_deref(), Some("order-1"));
 
     let topic = find(bad_topic);
-    assert!(topic.header("walrelay.reason").unwrap().contains("not a legal Kafka topic name"));
+    assert!(topic
+        .header("walrelay.reason")
+        .unwrap()
+        .contains("not a legal Kafka topic name"));
     let value: serde_json::Value = serde_json::from_str(topic.value.as_deref().unwrap()).unwrap();
-    assert_eq!(value, serde_json::json!({"kept": true}), "the original value is kept");
+    assert_eq!(
+        value,
+        serde_json::json!({"kept": true}),
+        "the original value is kept"
+    );
 
-    assert!(find(null_route).header("walrelay.reason").unwrap().contains("NULL"));
+    assert!(find(null_route)
+        .header("walrelay.reason")
+        .unwrap()
+        .contains("NULL"));
 
     eventually(WAIT, "the slot to pass every event", || async {
         (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
     })
     .await;
     assert_eq!(relay.metric("walrelay_dead_letter_events_total"), Some(3.0));
-    assert!(relay.log().contains("poison event sent to the dead-letter topic"));
+    assert!(relay
+        .log()
+        .contains("poison event sent to the dead-letter topic"));
 }

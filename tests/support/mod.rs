@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 pub use kafka::Broker;
 pub use pg::Postgres;
 pub use relay::Relay;
+// Re-exported for tests that need a port nobody uses.
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {

@@ -40,8 +40,18 @@ impl Postgres {
         Self::start_with(&[])
     }
 
-    /// Starts a cluster with extra `-c name=value` settings.
+    /// Starts a cluster with extra postgresql.conf lines (`name = value`).
     pub fn start_with(settings: &[&str]) -> Self {
+        Self::start_full(settings, "trust")
+    }
+
+    /// A cluster whose TCP connections need a password (`scram-sha-256` or
+    /// `md5`); the test's own clients use the Unix socket, which trusts.
+    pub fn start_with_host_auth(method: &str) -> Self {
+        Self::start_full(&[], method)
+    }
+
+    fn start_full(settings: &[&str], host_auth: &str) -> Self {
         let dir = TempDir::new("pg");
         let bin = bin_dir();
         if is_root() {
@@ -52,12 +62,13 @@ impl Postgres {
             .args([
                 "-U",
                 "postgres",
-                "--auth=trust",
+                "--auth-local=trust",
                 "-E",
                 "UTF8",
                 "--no-sync",
-                "-D",
             ])
+            .arg(format!("--auth-host={host_auth}"))
+            .arg("-D")
             .arg(&data));
         let mut pg = Postgres {
             port: free_port(),
@@ -114,8 +125,27 @@ impl Postgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The superuser over the Unix socket (trusted whatever the TCP auth).
+    pub fn socket_url(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.0.display(),
+            self.port
+        )
+    }
+
+    /// A URL for another role over TCP.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
     pub async fn client(&self) -> Client {
-        let (client, conn) = tokio_postgres::connect(&self.url(), NoTls).await.unwrap();
+        let (client, conn) = tokio_postgres::connect(&self.socket_url(), NoTls)
+            .await
+            .unwrap();
         tokio::spawn(async move {
             let _ = conn.await;
         });

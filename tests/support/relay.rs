@@ -33,9 +33,10 @@ impl Relay {
             brokers.into(),
             "--metrics-addr".into(),
             format!("127.0.0.1:{metrics_port}"),
-            "--startup-timeout".into(),
-            "20s".into(),
         ];
+        if !extra.contains(&"--startup-timeout") {
+            args.extend(["--startup-timeout".into(), "20s".into()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut relay = Relay {
             child: None,

@@ -1,0 +1,201 @@
+//! Bad configuration and broken prerequisites: each gets one clear line that
+//! names the fix and a non-zero exit; no panic, no stack trace.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{free_port, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs walrelay until it exits; returns its log, asserting a clean failure.
+fn fails_cleanly(mut relay: Relay) -> String {
+    let status = relay
+        .wait(WAIT)
+        .unwrap_or_else(|| panic!("walrelay kept running; log:\n{}", relay.log()));
+    let log = relay.log();
+    assert!(!status.success(), "exit status {status:?}; log:\n{log}");
+    assert!(
+        !log.contains("panicked") && !log.contains("stack backtrace"),
+        "{log}"
+    );
+    let errors: Vec<_> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "exactly one error line:\n{log}");
+    errors[0].to_string()
+}
+
+#[test]
+fn unreachable_host_gives_up_after_the_startup_timeout() {
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
+    let relay = Relay::start_raw(&url, "127.0.0.1:9", &["--startup-timeout", "2s"]);
+    let line = fails_cleanly(relay);
+    assert!(
+        line.contains("--startup-timeout") && line.contains("reachable"),
+        "{line}"
+    );
+}
+
+#[test]
+fn malformed_url_is_rejected_with_an_example() {
+    let relay = Relay::start_raw("postgres://u@host:notaport/db", "127.0.0.1:9", &[]);
+    let line = fails_cleanly(relay);
+    assert!(
+        line.contains("--pg-url is not a valid Postgres URL"),
+        "{line}"
+    );
+    assert!(line.contains("example: postgres://"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_is_reported_without_the_password() {
+    let pg = Postgres::start_with_host_auth("scram-sha-256");
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("CREATE ROLE app LOGIN REPLICATION PASSWORD 'right-pass'")
+        .await
+        .unwrap();
+    let relay = Relay::start_raw(&pg.url_as("app", "wrong-pass-123"), "127.0.0.1:9", &[]);
+    let line = fails_cleanly(relay);
+    assert!(line.contains("password authentication failed"), "{line}");
+    assert!(!line.contains("wrong-pass-123"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_table_names_the_table_and_the_flag() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(
+        line.contains("table public.outbox does not exist") && line.contains("--table"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_column_is_named() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    pg.client()
+        .await
+        .batch_execute("CREATE TABLE outbox (id uuid, aggregate_id text, event_type text)")
+        .await
+        .unwrap();
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(line.contains("has no column \"payload\""), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_level_below_logical_says_how_to_set_it() {
+    let pg = Postgres::start_with(&["wal_level = replica"]);
+    let broker = Broker::start();
+    pg.client_with_outbox().await;
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(
+        line.contains("wal_level=replica") && line.contains("ALTER SYSTEM SET wal_level = logical"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_of_another_plugin_is_refused_and_left_alone() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("SELECT pg_create_logical_replication_slot('walrelay', 'test_decoding')")
+        .await
+        .unwrap();
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(
+        line.contains("output plugin test_decoding") && line.contains("--slot"),
+        "{line}"
+    );
+    let plugin: String = client
+        .query_one(
+            "SELECT plugin::text FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        plugin, "test_decoding",
+        "the existing slot is never dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publication_without_the_table_names_the_fix() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("CREATE TABLE other (id int); CREATE PUBLICATION walrelay FOR TABLE other")
+        .await
+        .unwrap();
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(
+        line.contains("ALTER PUBLICATION \"walrelay\" ADD TABLE \"public\".\"outbox\""),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
+    let pg = Postgres::start_with(&["max_slot_wal_keep_size = '1MB'", "wal_keep_size = 0"]);
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    assert!(relay.terminate(WAIT).success());
+
+    // Write and switch away from enough WAL that the checkpoint removes what the slot needs.
+    client
+        .batch_execute("CREATE TABLE filler (t text)")
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        client
+            .batch_execute(
+                "INSERT INTO filler SELECT repeat(md5(i::text), 20) FROM generate_series(1, 30000) i; \
+                 SELECT pg_switch_wal();",
+            )
+            .await
+            .unwrap();
+    }
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    let status: String = client
+        .query_one(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "lost", "the test could not lose the slot");
+
+    let line = fails_cleanly(Relay::start(&pg, &broker));
+    assert!(
+        line.contains("is lost") && line.contains("pg_drop_replication_slot"),
+        "{line}"
+    );
+    let slots: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE wal_status = 'lost'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 1, "walrelay left the lost slot in place");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "walrelay status exits non-zero for a lost slot"
+    );
+}
