@@ -134,6 +134,10 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_RECONNECT_MAX_BACKOFF", default_value = "30s", value_parser = parse_duration)]
     pub reconnect_max_backoff: Duration,
 
+    /// How often a standby polls a slot that another walrelay holds (active/passive).
+    #[arg(long, env = "WALRELAY_STANDBY_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub standby_poll_interval: Duration,
+
     /// How long to keep retrying before the first successful start; then exit non-zero.
     #[arg(long, env = "WALRELAY_STARTUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub startup_timeout: Duration,

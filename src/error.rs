@@ -16,6 +16,8 @@ pub enum Kind {
     Transient,
     /// Retrying cannot help: bad configuration, a missing table, an event Kafka rejects for good.
     Permanent,
+    /// Another process holds the slot: wait as a standby, polling at a steady pace.
+    Standby,
 }
 
 pub struct Error {
@@ -27,20 +29,24 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn permanent(message: impl Into<String>) -> Self {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
         Error {
-            kind: Kind::Permanent,
+            kind,
             message: message.into(),
             source: None,
         }
     }
 
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::new(Kind::Permanent, message)
+    }
+
     pub fn transient(message: impl Into<String>) -> Self {
-        Error {
-            kind: Kind::Transient,
-            message: message.into(),
-            source: None,
-        }
+        Self::new(Kind::Transient, message)
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
@@ -48,8 +54,9 @@ impl Error {
         self
     }
 
+    /// Worth another attempt (a standby waits too).
     pub fn is_transient(&self) -> bool {
-        self.kind == Kind::Transient
+        self.kind != Kind::Permanent
     }
 
     /// The message followed by every cause, on one line.

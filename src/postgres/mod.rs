@@ -13,12 +13,13 @@ use tokio_postgres::config::Host;
 use crate::error::{Error, Kind};
 
 /// Which server errors are worth a retry. Connection problems (class 08),
-/// resource shortages (53), shutdowns (57), system errors (58) and a slot
-/// that another process holds (55006) pass; the rest need a person.
+/// resource shortages (53), shutdowns (57) and system errors (58) pass; a
+/// slot that another process holds (55006) makes this walrelay a standby;
+/// the rest need a person.
 pub fn classify_sqlstate(code: &str) -> Kind {
     match code.get(..2) {
         Some("08" | "53" | "57" | "58") => Kind::Transient,
-        _ if code == "55006" => Kind::Transient,
+        _ if code == "55006" => Kind::Standby,
         _ => Kind::Permanent,
     }
 }
@@ -30,12 +31,7 @@ pub fn sql_error(context: impl Into<String>, e: tokio_postgres::Error) -> Error 
         Some(db) => classify_sqlstate(db.code().code()),
         None => Kind::Transient,
     };
-    let context = context.into();
-    let err = match kind {
-        Kind::Transient => Error::transient(context),
-        Kind::Permanent => Error::permanent(context),
-    };
-    err.with_source(e)
+    Error::new(kind, context).with_source(e)
 }
 
 /// `host:port/db as user`, for messages and logs. Never includes the password.
@@ -59,7 +55,7 @@ mod tests {
 
     #[test]
     fn a_slot_in_use_is_retried_but_a_bad_password_is_not() {
-        assert_eq!(classify_sqlstate("55006"), Kind::Transient);
+        assert_eq!(classify_sqlstate("55006"), Kind::Standby);
         assert_eq!(classify_sqlstate("57P01"), Kind::Transient);
         assert_eq!(classify_sqlstate("28P01"), Kind::Permanent);
         assert_eq!(classify_sqlstate("42P01"), Kind::Permanent);

@@ -95,6 +95,10 @@ impl ReplicationStream {
                     return Err(Error::transient("Postgres ended the replication stream"))
                 }
                 Message::NoticeResponse(_) | Message::ParameterStatus(_) => {}
+                // The server ends the command after its CopyDone on shutdown.
+                Message::CommandComplete(_) | Message::ReadyForQuery(_) => {
+                    return Err(Error::transient("Postgres ended the replication stream"))
+                }
                 _ => {
                     return Err(Error::transient(
                         "unexpected message from Postgres during replication",

@@ -69,11 +69,7 @@ impl ServerError {
     }
 
     pub fn into_error(self, context: &str) -> Error {
-        let base = match classify_sqlstate(&self.code) {
-            crate::error::Kind::Transient => Error::transient(context.to_string()),
-            crate::error::Kind::Permanent => Error::permanent(context.to_string()),
-        };
-        base.with_source(self)
+        Error::new(classify_sqlstate(&self.code), context).with_source(self)
     }
 }
 

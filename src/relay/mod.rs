@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::{OnPoison, RunArgs, TableName};
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::Producer;
 use crate::kafka::topics::TopicManager;
 use crate::metrics::{self, Metrics};
@@ -117,6 +117,7 @@ async fn supervise(
     let started = Instant::now();
     let mut ever_connected = false;
     let mut backoff = INITIAL_BACKOFF;
+    let mut standby = false;
     loop {
         let session_start = Instant::now();
         let result = session(settings, metrics, shutdown, &mut ever_connected).await;
@@ -126,6 +127,20 @@ async fn supervise(
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => e,
         };
+        if err.kind() == Kind::Standby {
+            // Active/passive: another walrelay streams from the slot. Poll at
+            // a steady pace so this one takes over soon after it goes away.
+            if !standby {
+                info!(error = %err.report(), poll = ?args.standby_poll_interval, "the slot is held by another process; waiting as a standby");
+                standby = true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(args.standby_poll_interval) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
+            continue;
+        }
+        standby = false;
         // Before the first successful connection a transient error is most
         // likely a wrong host or port: give up after --startup-timeout.
         if !ever_connected && started.elapsed() >= args.startup_timeout {

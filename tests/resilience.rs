@@ -1,0 +1,334 @@
+//! Active/passive takeover, Postgres restarts, repeated kill -9 under load,
+//! schema changes while streaming, and payloads that must pass unchanged.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use support::pg::confirmed_flush_lsn;
+use support::{eventually, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn insert_batch(client: &tokio_postgres::Client, event_type: &str, count: i32) {
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 5), $1, '{}' \
+             FROM generate_series(1, $2::int) i",
+            &[&event_type, &count],
+        )
+        .await
+        .unwrap();
+}
+
+async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> HashSet<String> {
+    client
+        .query(
+            "SELECT id::text FROM outbox WHERE event_type = $1",
+            &[&event_type],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn assert_all_arrive(broker: &Broker, topic: &str, expected: &HashSet<String>, relay: &Relay) {
+    let reader = broker.consumer();
+    reader.subscribe(&[topic]);
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + WAIT;
+    while !expected.is_subset(&seen) && Instant::now() < deadline {
+        for m in reader.read(expected.len(), Duration::from_secs(2)) {
+            seen.insert(m.header("id").unwrap().to_string());
+        }
+    }
+    let missing = expected.difference(&seen).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} committed events missing; log:\n{}",
+        relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut active = Relay::start(&pg, &broker);
+    active.wait_ready(WAIT);
+    let standby = Relay::start(&pg, &broker);
+    eventually(WAIT, "the standby to wait", || async {
+        standby.log().contains("waiting as a standby").then_some(())
+    })
+    .await;
+    assert!(
+        standby.log().contains("active for PID"),
+        "{}",
+        standby.log()
+    );
+    assert_eq!(standby.http_get("/readyz").unwrap().0, 503);
+    insert_batch(&client, "Takeover", 10).await;
+
+    active.kill9();
+    let killed = Instant::now();
+    standby.wait_ready(WAIT);
+    let takeover = killed.elapsed();
+    eprintln!("standby took over {takeover:?} after kill -9 of the active relay");
+    insert_batch(&client, "Takeover", 10).await;
+    assert_all_arrive(
+        &broker,
+        "outbox.event.Takeover",
+        &committed_ids(&client, "Takeover").await,
+        &standby,
+    );
+    assert!(
+        takeover < Duration::from_secs(30),
+        "takeover took {takeover:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarts_fast_and_immediate_lose_nothing() {
+    let mut pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    insert_batch(&client, "Restarted", 300).await;
+    pg.restart("fast");
+    let client = pg.client().await;
+    insert_batch(&client, "Restarted", 300).await;
+    // Let it reconnect, so the next restart hits a live session.
+    eventually(WAIT, "a reconnect after the fast restart", || async {
+        (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
+    })
+    .await;
+    relay.wait_ready(WAIT);
+    pg.restart("immediate");
+    let client = pg.client().await;
+    insert_batch(&client, "Restarted", 300).await;
+    relay.wait_ready(WAIT);
+    // The walsender killed from SQL is one more way to lose the connection.
+    client
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap();
+    insert_batch(&client, "Restarted", 300).await;
+
+    let expected = committed_ids(&client, "Restarted").await;
+    assert_eq!(expected.len(), 1200);
+    assert_all_arrive(&broker, "outbox.event.Restarted", &expected, &relay);
+    assert!(relay.metric("walrelay_reconnects_total").unwrap() >= 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    // One writer, so commit order is the order of `seq`.
+    let writer_pg = pg.client().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_writer = stop.clone();
+    let writer = tokio::spawn(async move {
+        let mut seq = 0i64;
+        while !stop_writer.load(std::sync::atomic::Ordering::Relaxed) {
+            writer_pg
+                .execute(
+                    "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                     SELECT gen_random_uuid(), 'order', 'key-' || ((($1::bigint + i) % 10)), 'Chaos', \
+                            jsonb_build_object('seq', $1::bigint + i) \
+                     FROM generate_series(0, 4) i",
+                    &[&seq],
+                )
+                .await
+                .unwrap();
+            seq += 5;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let mut rng = 0x2545F4914F6CDD1Du64;
+    for _ in 0..20 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
+        relay.restart(); // kill -9, then start the same command again
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+
+    let expected = committed_ids(&client, "Chaos").await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Chaos"]);
+    let mut all = Vec::new();
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + WAIT;
+    while !expected.is_subset(&seen) && Instant::now() < deadline {
+        for m in reader.read(expected.len(), Duration::from_secs(2)) {
+            seen.insert(m.header("id").unwrap().to_string());
+            all.push(m);
+        }
+    }
+    let missing = expected.difference(&seen).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} committed events missing",
+        expected.len()
+    );
+
+    // Per key, first deliveries follow commit order.
+    all.sort_by_key(|m| (m.partition, m.offset));
+    let mut first = HashSet::new();
+    let mut last_seq: HashMap<String, i64> = HashMap::new();
+    for m in &all {
+        if !first.insert(m.header("id").unwrap().to_string()) {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
+        let seq = value["seq"].as_i64().unwrap();
+        let key = m.key.clone().unwrap();
+        if let Some(prev) = last_seq.insert(key.clone(), seq) {
+            assert!(
+                seq > prev,
+                "key {key}: seq {seq} first delivered after {prev}"
+            );
+        }
+    }
+    eprintln!(
+        "{} committed events, {} deliveries ({} duplicates from unconfirmed windows)",
+        expected.len(),
+        all.len(),
+        all.len() - expected.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_changes_while_streaming_and_a_renamed_column_halts_with_its_name() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    insert_batch(&client, "Evolving", 3).await;
+    client
+        .batch_execute("ALTER TABLE outbox ADD COLUMN trace_id text")
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, trace_id) \
+             VALUES (gen_random_uuid(), 'order', 'agg-1', 'Evolving', '{}', 't-1')",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("ALTER TABLE outbox DROP COLUMN aggregate_type")
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'agg-2', 'Evolving', '{}')",
+        )
+        .await
+        .unwrap();
+    let expected = committed_ids(&client, "Evolving").await;
+    assert_eq!(expected.len(), 5);
+    assert_all_arrive(&broker, "outbox.event.Evolving", &expected, &relay);
+    let lsn_before_rename = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+
+    client
+        .batch_execute("ALTER TABLE outbox RENAME COLUMN aggregate_id TO entity_id")
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO outbox (id, entity_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'agg-3', 'Evolving', '{}')",
+        )
+        .await
+        .unwrap();
+    let status = relay
+        .wait(WAIT)
+        .expect("walrelay stops on a renamed mapped column");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(
+        log.contains("no longer has a column \"aggregate_id\""),
+        "{log}"
+    );
+    assert!(
+        confirmed_flush_lsn(&client, "walrelay").await <= lsn_before_rename + 4096,
+        "the event after the rename is not confirmed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusual_payloads_pass_through_unchanged() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    let big = serde_json::json!({ "blob": "y".repeat(999_000) }).to_string();
+    let payloads = [
+        (
+            "unicode",
+            r#"{"name": "Zoë 🚀 日本語", "emoji": "👍🏽", "rtl": "שלום"}"#.to_string(),
+        ),
+        ("one-megabyte", big),
+        ("json-null", "null".to_string()),
+        ("empty-object", "{}".to_string()),
+    ];
+    for (key, payload) in &payloads {
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES (gen_random_uuid(), 'test', $1, 'Payload', $2::text::jsonb)",
+                &[key, payload],
+            )
+            .await
+            .unwrap();
+    }
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Payload"]);
+    let got = reader.read(4, WAIT);
+    assert_eq!(got.len(), 4, "log:\n{}", relay.log());
+    for (key, payload) in &payloads {
+        let m = got.iter().find(|m| m.key.as_deref() == Some(key)).unwrap();
+        // The value is jsonb's own text for the document, byte for byte.
+        let stored: String = client
+            .query_one(
+                "SELECT payload::text FROM outbox WHERE aggregate_id = $1",
+                &[key],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(m.value.as_deref(), Some(stored.as_str()), "payload {key}");
+        let sent: serde_json::Value = serde_json::from_str(payload).unwrap();
+        let received: serde_json::Value = serde_json::from_str(&stored).unwrap();
+        assert_eq!(sent, received);
+    }
+}

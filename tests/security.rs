@@ -1,0 +1,87 @@
+//! Password authentication and least privilege: walrelay runs as a
+//! `LOGIN REPLICATION` role that is not a superuser, and its password never
+//! shows in logs or metrics.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Prepares the least-privilege set-up of docs/security.md as the table owner.
+async fn least_privilege_setup(pg: &Postgres, password_encryption: &str, password: &str) {
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION walrelay FOR TABLE public.outbox WITH (publish = 'insert');
+             SET password_encryption = '{password_encryption}';
+             CREATE ROLE walrelay LOGIN REPLICATION PASSWORD '{password}';
+             GRANT USAGE ON SCHEMA public TO walrelay;
+             GRANT SELECT ON public.outbox TO walrelay;"
+        ))
+        .await
+        .unwrap();
+}
+
+async fn relays_one_event_as_the_walrelay_role(method: &str) {
+    let password = format!("Pw-{method}-9f3c1");
+    let pg = Postgres::start_with_host_auth(method);
+    least_privilege_setup(&pg, method, &password).await;
+    let broker = Broker::start();
+    let relay = Relay::start_raw(&pg.url_as("walrelay", &password), &broker.brokers(), &[]);
+    relay.wait_ready(WAIT);
+
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'o-1', 'Secured', '{}')",
+        )
+        .await
+        .unwrap();
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Secured"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "log:\n{}", relay.log());
+
+    let superuser: bool = client
+        .query_one(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!superuser);
+    let (_, metrics) = relay.http_get("/metrics").unwrap();
+    for text in [relay.log(), metrics] {
+        assert!(!text.contains(&password), "the password leaked:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_sha_256_role_without_superuser_relays_events() {
+    relays_one_event_as_the_walrelay_role("scram-sha-256").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_role_without_superuser_relays_events() {
+    relays_one_event_as_the_walrelay_role("md5").await;
+}
+
+#[test]
+fn help_shows_no_secret_from_the_environment() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["run", "--help"])
+        .env("WALRELAY_PG_URL", "postgres://u:env-secret-77@h/db")
+        .env("WALRELAY_KAFKA_PROPERTIES", "sasl.password=kafka-secret-88")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--pg-url"), "{help}");
+    assert!(
+        !help.contains("env-secret-77") && !help.contains("kafka-secret-88"),
+        "{help}"
+    );
+}
