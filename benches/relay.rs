@@ -11,6 +11,9 @@
 //! walsender's own rate) and walrelay draining its slot into the broker
 //! until the slot is confirmed past the last commit.
 //!
+//! Big transaction (`-- bigtxn`): one transaction of BENCH_BIG_ROWS
+//! (1,000,000) rows; reports walrelay's peak RSS while it drains it.
+//!
 //! Latency: inserts one event per transaction at BENCH_RATE events/s and
 //! measures, per event, the time from just before its commit to the moment
 //! a consumer reads it from Kafka.
@@ -58,6 +61,9 @@ fn main() {
     }
     if wants("latency") {
         runtime.block_on(latency());
+    }
+    if wants("bigtxn") {
+        runtime.block_on(big_transaction());
     }
 }
 
@@ -221,6 +227,47 @@ async fn latency() {
         println!("    {line}");
     }
     drop(relay);
+}
+
+async fn big_transaction() {
+    let rows = env_or("BENCH_BIG_ROWS", 1_000_000) as i64;
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = start_relay(&pg, &broker);
+    relay.wait_ready(Duration::from_secs(60));
+    let fill = Instant::now();
+    client
+        .execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'Bulk', \
+                    jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999) \
+             FROM generate_series(1, $1::bigint) i",
+            &[&rows],
+        )
+        .await
+        .unwrap();
+    let committed = fill.elapsed().as_secs_f64();
+    let end: u64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    let mut max_inflight = 0.0f64;
+    while confirmed_flush_lsn(&client, "walrelay").await < end {
+        max_inflight = max_inflight.max(relay.metric("walrelay_inflight_events").unwrap_or(0.0));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let total = fill.elapsed().as_secs_f64();
+    let published = relay
+        .metric("walrelay_events_published_total")
+        .unwrap_or(0.0);
+    assert!(published >= rows as f64, "published {published} of {rows}");
+    println!(
+        "one transaction of {rows} rows: committed after {committed:.1}s, confirmed after {total:.1}s; \
+         walrelay peak RSS {} MiB, most events in flight seen {max_inflight:.0}",
+        rss_kib(relay.pid()) / 1024
+    );
 }
 
 /// Microsecond latencies from the `sent_us` in each payload to its arrival.

@@ -506,4 +506,51 @@ mod tests {
         let err = decode(Bytes::from_static(b"S\0\0\0\x01")).unwrap_err();
         assert!(err.to_string().contains("unknown message type"), "{err}");
     }
+
+    /// A short mutation fuzz run on every test run; set
+    /// WALRELAY_FUZZ_ITERATIONS for a long one (docs/security.md). Real
+    /// messages are truncated, bit-flipped, spliced and extended; the
+    /// decoder and the replication framing must return errors, never panic,
+    /// and never allocate beyond the input.
+    #[test]
+    fn mutated_messages_never_panic_the_decoder_or_the_framing() {
+        let iterations: u64 = std::env::var("WALRELAY_FUZZ_ITERATIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let corpus: Vec<Vec<u8>> = captured().into_iter().map(|(_, b)| b.to_vec()).collect();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..iterations {
+            let mut data = corpus[next() as usize % corpus.len()].clone();
+            for _ in 0..1 + next() % 4 {
+                let at = if data.is_empty() {
+                    0
+                } else {
+                    next() as usize % data.len()
+                };
+                match next() % 5 {
+                    0 if !data.is_empty() => data[at] ^= 1 << (next() % 8),
+                    1 if !data.is_empty() => data[at] = next() as u8,
+                    2 => data.truncate(at),
+                    3 => data
+                        .splice(at..at, (0..next() % 8).map(|_| next() as u8))
+                        .for_each(drop),
+                    _ => {
+                        let other = &corpus[next() as usize % corpus.len()];
+                        data.extend_from_slice(&other[..other.len().min(16)]);
+                    }
+                }
+            }
+            let _ = decode(Bytes::from(data.clone()));
+            let mut framed = vec![if next() % 2 == 0 { b'w' } else { b'k' }];
+            framed.extend_from_slice(&data);
+            let _ = crate::postgres::replication::parse_copy_data(Bytes::from(framed));
+        }
+    }
 }

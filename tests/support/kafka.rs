@@ -43,8 +43,8 @@ impl Broker {
     /// A broker whose data survives kill -9 (SQLite storage).
     pub fn start_durable() -> Self {
         let dir = TempDir::new("tansu");
-        let storage = format!("sqlite://{}", dir.0.join("tansu.db").display());
-        Self::start_in(dir, storage)
+        // tansu reads the path relative to its working directory, which is `dir`.
+        Self::start_in(dir, "sqlite://tansu.db".to_string())
     }
 
     fn start_on(storage: &str) -> Self {
@@ -70,6 +70,7 @@ impl Broker {
             .unwrap();
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let child = Command::new(tansu_bin())
+            .current_dir(&self.dir.0)
             .arg("broker")
             .args(["--kafka-listener-url", &url])
             .args(["--kafka-advertised-listener-url", &url])
@@ -121,6 +122,12 @@ impl Broker {
 
     pub fn restart(&mut self) {
         self.kill();
+        self.spawn();
+    }
+
+    /// Starts the broker again on the same port and storage after `kill`.
+    pub fn restart_after_kill(&mut self) {
+        assert!(self.child.is_none(), "the broker is still running");
         self.spawn();
     }
 
