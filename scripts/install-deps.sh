@@ -18,6 +18,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
 command -v curl >/dev/null || need_apt+=(curl)
+# The TLS tests make their own CA and server certificate.
+command -v openssl >/dev/null || need_apt+=(openssl)
 # promtool checks the shipped Prometheus alert rules.
 command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then

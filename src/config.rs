@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::{Error, Result};
+use crate::postgres::PgTarget;
 
 #[derive(Parser)]
 #[command(
@@ -192,15 +193,8 @@ impl fmt::Debug for RunArgs {
 
 impl SourceArgs {
     /// Parses the Postgres URL and checks the slot name.
-    pub fn validate(&self) -> Result<tokio_postgres::Config> {
-        let pg: tokio_postgres::Config = self.pg_url.parse().map_err(|e| {
-            // tokio-postgres's message does not echo the URL, so no password leaks here.
-            Error::permanent(
-                "--pg-url is not a valid Postgres URL or key=value string \
-                 (example: postgres://walrelay:secret@localhost:5432/app)",
-            )
-            .with_source(e)
-        })?;
+    pub fn validate(&self) -> Result<PgTarget> {
+        let pg = PgTarget::parse(&self.pg_url)?;
         let valid_slot = !self.slot.is_empty()
             && self.slot.len() <= 63
             && self
@@ -219,7 +213,7 @@ impl SourceArgs {
 
 impl RunArgs {
     /// Parses the Postgres URL and checks the values clap cannot.
-    pub fn validate(&self) -> Result<tokio_postgres::Config> {
+    pub fn validate(&self) -> Result<PgTarget> {
         let pg = self.source.validate()?;
         if self.topic_partitions < 1 {
             return Err(Error::permanent("--topic-partitions must be at least 1"));

@@ -3,7 +3,7 @@
 use crate::config::StatusArgs;
 use crate::error::{Error, Result};
 use crate::postgres::slot::{self, SlotReport};
-use crate::postgres::{describe_target, setup};
+use crate::postgres::{describe_target, setup, PgTarget};
 use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
@@ -34,7 +34,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
 
     if args.json {
         let doc = serde_json::json!({
-            "database": describe_target(&pg),
+            "database": describe_target(&pg.config),
             "slot": report.as_ref().map(SlotReport::to_json),
             "publication": {
                 "name": args.source.publication,
@@ -59,13 +59,13 @@ pub async fn run(args: StatusArgs) -> Result<()> {
 }
 
 fn print_table(
-    pg: &tokio_postgres::Config,
+    pg: &PgTarget,
     args: &StatusArgs,
     report: Option<&SlotReport>,
     publication_exists: bool,
     tables: &[String],
 ) {
-    let mut rows: Vec<(&str, String)> = vec![("database", describe_target(pg))];
+    let mut rows: Vec<(&str, String)> = vec![("database", describe_target(&pg.config))];
     match report {
         None => rows.push(("slot", format!("{} (missing)", args.source.slot))),
         Some(r) => {

@@ -12,8 +12,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
-use crate::postgres::setup;
 use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::{setup, PgTarget};
 
 mod webhook;
 
@@ -231,7 +231,7 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
 
 /// Runs until the slot is lost, which it reports on `fatal`.
 pub async fn run(
-    pg: tokio_postgres::Config,
+    pg: PgTarget,
     slot_name: String,
     settings: WatchdogSettings,
     metrics: Metrics,

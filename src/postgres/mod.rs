@@ -6,11 +6,51 @@ pub mod pgoutput;
 pub mod replication;
 pub mod setup;
 pub mod slot;
+pub mod tls;
 pub mod wire;
 
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, SslMode as PgSslMode};
 
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Result};
+use tls::{split_tls_options, SslMode, Tls};
+
+/// Where and how to reach Postgres: the parsed connection string and its TLS settings.
+#[derive(Clone)]
+pub struct PgTarget {
+    pub config: tokio_postgres::Config,
+    pub tls: Tls,
+}
+
+impl std::fmt::Debug for PgTarget {
+    // Never the password: only what logs show.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTarget")
+            .field("target", &describe_target(&self.config))
+            .field("sslmode", &self.tls.mode())
+            .finish()
+    }
+}
+
+impl PgTarget {
+    /// Parses `--pg-url`. tokio-postgres's messages do not echo the string,
+    /// so no password leaks into the error.
+    pub fn parse(conn: &str) -> Result<Self> {
+        let (rest, tls) = split_tls_options(conn)?;
+        let mut config: tokio_postgres::Config = rest.parse().map_err(|e| {
+            Error::permanent(
+                "--pg-url is not a valid Postgres URL or key=value string \
+                 (example: postgres://walrelay:secret@localhost:5432/app)",
+            )
+            .with_source(e)
+        })?;
+        config.ssl_mode(match tls.mode() {
+            SslMode::Disable => PgSslMode::Disable,
+            SslMode::Prefer => PgSslMode::Prefer,
+            _ => PgSslMode::Require,
+        });
+        Ok(PgTarget { config, tls })
+    }
+}
 
 /// Which server errors are worth a retry. Connection problems (class 08),
 /// resource shortages (53), shutdowns (57) and system errors (58) pass; a
@@ -24,12 +64,26 @@ pub fn classify_sqlstate(code: &str) -> Kind {
     }
 }
 
-/// Maps a tokio-postgres error: server errors by their SQLSTATE, the rest
-/// (I/O, a closed connection) as transient.
+/// Maps a tokio-postgres error: server errors by their SQLSTATE, a
+/// certificate that does not verify as permanent, the rest (I/O, a closed
+/// connection) as transient.
 pub fn sql_error(context: impl Into<String>, e: tokio_postgres::Error) -> Error {
     let kind = match e.as_db_error() {
         Some(db) => classify_sqlstate(db.code().code()),
-        None => Kind::Transient,
+        None => {
+            // The certificate's complaint is in the source chain, not the message.
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            if text.starts_with("error performing TLS handshake") {
+                tls::handshake_error_kind(&text)
+            } else {
+                Kind::Transient
+            }
+        }
     };
     Error::new(kind, context).with_source(e)
 }

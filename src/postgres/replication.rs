@@ -9,6 +9,7 @@ use postgres_protocol::message::backend::Message;
 
 use super::lsn::Lsn;
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
+use super::PgTarget;
 use crate::error::{Error, Result};
 
 /// Seconds between the Unix epoch and the Postgres epoch (2000-01-01).
@@ -139,12 +140,12 @@ impl StatusSender {
 /// Opens a replication connection and starts streaming the slot from `start`
 /// (`0/0` means the slot's own confirmed position).
 pub async fn start(
-    config: &tokio_postgres::Config,
+    target: &PgTarget,
     slot: &str,
     publication: &str,
     start: Lsn,
 ) -> Result<(ReplicationStream, StatusSender)> {
-    let mut conn = WireConnection::connect(config).await?;
+    let mut conn = WireConnection::connect(target).await?;
     let command = format!(
         "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {})",
         quote_ident(slot),

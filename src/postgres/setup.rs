@@ -8,7 +8,7 @@ use tracing::{info, warn};
 
 use super::lsn::Lsn;
 use super::replication::quote_ident;
-use super::{describe_target, sql_error};
+use super::{describe_target, sql_error, PgTarget};
 use crate::config::TableName;
 use crate::error::{Error, Result};
 
@@ -18,18 +18,37 @@ pub struct SlotState {
     pub confirmed_flush: Lsn,
 }
 
-pub async fn connect(config: &tokio_postgres::Config) -> Result<Client> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| {
+pub async fn connect(target: &PgTarget) -> Result<Client> {
+    let failed = |e| {
         sql_error(
-            format!("cannot connect to Postgres at {}", describe_target(config)),
+            format!(
+                "cannot connect to Postgres at {}",
+                describe_target(&target.config)
+            ),
             e,
         )
-    })?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "control connection closed");
+    };
+    // The connection task's type depends on TLS, hence two branches.
+    let client = match target.tls.make_connector() {
+        Some(tls) => {
+            let (client, connection) = target.config.connect(tls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "control connection closed");
+                }
+            });
+            client
         }
-    });
+        None => {
+            let (client, connection) = target.config.connect(NoTls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "control connection closed");
+                }
+            });
+            client
+        }
+    };
     Ok(client)
 }
 

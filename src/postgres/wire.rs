@@ -11,9 +11,10 @@ use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::{backend::Message, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::{Host, SslMode};
+use tokio_openssl::SslStream;
+use tokio_postgres::config::Host;
 
-use super::{classify_sqlstate, describe_target};
+use super::{classify_sqlstate, describe_target, tls, PgTarget};
 use crate::error::{Error, Result};
 
 /// Postgres never sends a message larger than 1 GiB; a bigger length is corruption.
@@ -91,14 +92,9 @@ pub struct WireWriter {
 }
 
 impl WireConnection {
-    pub async fn connect(config: &tokio_postgres::Config) -> Result<Self> {
-        if matches!(config.get_ssl_mode(), SslMode::Require) {
-            return Err(Error::permanent(
-                "sslmode=require is not supported by walrelay's replication connection yet; \
-                 use sslmode=disable or sslmode=prefer, or reach Postgres through a TLS tunnel",
-            ));
-        }
-        let socket = open_socket(config).await?;
+    pub async fn connect(target: &PgTarget) -> Result<Self> {
+        let config = &target.config;
+        let socket = open_socket(target).await?;
         let (read_half, write_half) = tokio::io::split(socket);
         let mut conn = WireConnection {
             reader: WireReader {
@@ -308,7 +304,8 @@ impl WireWriter {
     }
 }
 
-async fn open_socket(config: &tokio_postgres::Config) -> Result<Box<dyn Socket>> {
+async fn open_socket(target: &PgTarget) -> Result<Box<dyn Socket>> {
+    let config = &target.config;
     let hosts = config.get_hosts();
     if hosts.is_empty() {
         return Err(Error::permanent(
@@ -328,16 +325,21 @@ async fn open_socket(config: &tokio_postgres::Config) -> Result<Box<dyn Socket>>
                 Host::Tcp(name) => {
                     let stream = TcpStream::connect((name.as_str(), port)).await?;
                     stream.set_nodelay(true)?;
-                    Ok::<Box<dyn Socket>, std::io::Error>(Box::new(stream))
+                    Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name)))
                 }
+                // Like libpq, no TLS over a Unix socket.
                 Host::Unix(dir) => {
                     let path = dir.join(format!(".s.PGSQL.{port}"));
-                    Ok(Box::new(UnixStream::connect(path).await?) as Box<dyn Socket>)
+                    Ok((
+                        Box::new(UnixStream::connect(path).await?) as Box<dyn Socket>,
+                        None,
+                    ))
                 }
             }
         };
         match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(socket)) => return Ok(socket),
+            Ok(Ok((socket, Some(name)))) => return negotiate_tls(socket, name, target).await,
+            Ok(Ok((socket, None))) => return Ok(socket),
             Ok(Err(e)) => last_error = Some(e),
             Err(_) => {
                 last_error = Some(std::io::Error::new(
@@ -352,6 +354,54 @@ async fn open_socket(config: &tokio_postgres::Config) -> Result<Box<dyn Socket>>
         describe_target(config)
     ))
     .with_source(last_error.expect("at least one host was tried")))
+}
+
+/// Asks for TLS (SSLRequest) as `sslmode` says, and wraps the socket.
+async fn negotiate_tls(
+    mut socket: Box<dyn Socket>,
+    host: &str,
+    target: &PgTarget,
+) -> Result<Box<dyn Socket>> {
+    let Some(config) = target.tls.configure()? else {
+        return Ok(socket);
+    };
+    let mut request = BytesMut::new();
+    frontend::ssl_request(&mut request);
+    socket.write_all(&request).await.map_err(connection_lost)?;
+    let mut answer = [0u8; 1];
+    socket
+        .read_exact(&mut answer)
+        .await
+        .map_err(connection_lost)?;
+    if answer[0] != b'S' {
+        if target.tls.required() {
+            return Err(Error::permanent(format!(
+                "Postgres at {} does not accept TLS, but --pg-url asks for sslmode={:?}: \
+                 turn on ssl in postgresql.conf or lower sslmode",
+                describe_target(&target.config),
+                target.tls.mode()
+            )));
+        }
+        return Ok(socket);
+    }
+    let handshake_failed = |e: &dyn std::fmt::Display| {
+        let text = e.to_string();
+        Error::new(
+            tls::handshake_error_kind(&text),
+            format!(
+                "TLS handshake with Postgres at {} failed: {e}; check sslmode and sslrootcert \
+             (verify-full needs a certificate that names the host)",
+                describe_target(&target.config)
+            ),
+        )
+    };
+    let ssl = config.into_ssl(host).map_err(|e| handshake_failed(&e))?;
+    let mut stream = SslStream::new(ssl, socket).map_err(|e| handshake_failed(&e))?;
+    std::pin::Pin::new(&mut stream)
+        .connect()
+        .await
+        .map_err(|e| handshake_failed(&e))?;
+    Ok(Box::new(stream))
 }
 
 fn protocol_error(e: std::io::Error) -> Error {

@@ -21,7 +21,7 @@ use crate::metrics::{self, Metrics};
 use crate::outbox::mapping::OutboxColumns;
 use crate::outbox::routing::Router;
 use crate::postgres::lsn::Lsn;
-use crate::postgres::{describe_target, replication, setup};
+use crate::postgres::{describe_target, replication, setup, PgTarget};
 use crate::watchdog::{self, WatchdogSettings, Webhook};
 
 use apply::ApplyLoop;
@@ -32,7 +32,7 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Everything a session needs, derived once from the flags.
 pub struct Settings {
-    pub pg: tokio_postgres::Config,
+    pub pg: PgTarget,
     pub kafka: ClientConfig,
     pub table: TableName,
     pub slot: String,
@@ -107,7 +107,7 @@ async fn supervise(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<()> {
     info!(
-        postgres = %describe_target(&settings.pg),
+        postgres = %describe_target(&settings.pg.config),
         kafka = %args.kafka_brokers,
         table = %settings.table,
         slot = %settings.slot,
@@ -148,7 +148,7 @@ async fn supervise(
                 "could not start within --startup-timeout ({:?}); check that Postgres at {} is \
                  reachable",
                 args.startup_timeout,
-                describe_target(&settings.pg)
+                describe_target(&settings.pg.config)
             ))
             .with_source(err));
         }

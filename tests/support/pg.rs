@@ -45,6 +45,107 @@ impl Postgres {
         Self::start_full(settings, "trust")
     }
 
+    /// A cluster that accepts TCP connections only over TLS, with a server
+    /// certificate for `localhost` signed by a CA the test makes. Returns the
+    /// cluster and the CA's PEM file.
+    pub fn start_with_tls() -> (Self, PathBuf) {
+        let mut pg = Self::start_full(&[], "trust");
+        pg.stop("fast");
+        let data = pg.data_dir();
+        let certs = pg.dir.0.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let openssl = |args: &[&str]| {
+            run(Command::new("openssl").args(args).current_dir(&certs));
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=walrelay test CA",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        std::fs::write(certs.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        for file in ["server.crt", "server.key"] {
+            std::fs::copy(certs.join(file), data.join(file)).unwrap();
+        }
+        let mut conf = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+        conf.push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        std::fs::write(data.join("postgresql.auto.conf"), conf).unwrap();
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+        )
+        .unwrap();
+        if is_root() {
+            run(Command::new("chown").args(["-R", "postgres"]).arg(&data));
+        }
+        run(Command::new("chmod")
+            .arg("600")
+            .arg(data.join("server.key")));
+        pg.start_server();
+        (pg, certs.join("ca.pem"))
+    }
+
+    /// A second CA, which did not sign the server's certificate.
+    pub fn other_ca(&self) -> PathBuf {
+        let certs = self.dir.0.join("certs");
+        run(Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "other.key",
+                "-out",
+                "other.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=someone else",
+            ])
+            .current_dir(&certs));
+        certs.join("other.pem")
+    }
+
     /// A cluster whose TCP connections need a password (`scram-sha-256` or
     /// `md5`); the test's own clients use the Unix socket, which trusts.
     pub fn start_with_host_auth(method: &str) -> Self {

@@ -1,0 +1,242 @@
+//! TLS to Postgres, with libpq's `sslmode` values. tokio-postgres knows only
+//! disable, prefer and require, so walrelay takes `sslmode` and `sslrootcert`
+//! out of the connection string itself and applies them to both its
+//! connections: the SQL one (postgres-openssl) and the replication one.
+
+use std::path::PathBuf;
+
+use openssl::ssl::{ConnectConfiguration, SslConnector, SslMethod, SslVerifyMode};
+use postgres_openssl::MakeTlsConnector;
+
+use crate::error::{Error, Kind, Result};
+
+/// Ordered from weakest to strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SslMode {
+    Disable,
+    /// TLS when the server offers it, unverified; plain otherwise.
+    Prefer,
+    /// TLS or nothing; the certificate is checked only against an sslrootcert if one is given.
+    Require,
+    /// TLS, and the server certificate must chain to the root certificate.
+    VerifyCa,
+    /// As verify-ca, and the certificate must name the host.
+    VerifyFull,
+}
+
+/// The TLS part of a connection string.
+#[derive(Clone)]
+pub struct Tls {
+    mode: SslMode,
+    connector: Option<SslConnector>,
+}
+
+impl Tls {
+    pub fn required(&self) -> bool {
+        self.mode >= SslMode::Require
+    }
+
+    pub fn mode(&self) -> SslMode {
+        self.mode
+    }
+
+    fn verify_hostname(&self) -> bool {
+        self.mode == SslMode::VerifyFull
+    }
+
+    /// The handshake settings for one connection to `host`.
+    pub fn configure(&self) -> Result<Option<ConnectConfiguration>> {
+        let Some(connector) = &self.connector else {
+            return Ok(None);
+        };
+        let mut config = connector
+            .configure()
+            .map_err(|e| Error::permanent("cannot set up TLS").with_source(e))?;
+        config.set_verify_hostname(self.verify_hostname());
+        Ok(Some(config))
+    }
+
+    /// The TLS connector for tokio-postgres's SQL connection.
+    pub fn make_connector(&self) -> Option<MakeTlsConnector> {
+        let connector = self.connector.clone()?;
+        let mut make = MakeTlsConnector::new(connector);
+        let verify_hostname = self.verify_hostname();
+        make.set_callback(move |config, _host| {
+            config.set_verify_hostname(verify_hostname);
+            Ok(())
+        });
+        Some(make)
+    }
+
+    fn build(mode: SslMode, root_cert: Option<PathBuf>) -> Result<Self> {
+        let connector = if mode == SslMode::Disable {
+            None
+        } else {
+            let fail = |e: openssl::error::ErrorStack| {
+                Error::permanent("cannot set up TLS for Postgres").with_source(e)
+            };
+            let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(fail)?;
+            match &root_cert {
+                Some(path) => builder.set_ca_file(path).map_err(|e| {
+                    Error::permanent(format!(
+                        "cannot read sslrootcert {}: point it at the PEM file of the CA that signed the server's certificate",
+                        path.display()
+                    ))
+                    .with_source(e)
+                })?,
+                None => builder.set_default_verify_paths().map_err(fail)?,
+            }
+            // libpq's rules: prefer and require check nothing, unless a root
+            // certificate was named for require (then it acts as verify-ca).
+            let verify = match mode {
+                SslMode::Prefer => false,
+                SslMode::Require => root_cert.is_some(),
+                _ => true,
+            };
+            builder.set_verify(if verify {
+                SslVerifyMode::PEER
+            } else {
+                SslVerifyMode::NONE
+            });
+            Some(builder.build())
+        };
+        Ok(Tls { mode, connector })
+    }
+}
+
+/// A handshake that failed over the certificate is a configuration problem
+/// (wrong CA, a name the certificate lacks); others may be a dropped connection.
+pub fn handshake_error_kind(error_text: &str) -> Kind {
+    if error_text.contains("certificate") {
+        Kind::Permanent
+    } else {
+        Kind::Transient
+    }
+}
+
+/// Takes `sslmode` and `sslrootcert` out of a URL or key=value string.
+/// Returns the rest, for tokio-postgres, and the TLS settings.
+pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
+    let mut mode = None;
+    let mut root_cert = None;
+    let mut take = |key: &str, value: String| -> bool {
+        match key {
+            "sslmode" => {
+                mode = Some(value);
+                true
+            }
+            "sslrootcert" => {
+                root_cert = Some(PathBuf::from(value));
+                true
+            }
+            _ => false,
+        }
+    };
+    let rest = if conn.starts_with("postgres://") || conn.starts_with("postgresql://") {
+        match conn.split_once('?') {
+            None => conn.to_string(),
+            Some((base, query)) => {
+                let kept: Vec<&str> = query
+                    .split('&')
+                    .filter(|pair| {
+                        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                        !take(k, percent_decode(v))
+                    })
+                    .collect();
+                if kept.is_empty() {
+                    base.to_string()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+        }
+    } else {
+        conn.split_whitespace()
+            .filter(|token| match token.split_once('=') {
+                Some((k, v)) => !take(k.trim(), v.trim_matches('\'').to_string()),
+                None => true,
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mode = match mode.as_deref() {
+        None | Some("prefer") => SslMode::Prefer,
+        Some("disable") => SslMode::Disable,
+        Some("allow") => SslMode::Prefer,
+        Some("require") => SslMode::Require,
+        Some("verify-ca") => SslMode::VerifyCa,
+        Some("verify-full") => SslMode::VerifyFull,
+        Some(other) => {
+            return Err(Error::permanent(format!(
+            "--pg-url has sslmode={other}; use disable, prefer, require, verify-ca or verify-full"
+        )))
+        }
+    };
+    Ok((rest, Tls::build(mode, root_cert)?))
+}
+
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&value[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sslmode_is_taken_out_of_a_url() {
+        let (rest, tls) =
+            split_tls_options("postgres://u:p@db:5432/app?application_name=x&sslmode=disable")
+                .unwrap();
+        assert_eq!(rest, "postgres://u:p@db:5432/app?application_name=x");
+        assert_eq!(tls.mode(), SslMode::Disable);
+    }
+
+    #[test]
+    fn an_unreadable_root_certificate_is_named() {
+        let err = split_tls_options(
+            "postgres://u@db/app?sslmode=verify-full&sslrootcert=%2Fno%2Fsuch%2Fca.pem",
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string()
+                .contains("cannot read sslrootcert /no/such/ca.pem"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn key_value_strings_keep_their_other_settings() {
+        let (rest, tls) = split_tls_options("host=db user=u sslmode='require' dbname=app").unwrap();
+        assert_eq!(rest, "host=db user=u dbname=app");
+        assert_eq!(tls.mode(), SslMode::Require);
+        assert!(tls.required());
+    }
+
+    #[test]
+    fn the_default_is_prefer_and_unknown_modes_are_refused() {
+        assert_eq!(
+            split_tls_options("postgres://u@db/app").unwrap().1.mode(),
+            SslMode::Prefer
+        );
+        let err = split_tls_options("postgres://u@db/app?sslmode=always")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("verify-full"));
+    }
+}
