@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::{Error, Result};
+use crate::outbox::mapping::MappingConfig;
 use crate::postgres::PgTarget;
 
 #[derive(Parser)]
@@ -68,17 +69,61 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
     pub table: TableName,
 
-    /// The column whose value picks the topic.
+    /// The column whose value picks the topic (Debezium: route.by.field).
     #[arg(long, env = "WALRELAY_ROUTE_BY_FIELD", default_value = "event_type")]
     pub route_by_field: String,
 
-    /// The topic name; ${routedByValue} is replaced by the route-by column's value.
+    /// Regex the route-by value must match whole; its groups feed --topic-replacement (route.topic.regex).
+    #[arg(long, env = "WALRELAY_TOPIC_REGEX", default_value = crate::outbox::routing::DEFAULT_REGEX)]
+    pub topic_regex: String,
+
+    /// The topic name; ${routedByValue} and the regex's groups are replaced (route.topic.replacement).
     #[arg(
         long,
         env = "WALRELAY_TOPIC_REPLACEMENT",
         default_value = "outbox.event.${routedByValue}"
     )]
     pub topic_replacement: String,
+
+    /// The column copied into the Kafka header "id" (table.field.event.id).
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_ID", default_value = "id")]
+    pub field_event_id: String,
+
+    /// The column that becomes the Kafka key (table.field.event.key).
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_KEY", default_value = "aggregate_id")]
+    pub field_event_key: String,
+
+    /// The column copied into the Kafka header "event_type".
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_TYPE", default_value = "event_type")]
+    pub field_event_type: String,
+
+    /// The column that becomes the Kafka value (table.field.event.payload).
+    #[arg(long, env = "WALRELAY_FIELD_PAYLOAD", default_value = "payload")]
+    pub field_payload: String,
+
+    /// A timestamp (or epoch-milliseconds bigint) column for the Kafka timestamp [default: the commit time].
+    #[arg(long, env = "WALRELAY_FIELD_TIMESTAMP")]
+    pub field_timestamp: Option<String>,
+
+    /// Extra columns: col:header[:alias], col:envelope[:alias] or col:partition, comma-separated.
+    #[arg(
+        long,
+        env = "WALRELAY_FIELDS_ADDITIONAL_PLACEMENT",
+        value_delimiter = ','
+    )]
+    pub fields_additional_placement: Vec<crate::outbox::placement::Placement>,
+
+    /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
+    #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
+    pub expand_json_payload: bool,
+
+    /// A NULL or empty payload becomes a tombstone (a null Kafka value).
+    #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
+    pub tombstone_on_empty_payload: bool,
+
+    /// What an UPDATE of an outbox row does, if the publication publishes updates (table.op.invalid.behavior).
+    #[arg(long, env = "WALRELAY_ON_UPDATE", value_enum, default_value_t = OnUpdate::Warn)]
+    pub on_update: OnUpdate,
 
     /// Address for /metrics, /healthz and /readyz.
     #[arg(long, env = "WALRELAY_METRICS_ADDR", default_value = "127.0.0.1:9187")]
@@ -212,6 +257,21 @@ impl SourceArgs {
 }
 
 impl RunArgs {
+    /// The `--field-*` flags as one mapping.
+    pub fn mapping(&self) -> MappingConfig {
+        MappingConfig {
+            id: self.field_event_id.clone(),
+            key: self.field_event_key.clone(),
+            event_type: self.field_event_type.clone(),
+            payload: self.field_payload.clone(),
+            route_by: self.route_by_field.clone(),
+            timestamp: self.field_timestamp.clone(),
+            placements: self.fields_additional_placement.clone(),
+            expand_json_payload: self.expand_json_payload,
+            tombstone_on_empty_payload: self.tombstone_on_empty_payload,
+        }
+    }
+
     /// Parses the Postgres URL and checks the values clap cannot.
     pub fn validate(&self) -> Result<PgTarget> {
         let pg = self.source.validate()?;
@@ -223,6 +283,8 @@ impl RunArgs {
                 "--max-inflight-events and --max-inflight-bytes must be above 0",
             ));
         }
+        crate::outbox::routing::Router::new(&self.topic_regex, &self.topic_replacement)
+            .map_err(Error::permanent)?;
         crate::outbox::routing::validate_topic(&self.dead_letter_topic)
             .map_err(|e| Error::permanent(format!("--dead-letter-topic: {e}")))?;
         if self.lag_warn_bytes > self.lag_critical_bytes {
@@ -237,6 +299,16 @@ impl RunArgs {
         }
         Ok(pg)
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnUpdate {
+    /// Log a warning and go on.
+    Warn,
+    /// Log an error and go on.
+    Error,
+    /// Stop walrelay.
+    Fatal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -136,8 +136,12 @@ pub struct Outgoing<'a> {
     pub payload: Option<&'a Bytes>,
     pub event_id: Option<&'a Bytes>,
     pub event_type: Option<&'a Bytes>,
-    /// Headers beyond `id` and `event_type`; only dead-letter records have them.
-    pub extra_headers: &'a [(&'a str, &'a [u8])],
+    /// Headers beyond `id` and `event_type`.
+    pub extra_headers: &'a [(&'a str, Option<&'a [u8]>)],
+    /// An explicit partition (a `column:partition` placement); else by key.
+    pub partition: Option<i32>,
+    /// The Kafka timestamp, in milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
     pub dead_letter: bool,
     pub commit_lsn: Lsn,
     /// Microseconds since the Unix epoch.
@@ -189,10 +193,7 @@ impl Producer {
             value: event.event_type.map(|v| &v[..]),
         });
         for (key, value) in event.extra_headers {
-            headers = headers.insert(Header {
-                key,
-                value: Some(*value),
-            });
+            headers = headers.insert(Header { key, value: *value });
         }
         let ticket = Box::new(Ticket {
             txn,
@@ -204,7 +205,10 @@ impl Producer {
         let mut record: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
             BaseRecord::with_opaque_to(event.topic, ticket)
                 .headers(headers)
-                .timestamp(event.commit_time_us / 1000);
+                .timestamp(event.timestamp_ms);
+        if let Some(partition) = event.partition {
+            record = record.partition(partition);
+        }
         if let Some(key) = event.key {
             record = record.key(&key[..]);
         }

@@ -1,63 +1,97 @@
-//! Turns an INSERT into the outbox table into an event. Columns are found by
-//! name in the Relation message, never by position, so column order and
-//! added columns do not matter.
+//! Turns an INSERT into the outbox table into an event, with Debezium's
+//! outbox router semantics. Columns are found by name in the Relation
+//! message, never by position, so column order and added columns do not
+//! matter.
 
 use bytes::Bytes;
 
+use super::placement::{self, Placement, Target};
+use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
 use crate::error::Error;
 use crate::postgres::pgoutput::{Datum, Relation, Tuple};
 
-/// The outbox columns walrelay reads.
+/// Which columns make an event, and how (the `--field-*` flags).
 #[derive(Debug, Clone)]
-pub struct OutboxColumns {
+pub struct MappingConfig {
     pub id: String,
     pub key: String,
     pub event_type: String,
     pub payload: String,
     pub route_by: String,
+    pub timestamp: Option<String>,
+    pub placements: Vec<Placement>,
+    pub expand_json_payload: bool,
+    pub tombstone_on_empty_payload: bool,
 }
 
-impl OutboxColumns {
-    pub fn with_route_by(route_by: &str) -> Self {
-        OutboxColumns {
+impl MappingConfig {
+    /// The defaults of walrelay's own outbox table (sql/outbox.sql).
+    #[cfg(test)]
+    pub fn defaults() -> Self {
+        MappingConfig {
             id: "id".into(),
             key: "aggregate_id".into(),
             event_type: "event_type".into(),
             payload: "payload".into(),
-            route_by: route_by.into(),
+            route_by: "event_type".into(),
+            timestamp: None,
+            placements: Vec::new(),
+            expand_json_payload: false,
+            tombstone_on_empty_payload: false,
         }
     }
 
-    pub fn names(&self) -> [&str; 5] {
-        [
-            &self.id,
+    /// Every column the mapping reads, for the start-up check.
+    pub fn column_names(&self) -> Vec<&str> {
+        let mut names = vec![
+            self.id.as_str(),
             &self.key,
             &self.event_type,
             &self.payload,
             &self.route_by,
-        ]
+        ];
+        names.extend(self.timestamp.as_deref());
+        names.extend(self.placements.iter().map(|p| p.column.as_str()));
+        names
     }
 }
 
-/// Column positions of the outbox table, from its latest Relation message.
-#[derive(Debug, Clone)]
-pub struct OutboxSchema {
-    id: usize,
-    key: usize,
-    event_type: usize,
-    payload: usize,
-    route_by: usize,
+/// A column's position and type in the latest Relation message.
+#[derive(Debug, Clone, Copy)]
+struct Col {
+    index: usize,
+    type_oid: u32,
 }
 
-/// One outbox row, sharing memory with the replication message it came from.
+/// The outbox table as the mapping needs it, from its latest Relation message.
+#[derive(Debug, Clone)]
+pub struct OutboxSchema {
+    id: Col,
+    key: Col,
+    event_type: Col,
+    payload: Col,
+    route_by: Col,
+    timestamp: Option<Col>,
+    placements: Vec<(Col, Target)>,
+    expand_json_payload: bool,
+    tombstone_on_empty_payload: bool,
+}
+
+/// One outbox event, sharing memory with the replication message it came from.
 #[derive(Debug, Clone, Default)]
 pub struct OutboxEvent {
     pub id: Option<Bytes>,
     pub key: Option<Bytes>,
     pub event_type: Option<Bytes>,
+    /// The Kafka value: the payload, an envelope around it, or None (a tombstone).
     pub payload: Option<Bytes>,
     pub route_value: Option<Bytes>,
+    /// Extra headers from `column:header` placements.
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub partition: Option<i32>,
+    /// From `--field-timestamp`; the commit time otherwise.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl OutboxEvent {
@@ -70,12 +104,20 @@ impl OutboxEvent {
     }
 }
 
+/// A row that could not become an event: what was read of it, and why.
+/// Boxed: it is the rare path.
+#[derive(Debug)]
+pub struct MappingError {
+    pub event: Box<OutboxEvent>,
+    pub reason: String,
+}
+
 impl OutboxSchema {
     /// Finds the mapped columns in a Relation message. A missing one (for
     /// example after a rename) is a permanent error naming the column.
     pub fn from_relation(
         relation: &Relation,
-        columns: &OutboxColumns,
+        config: &MappingConfig,
         table: &TableName,
     ) -> Result<Self, Error> {
         let find = |name: &str| {
@@ -83,6 +125,10 @@ impl OutboxSchema {
                 .columns
                 .iter()
                 .position(|c| c.name == name)
+                .map(|index| Col {
+                    index,
+                    type_oid: relation.columns[index].type_oid,
+                })
                 .ok_or_else(|| {
                     Error::permanent(format!(
                         "the outbox table {table} no longer has a column {name:?} \
@@ -92,40 +138,116 @@ impl OutboxSchema {
                 })
         };
         Ok(OutboxSchema {
-            id: find(&columns.id)?,
-            key: find(&columns.key)?,
-            event_type: find(&columns.event_type)?,
-            payload: find(&columns.payload)?,
-            route_by: find(&columns.route_by)?,
+            id: find(&config.id)?,
+            key: find(&config.key)?,
+            event_type: find(&config.event_type)?,
+            payload: find(&config.payload)?,
+            route_by: find(&config.route_by)?,
+            timestamp: config.timestamp.as_deref().map(find).transpose()?,
+            placements: config
+                .placements
+                .iter()
+                .map(|p| Ok((find(&p.column)?, p.target.clone())))
+                .collect::<Result<_, Error>>()?,
+            expand_json_payload: config.expand_json_payload,
+            tombstone_on_empty_payload: config.tombstone_on_empty_payload,
         })
     }
 
-    pub fn event(&self, mut tuple: Tuple) -> Result<OutboxEvent, String> {
-        // The route-by column may be one of the others: read it first, as a copy.
-        let route_value = match tuple.get(self.route_by) {
-            Some(Datum::Text(bytes)) => Some(bytes.clone()),
-            _ => None,
+    pub fn event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
+        let get = |col: Col| -> Result<Option<Bytes>, String> {
+            match tuple.get(col.index) {
+                Some(Datum::Null) => Ok(None),
+                Some(Datum::Text(bytes)) => Ok(Some(bytes.clone())),
+                Some(Datum::UnchangedToast) => {
+                    Err("an INSERT carried an unchanged TOAST value".into())
+                }
+                None => Err(format!(
+                    "the row has {} columns but the mapping needs column {}",
+                    tuple.len(),
+                    col.index + 1
+                )),
+            }
         };
-        let columns = tuple.len();
-        let mut take = |index: usize| match tuple.get_mut(index) {
-            Some(datum) => match std::mem::replace(datum, Datum::Null) {
-                Datum::Null => Ok(None),
-                Datum::Text(bytes) => Ok(Some(bytes)),
-                Datum::UnchangedToast => Err("an INSERT carried an unchanged TOAST value".into()),
-            },
-            None => Err(format!(
-                "the row has {} columns but the outbox mapping needs column {}",
-                columns,
-                index + 1
-            )),
+        let mut event = OutboxEvent::default();
+        let fail = |event: OutboxEvent, reason: String| MappingError {
+            event: Box::new(event),
+            reason,
         };
-        Ok(OutboxEvent {
-            id: take(self.id)?,
-            key: take(self.key)?,
-            event_type: take(self.event_type)?,
-            payload: take(self.payload)?,
-            route_value,
-        })
+        // The identifying fields first, so a failure later can still name the event.
+        macro_rules! read {
+            ($col:expr) => {
+                match get($col) {
+                    Ok(value) => value,
+                    Err(reason) => return Err(fail(event, reason)),
+                }
+            };
+        }
+        event.id = read!(self.id);
+        event.key = read!(self.key);
+        event.event_type = read!(self.event_type);
+        event.route_value = read!(self.route_by);
+        let payload = read!(self.payload);
+
+        let mut envelope_fields = Vec::new();
+        for (col, target) in &self.placements {
+            let value = read!(*col);
+            match target {
+                Target::Header(name) => event.headers.push((name.clone(), value)),
+                Target::Envelope(alias) => envelope_fields.push((
+                    alias.clone(),
+                    placement::to_json(value.as_ref(), col.type_oid, false),
+                )),
+                Target::Partition => {
+                    let Some(value) = value else { continue };
+                    match std::str::from_utf8(&value)
+                        .ok()
+                        .and_then(|v| v.parse::<i32>().ok())
+                    {
+                        Some(p) if p >= 0 => event.partition = Some(p),
+                        _ => {
+                            let reason = format!(
+                                "partition column value {:?} is not a partition number",
+                                String::from_utf8_lossy(&value)
+                            );
+                            return Err(fail(event, reason));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(col) = self.timestamp {
+            if let Some(value) = read!(col) {
+                let text = String::from_utf8_lossy(&value);
+                let parsed = match col.type_oid {
+                    placement::oid::INT8 => text.parse::<i64>().map_err(|e| e.to_string()),
+                    _ => parse_pg_timestamp_ms(&text),
+                };
+                match parsed {
+                    Ok(ms) => event.timestamp_ms = Some(ms),
+                    Err(e) => return Err(fail(event, format!("timestamp column: {e}"))),
+                }
+            }
+        }
+
+        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
+        event.payload = if self.tombstone_on_empty_payload && empty {
+            None
+        } else if self
+            .placements
+            .iter()
+            .any(|(_, t)| matches!(t, Target::Envelope(_)))
+        {
+            let payload = placement::to_json(
+                payload.as_ref(),
+                self.payload.type_oid,
+                self.expand_json_payload,
+            );
+            Some(placement::envelope(payload, envelope_fields))
+        } else {
+            payload
+        };
+        Ok(event)
     }
 }
 
@@ -134,18 +256,18 @@ mod tests {
     use super::*;
     use crate::postgres::pgoutput::Column;
 
-    fn relation(names: &[&str]) -> Relation {
+    fn relation(columns: &[(&str, u32)]) -> Relation {
         Relation {
             oid: 1,
             namespace: "public".into(),
             name: "outbox".into(),
             replica_identity: b'd',
-            columns: names
+            columns: columns
                 .iter()
-                .map(|n| Column {
+                .map(|(n, t)| Column {
                     is_key: false,
                     name: n.to_string(),
-                    type_oid: 25,
+                    type_oid: *t,
                     type_modifier: -1,
                 })
                 .collect(),
@@ -156,13 +278,21 @@ mod tests {
         Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
     }
 
+    fn table() -> TableName {
+        "public.outbox".parse().unwrap()
+    }
+
     #[test]
     fn columns_are_found_by_name_in_any_order() {
-        let table: TableName = "public.outbox".parse().unwrap();
-        let rel = relation(&["payload", "extra", "event_type", "aggregate_id", "id"]);
+        let rel = relation(&[
+            ("payload", 3802),
+            ("extra", 25),
+            ("event_type", 25),
+            ("aggregate_id", 25),
+            ("id", 2950),
+        ]);
         let schema =
-            OutboxSchema::from_relation(&rel, &OutboxColumns::with_route_by("event_type"), &table)
-                .unwrap();
+            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap();
         let event = schema
             .event(vec![
                 text("{}"),
@@ -180,11 +310,39 @@ mod tests {
 
     #[test]
     fn a_missing_column_is_named_in_the_error() {
-        let table: TableName = "public.outbox".parse().unwrap();
-        let rel = relation(&["id", "aggregate_id", "kind", "payload"]);
+        let rel = relation(&[
+            ("id", 2950),
+            ("aggregate_id", 25),
+            ("kind", 25),
+            ("payload", 3802),
+        ]);
         let err =
-            OutboxSchema::from_relation(&rel, &OutboxColumns::with_route_by("event_type"), &table)
-                .unwrap_err();
+            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap_err();
         assert!(err.to_string().contains("\"event_type\""), "{err}");
+    }
+
+    #[test]
+    fn a_bad_partition_value_names_the_event() {
+        let mut config = MappingConfig::defaults();
+        config.placements.push("shard:partition".parse().unwrap());
+        let rel = relation(&[
+            ("id", 25),
+            ("aggregate_id", 25),
+            ("event_type", 25),
+            ("payload", 3802),
+            ("shard", 25),
+        ]);
+        let schema = OutboxSchema::from_relation(&rel, &config, &table()).unwrap();
+        let err = schema
+            .event(vec![
+                text("e-9"),
+                text("k"),
+                text("T"),
+                text("{}"),
+                text("west"),
+            ])
+            .unwrap_err();
+        assert_eq!(err.event.id_text(), "e-9");
+        assert!(err.reason.contains("not a partition number"));
     }
 }

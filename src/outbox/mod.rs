@@ -1,4 +1,7 @@
-//! The outbox domain: which columns make an event, and which topic it goes to.
+//! The outbox domain: which columns make an event, how extra columns are
+//! placed, and which topic an event goes to (Debezium's outbox event router).
 
 pub mod mapping;
+pub mod placement;
 pub mod routing;
+pub mod timestamp;

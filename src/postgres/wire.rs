@@ -122,6 +122,10 @@ impl WireConnection {
             "application_name",
             config.get_application_name().unwrap_or("walrelay"),
         ));
+        // pgoutput writes values with the session's output settings: make
+        // timestamps ISO (for --field-timestamp) and floats exact.
+        params.push(("DateStyle", "ISO, MDY"));
+        params.push(("extra_float_digits", "3"));
         frontend::startup_message(params, &mut self.writer.buf).map_err(protocol_error)?;
         self.writer.flush().await?;
 

@@ -9,16 +9,16 @@ use bytes::Bytes;
 use rdkafka::error::KafkaError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{interval, Instant, MissedTickBehavior};
-use tracing::{debug, info, warn};
+use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
-use crate::config::OnPoison;
+use crate::config::{OnPoison, OnUpdate};
 use crate::error::{Error, Result};
 use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
 use crate::kafka::topics::TopicManager;
 use crate::kafka::{is_permanent_rejection, is_size_rejection};
 use crate::metrics::Metrics;
-use crate::outbox::mapping::{OutboxEvent, OutboxSchema};
+use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::{self, LogicalMessage, Relation};
 use crate::postgres::replication::{
@@ -170,16 +170,25 @@ impl<'a> ApplyLoop<'a> {
                     (txn.seq, txn.commit_lsn, txn.commit_time_us);
                 match schema.event(new) {
                     Ok(event) => self.publish(seq, commit_lsn, commit_time_us, event).await?,
-                    Err(reason) => {
-                        let unmapped = OutboxEvent::default();
-                        self.reject(Poisoned::new(seq, commit_lsn, &unmapped, None, reason))
+                    Err(MappingError { event, reason }) => {
+                        self.reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
                             .await?
                     }
                 }
             }
             LogicalMessage::Update { relation, .. } => {
                 if let Some(Some(_)) = self.relations.get(&relation) {
-                    debug!("ignoring an UPDATE of an outbox row: only INSERTs are events");
+                    let what = "an UPDATE of an outbox row: only INSERTs are events";
+                    match self.settings.on_update {
+                        OnUpdate::Warn => warn!("ignoring {what}"),
+                        OnUpdate::Error => error!("ignoring {what}"),
+                        OnUpdate::Fatal => {
+                            return Err(Error::permanent(format!(
+                                "{what}, and --on-update is fatal; stop updating outbox rows or \
+                                 choose --on-update warn"
+                            )))
+                        }
+                    }
                 }
             }
             LogicalMessage::Delete { .. }
@@ -196,7 +205,7 @@ impl<'a> ApplyLoop<'a> {
     fn on_relation(&mut self, relation: Relation) -> Result<()> {
         let table = &self.settings.table;
         let schema = if relation.namespace == table.schema && relation.name == table.name {
-            let schema = OutboxSchema::from_relation(&relation, &self.settings.columns, table)?;
+            let schema = OutboxSchema::from_relation(&relation, &self.settings.mapping, table)?;
             if self.relations.contains_key(&relation.oid) {
                 info!(table = %table, "outbox table schema changed; mapping updated");
             }
@@ -218,7 +227,7 @@ impl<'a> ApplyLoop<'a> {
         let Some(route_value) = &event.route_value else {
             let reason = format!(
                 "its route-by column {:?} is NULL",
-                self.settings.columns.route_by
+                self.settings.mapping.route_by
             );
             return self
                 .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
@@ -237,13 +246,20 @@ impl<'a> ApplyLoop<'a> {
             }
         };
         self.topics.ensure(&topic).await?;
+        let headers: Vec<(&str, Option<&[u8]>)> = event
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_deref()))
+            .collect();
         let outgoing = Outgoing {
             topic: &topic,
             key: event.key.as_ref(),
             payload: event.payload.as_ref(),
             event_id: event.id.as_ref(),
             event_type: event.event_type.as_ref(),
-            extra_headers: &[],
+            extra_headers: &headers,
+            partition: event.partition,
+            timestamp_ms: event.timestamp_ms.unwrap_or(commit_time_us / 1000),
             dead_letter: false,
             commit_lsn,
             commit_time_us,

@@ -13,12 +13,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{OnPoison, RunArgs, TableName};
+use crate::config::{OnPoison, OnUpdate, RunArgs, TableName};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::Producer;
 use crate::kafka::topics::TopicManager;
 use crate::metrics::{self, Metrics};
-use crate::outbox::mapping::OutboxColumns;
+use crate::outbox::mapping::MappingConfig;
 use crate::outbox::routing::Router;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::{describe_target, replication, setup, PgTarget};
@@ -37,7 +37,7 @@ pub struct Settings {
     pub table: TableName,
     pub slot: String,
     pub publication: String,
-    pub columns: OutboxColumns,
+    pub mapping: MappingConfig,
     pub router: Router,
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
@@ -46,6 +46,7 @@ pub struct Settings {
     pub topic_partitions: i32,
     pub topic_replication_factor: Option<i32>,
     pub on_poison: OnPoison,
+    pub on_update: OnUpdate,
     pub dead_letter_topic: String,
 }
 
@@ -57,8 +58,10 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         table: args.table.clone(),
         slot: args.source.slot.clone(),
         publication: args.source.publication.clone(),
-        columns: OutboxColumns::with_route_by(&args.route_by_field),
-        router: Router::new(&args.topic_replacement),
+        mapping: args.mapping(),
+        router: Router::new(&args.topic_regex, &args.topic_replacement)
+            .map_err(Error::permanent)?,
+        on_update: args.on_update,
         status_interval: args.status_interval,
         shutdown_timeout: args.shutdown_timeout,
         max_inflight_events: args.max_inflight_events,
@@ -175,7 +178,7 @@ async fn session(
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
-    setup::check_table(&client, &settings.table, &settings.columns.names()).await?;
+    setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
     setup::ensure_publication(&client, &settings.publication, &settings.table).await?;
     let slot = setup::ensure_slot(&client, &settings.slot).await?;
     drop(client);

@@ -113,16 +113,16 @@ impl ApplyLoop<'_> {
             .payload
             .as_ref()
             .map(|v| format!("{} bytes; the row is in the outbox table", v.len()));
-        let mut headers: Vec<(&str, &[u8])> = vec![
-            ("walrelay.reason", p.reason.as_bytes()),
-            ("walrelay.event-id", p.id.as_deref().unwrap_or_default()),
-            ("walrelay.commit-lsn", lsn.as_bytes()),
+        let mut headers: Vec<(&str, Option<&[u8]>)> = vec![
+            ("walrelay.reason", Some(p.reason.as_bytes())),
+            ("walrelay.event-id", p.id.as_deref()),
+            ("walrelay.commit-lsn", Some(lsn.as_bytes())),
         ];
         if let Some(original) = &p.original_topic {
-            headers.push(("walrelay.original-topic", original.as_bytes()));
+            headers.push(("walrelay.original-topic", Some(original.as_bytes())));
         }
         if let (true, Some(omitted)) = (p.value_too_large, &omitted) {
-            headers.push(("walrelay.value-omitted", omitted.as_bytes()));
+            headers.push(("walrelay.value-omitted", Some(omitted.as_bytes())));
         }
         let outgoing = Outgoing {
             topic: &topic,
@@ -135,6 +135,8 @@ impl ApplyLoop<'_> {
             event_id: p.id.as_ref(),
             event_type: p.event_type.as_ref(),
             extra_headers: &headers,
+            partition: None,
+            timestamp_ms: unix_now_us() / 1000,
             dead_letter: true,
             commit_lsn: p.commit_lsn,
             commit_time_us: unix_now_us(),

@@ -1,0 +1,103 @@
+//! Reads a Postgres timestamp column's text (ISO DateStyle, which walrelay
+//! sets on its replication session) as milliseconds since the Unix epoch,
+//! for the Kafka timestamp.
+
+/// `2026-11-29 22:10:00.123456+00`, `…+05:30`, or without offset (UTC).
+pub fn parse_pg_timestamp_ms(text: &str) -> Result<i64, String> {
+    let bad =
+        || format!("{text:?} is not an ISO timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]])");
+    let (date, rest) = text.split_once([' ', 'T']).ok_or_else(bad)?;
+    let mut d = date.splitn(3, '-');
+    let (y, m, day) = (
+        d.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+        d.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+        d.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+    );
+    // Split the offset off the time: the last '+' or '-' after the seconds.
+    let (time, offset_secs) = match rest.rfind(['+', '-']) {
+        Some(i) => {
+            let sign = if &rest[i..i + 1] == "-" { -1 } else { 1 };
+            let mut parts = rest[i + 1..].split(':');
+            let h: i64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            let mi: i64 = parts
+                .next()
+                .map(|v| v.parse().map_err(|_| bad()))
+                .transpose()?
+                .unwrap_or(0);
+            let s: i64 = parts
+                .next()
+                .map(|v| v.parse().map_err(|_| bad()))
+                .transpose()?
+                .unwrap_or(0);
+            (&rest[..i], sign * (h * 3600 + mi * 60 + s))
+        }
+        None => (rest, 0),
+    };
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.split(':');
+    let (hh, mm, ss) = (
+        t.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+        t.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+        t.next()
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(bad)?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 24 || mm > 59 || ss > 60 {
+        return Err(bad());
+    }
+    let millis: i64 = format!("{:0<3}", &frac[..frac.len().min(3)])
+        .parse()
+        .map_err(|_| bad())?;
+    let days = days_from_civil(y, m, day);
+    Ok(((days * 86_400 + hh * 3600 + mm * 60 + ss) - offset_secs) * 1000 + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_with_offsets_become_epoch_milliseconds() {
+        assert_eq!(parse_pg_timestamp_ms("1970-01-01 00:00:00+00").unwrap(), 0);
+        assert_eq!(
+            parse_pg_timestamp_ms("2026-11-29 22:10:00.123456+00").unwrap(),
+            1_795_990_200_123
+        );
+        assert_eq!(
+            parse_pg_timestamp_ms("2026-11-30 03:40:00.123+05:30").unwrap(),
+            1_795_990_200_123
+        );
+        assert_eq!(
+            parse_pg_timestamp_ms("2000-01-01 00:00:00").unwrap(),
+            946_684_800_000
+        );
+        assert_eq!(parse_pg_timestamp_ms("1969-12-31 23:00:00-01").unwrap(), 0);
+    }
+
+    #[test]
+    fn other_text_is_refused() {
+        assert!(parse_pg_timestamp_ms("yesterday").is_err());
+        assert!(parse_pg_timestamp_ms("2026-13-01 00:00:00+00").is_err());
+    }
+}
