@@ -30,9 +30,9 @@ pub enum Command {
     Status(StatusArgs),
 }
 
-/// Where the events come from: shared by `run` and `status`.
+/// The database, slot and publication: shared by `run` and `status`.
 #[derive(Args, Clone)]
-pub struct SourceArgs {
+pub struct ConnArgs {
     /// Postgres connection: a URL (postgres://user:pass@host:5432/db) or key=value string.
     #[arg(long, env = "WALRELAY_PG_URL", hide_env_values = true)]
     pub pg_url: String,
@@ -49,7 +49,7 @@ pub struct SourceArgs {
 #[derive(Args, Clone)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub source: SourceArgs,
+    pub conn: ConnArgs,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -59,7 +59,7 @@ pub struct StatusArgs {
 #[derive(Args, Clone)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub source: SourceArgs,
+    pub conn: ConnArgs,
 
     /// Kafka bootstrap servers, comma-separated host:port list.
     #[arg(long, env = "WALRELAY_KAFKA_BROKERS")]
@@ -68,6 +68,14 @@ pub struct RunArgs {
     /// The outbox table, as schema.table (schema defaults to public).
     #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
     pub table: TableName,
+
+    /// Where events come from: INSERTs into --table, or pg_logical_emit_message (PostgreSQL 14+).
+    #[arg(long, env = "WALRELAY_SOURCE", value_enum, default_value_t = Source::Table)]
+    pub source: Source,
+
+    /// With --source messages: the prefix of the messages that are events.
+    #[arg(long, env = "WALRELAY_MESSAGE_PREFIX", default_value = "walrelay")]
+    pub message_prefix: String,
 
     /// The column whose value picks the topic (Debezium: route.by.field).
     #[arg(long, env = "WALRELAY_ROUTE_BY_FIELD", default_value = "event_type")]
@@ -220,8 +228,8 @@ impl fmt::Debug for RunArgs {
             .field("pg_url", &"<redacted>")
             .field("kafka_brokers", &self.kafka_brokers)
             .field("table", &self.table)
-            .field("slot", &self.source.slot)
-            .field("publication", &self.source.publication)
+            .field("slot", &self.conn.slot)
+            .field("publication", &self.conn.publication)
             .field("route_by_field", &self.route_by_field)
             .field("topic_replacement", &self.topic_replacement)
             .field(
@@ -236,7 +244,7 @@ impl fmt::Debug for RunArgs {
     }
 }
 
-impl SourceArgs {
+impl ConnArgs {
     /// Parses the Postgres URL and checks the slot name.
     pub fn validate(&self) -> Result<PgTarget> {
         let pg = PgTarget::parse(&self.pg_url)?;
@@ -274,7 +282,7 @@ impl RunArgs {
 
     /// Parses the Postgres URL and checks the values clap cannot.
     pub fn validate(&self) -> Result<PgTarget> {
-        let pg = self.source.validate()?;
+        let pg = self.conn.validate()?;
         if self.topic_partitions < 1 {
             return Err(Error::permanent("--topic-partitions must be at least 1"));
         }
@@ -299,6 +307,14 @@ impl RunArgs {
         }
         Ok(pg)
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Source {
+    /// INSERTs into the outbox table.
+    Table,
+    /// Transactional pg_logical_emit_message(true, prefix, content) calls: no table at all.
+    Messages,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -425,7 +441,7 @@ mod tests {
     fn defaults_follow_the_documented_values() {
         let a = args(&[]);
         assert_eq!(a.table.to_string(), "public.outbox");
-        assert_eq!(a.source.slot, "walrelay");
+        assert_eq!(a.conn.slot, "walrelay");
         assert_eq!(a.lag_warn_bytes, 1 << 30);
         assert_eq!(a.route_by_field, "event_type");
         assert_eq!(a.topic_replacement, "outbox.event.${routedByValue}");

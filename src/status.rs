@@ -8,15 +8,15 @@ use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
 pub async fn run(args: StatusArgs) -> Result<()> {
-    let pg = args.source.validate()?;
+    let pg = args.conn.validate()?;
     let client = setup::connect(&pg).await?;
-    let slot_name = &args.source.slot;
+    let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;
     let tables: Vec<String> = client
         .query(
             "SELECT schemaname || '.' || tablename FROM pg_catalog.pg_publication_tables \
              WHERE pubname = $1 ORDER BY 1",
-            &[&args.source.publication],
+            &[&args.conn.publication],
         )
         .await
         .map_err(|e| crate::postgres::sql_error("cannot read pg_publication_tables", e))?
@@ -26,7 +26,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let publication_exists = client
         .query_opt(
             "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
-            &[&args.source.publication],
+            &[&args.conn.publication],
         )
         .await
         .map_err(|e| crate::postgres::sql_error("cannot read pg_publication", e))?
@@ -37,7 +37,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             "database": describe_target(&pg.config),
             "slot": report.as_ref().map(SlotReport::to_json),
             "publication": {
-                "name": args.source.publication,
+                "name": args.conn.publication,
                 "exists": publication_exists,
                 "tables": tables,
             },
@@ -67,7 +67,7 @@ fn print_table(
 ) {
     let mut rows: Vec<(&str, String)> = vec![("database", describe_target(&pg.config))];
     match report {
-        None => rows.push(("slot", format!("{} (missing)", args.source.slot))),
+        None => rows.push(("slot", format!("{} (missing)", args.conn.slot))),
         Some(r) => {
             rows.push(("slot", r.name.clone()));
             rows.push(("plugin", r.plugin.clone().unwrap_or_default()));
@@ -104,7 +104,7 @@ fn print_table(
         if publication_exists {
             format!(
                 "{} ({})",
-                args.source.publication,
+                args.conn.publication,
                 if tables.is_empty() {
                     "no tables".into()
                 } else {
@@ -112,7 +112,7 @@ fn print_table(
                 }
             )
         } else {
-            format!("{} (missing)", args.source.publication)
+            format!("{} (missing)", args.conn.publication)
         },
     ));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);

@@ -2,6 +2,7 @@
 //! placed, and which topic an event goes to (Debezium's outbox event router).
 
 pub mod mapping;
+pub mod message;
 pub mod placement;
 pub mod routing;
 pub mod timestamp;

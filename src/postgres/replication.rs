@@ -138,18 +138,21 @@ impl StatusSender {
 }
 
 /// Opens a replication connection and starts streaming the slot from `start`
-/// (`0/0` means the slot's own confirmed position).
+/// (`0/0` means the slot's own confirmed position). `messages` asks pgoutput
+/// for `pg_logical_emit_message` output too (PostgreSQL 14+).
 pub async fn start(
     target: &PgTarget,
     slot: &str,
     publication: &str,
+    messages: bool,
     start: Lsn,
 ) -> Result<(ReplicationStream, StatusSender)> {
     let mut conn = WireConnection::connect(target).await?;
     let command = format!(
-        "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {})",
+        "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {}{})",
         quote_ident(slot),
         quote_literal(&quote_ident(publication)),
+        if messages { ", \"messages\" 'true'" } else { "" },
     );
     conn.start_copy_both(&command).await?;
     Ok((

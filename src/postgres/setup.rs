@@ -100,8 +100,30 @@ pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -
     Ok(())
 }
 
-/// Creates the publication if it is absent; checks an existing one covers the table.
-pub async fn ensure_publication(client: &Client, name: &str, table: &TableName) -> Result<()> {
+/// The table-less outbox needs pgoutput's `messages` option.
+pub async fn check_messages_supported(client: &Client) -> Result<()> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(|e| sql_error("cannot read server_version_num", e))?;
+    let version: i32 = row.get(0);
+    if version < 140000 {
+        return Err(Error::permanent(format!(
+            "--source messages needs PostgreSQL 14 or later (this server is {}): \
+             upgrade, or use an outbox table with --source table",
+            version / 10000
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the publication if it is absent (for the table, or with no tables
+/// for the table-less outbox); checks an existing one covers the table.
+pub async fn ensure_publication(
+    client: &Client,
+    name: &str,
+    table: Option<&TableName>,
+) -> Result<()> {
     let existing = client
         .query_opt(
             "SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = $1",
@@ -110,11 +132,14 @@ pub async fn ensure_publication(client: &Client, name: &str, table: &TableName) 
         .await
         .map_err(|e| sql_error("cannot read pg_publication", e))?;
     let Some(row) = existing else {
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
-            quote_ident(name),
-            table.quoted()
-        );
+        let sql = match table {
+            Some(table) => format!(
+                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+                quote_ident(name),
+                table.quoted()
+            ),
+            None => format!("CREATE PUBLICATION {}", quote_ident(name)),
+        };
         client.batch_execute(&sql).await.map_err(|e| {
             sql_error(
                 format!(
@@ -123,7 +148,11 @@ pub async fn ensure_publication(client: &Client, name: &str, table: &TableName) 
                 e,
             )
         })?;
-        info!(publication = name, table = %table, "created publication");
+        info!(publication = name, "created publication");
+        return Ok(());
+    };
+    let Some(table) = table else {
+        info!(publication = name, "reusing publication");
         return Ok(());
     };
     let publishes_inserts: bool = row.get(0);

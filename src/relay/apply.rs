@@ -12,15 +12,16 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
-use crate::config::{OnPoison, OnUpdate};
+use crate::config::{OnPoison, OnUpdate, Source};
 use crate::error::{Error, Result};
 use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
 use crate::kafka::topics::TopicManager;
 use crate::kafka::{is_permanent_rejection, is_size_rejection};
 use crate::metrics::Metrics;
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
+use crate::outbox::message::event_from_message;
 use crate::postgres::lsn::Lsn;
-use crate::postgres::pgoutput::{self, LogicalMessage, Relation};
+use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
 use crate::postgres::replication::{
     ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
 };
@@ -191,13 +192,54 @@ impl<'a> ApplyLoop<'a> {
                     }
                 }
             }
+            LogicalMessage::Message(message) => self.on_emitted_message(message).await?,
             LogicalMessage::Delete { .. }
             | LogicalMessage::Truncate { .. }
             | LogicalMessage::Type { .. }
-            | LogicalMessage::Origin { .. }
-            | LogicalMessage::Message(_) => {}
+            | LogicalMessage::Origin { .. } => {}
         }
         Ok(())
+    }
+
+    /// A `pg_logical_emit_message` event (--source messages). Only
+    /// transactional ones are events: a non-transactional message is sent
+    /// even when its transaction rolls back, so it could be a phantom.
+    async fn on_emitted_message(&mut self, message: EmittedMessage) -> Result<()> {
+        if self.settings.source != Source::Messages
+            || message.prefix != self.settings.message_prefix
+        {
+            return Ok(());
+        }
+        if !message.transactional {
+            let mut event = event_from_message(&message.content, &self.settings.mapping.route_by)
+                .unwrap_or_else(|e| *e.event);
+            event.route_value = None;
+            let reason = format!(
+                "a non-transactional message with prefix {:?} is sent even when its transaction \
+                 rolls back, so it is not an outbox event; emit events with \
+                 pg_logical_emit_message(true, …) (sql/outbox_messages.sql)",
+                message.prefix
+            );
+            // It stands outside any transaction: give it one of its own.
+            let seq = self.checkpoint.begin();
+            self.reject(Poisoned::new(seq, message.lsn, &event, None, reason))
+                .await?;
+            self.checkpoint.commit(seq, message.lsn);
+            self.advance();
+            return Ok(());
+        }
+        let txn = self
+            .open_txn
+            .as_ref()
+            .ok_or_else(|| protocol("a transactional message outside a transaction"))?;
+        let (seq, commit_lsn, commit_time_us) = (txn.seq, txn.commit_lsn, txn.commit_time_us);
+        match event_from_message(&message.content, &self.settings.mapping.route_by) {
+            Ok(event) => self.publish(seq, commit_lsn, commit_time_us, event).await,
+            Err(MappingError { event, reason }) => {
+                self.reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
+                    .await
+            }
+        }
     }
 
     /// A Relation message arrives before a table's first change in a session

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{OnPoison, OnUpdate, RunArgs, TableName};
+use crate::config::{OnPoison, OnUpdate, RunArgs, Source, TableName};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::Producer;
 use crate::kafka::topics::TopicManager;
@@ -38,6 +38,8 @@ pub struct Settings {
     pub slot: String,
     pub publication: String,
     pub mapping: MappingConfig,
+    pub source: Source,
+    pub message_prefix: String,
     pub router: Router,
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
@@ -56,9 +58,11 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         pg,
         kafka: Producer::client_config(&args.kafka_brokers, &args.kafka_properties),
         table: args.table.clone(),
-        slot: args.source.slot.clone(),
-        publication: args.source.publication.clone(),
+        slot: args.conn.slot.clone(),
+        publication: args.conn.publication.clone(),
         mapping: args.mapping(),
+        source: args.source,
+        message_prefix: args.message_prefix.clone(),
         router: Router::new(&args.topic_regex, &args.topic_replacement)
             .map_err(Error::permanent)?,
         on_update: args.on_update,
@@ -178,8 +182,17 @@ async fn session(
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
-    setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
-    setup::ensure_publication(&client, &settings.publication, &settings.table).await?;
+    match settings.source {
+        Source::Table => {
+            setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
+            setup::ensure_publication(&client, &settings.publication, Some(&settings.table))
+                .await?;
+        }
+        Source::Messages => {
+            setup::check_messages_supported(&client).await?;
+            setup::ensure_publication(&client, &settings.publication, None).await?;
+        }
+    }
     let slot = setup::ensure_slot(&client, &settings.slot).await?;
     drop(client);
 
@@ -189,6 +202,7 @@ async fn session(
         &settings.pg,
         &settings.slot,
         &settings.publication,
+        settings.source == Source::Messages,
         Lsn::ZERO,
     )
     .await?;
