@@ -28,6 +28,11 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
     Status(StatusArgs),
+    /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
+    MigrateFromDebezium {
+        /// The connector configuration: Kafka Connect JSON or a .properties file.
+        config: std::path::PathBuf,
+    },
 }
 
 /// The database, slot and publication: shared by `run` and `status`.

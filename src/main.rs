@@ -7,6 +7,7 @@ mod config;
 mod error;
 mod kafka;
 mod metrics;
+mod migrate;
 mod outbox;
 mod postgres;
 mod relay;
@@ -55,6 +56,7 @@ fn main() -> ExitCode {
                 result
             }
             Command::Status(args) => status::run(args).await,
+            Command::MigrateFromDebezium { config } => migrate::run(&config),
         }
     });
     match result {

@@ -1,0 +1,445 @@
+//! `walrelay migrate-from-debezium`: reads a Debezium PostgreSQL connector
+//! configuration with the outbox EventRouter transform (Kafka Connect JSON
+//! or a .properties file) and prints the equivalent `walrelay run` command,
+//! with a note for every option that has no equivalent or behaves
+//! differently. Passwords are never printed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+const POSTGRES_CONNECTOR: &str = "io.debezium.connector.postgresql.PostgresConnector";
+
+/// Router options and their walrelay flags. Debezium's defaults differ from
+/// walrelay's, so they are written out whenever the connector relies on them.
+const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
+    ("table.field.event.id", "--field-event-id", Some("id")),
+    (
+        "table.field.event.key",
+        "--field-event-key",
+        Some("aggregateid"),
+    ),
+    ("table.field.event.type", "--field-event-type", Some("type")),
+    (
+        "table.field.event.payload",
+        "--field-payload",
+        Some("payload"),
+    ),
+    ("table.field.event.timestamp", "--field-timestamp", None),
+    ("route.by.field", "--route-by-field", Some("aggregatetype")),
+    ("route.topic.regex", "--topic-regex", None),
+    ("route.topic.replacement", "--topic-replacement", None),
+    (
+        "table.fields.additional.placement",
+        "--fields-additional-placement",
+        None,
+    ),
+    ("table.op.invalid.behavior", "--on-update", None),
+];
+
+pub struct Migration {
+    pub args: Vec<(String, Option<String>)>,
+    pub notes: Vec<String>,
+}
+
+pub fn run(path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
+    let migration = migrate(&text)?;
+    println!("{}", migration.command());
+    if !migration.notes.is_empty() {
+        println!("\nNotes:");
+        for note in &migration.notes {
+            println!("- {note}");
+        }
+    }
+    Ok(())
+}
+
+impl Migration {
+    /// The command line, one flag a line.
+    pub fn command(&self) -> String {
+        let mut out = String::from("walrelay run");
+        for (flag, value) in &self.args {
+            out.push_str(" \\\n  ");
+            out.push_str(flag);
+            if let Some(value) = value {
+                out.push(' ');
+                out.push_str(&shell_quote(value));
+            }
+        }
+        out
+    }
+}
+
+pub fn migrate(text: &str) -> Result<Migration> {
+    let config = parse(text)?;
+    let get = |key: &str| config.get(key).map(String::as_str);
+    let mut args: Vec<(String, Option<String>)> = Vec::new();
+    let mut notes = Vec::new();
+    let mut used: Vec<String> = Vec::new();
+    let flag = |args: &mut Vec<_>, name: &str, value: Option<String>| {
+        args.push((name.to_string(), value));
+    };
+
+    match get("connector.class") {
+        Some(POSTGRES_CONNECTOR) => {}
+        Some(other) => notes.push(format!(
+            "connector.class is {other}: walrelay reads PostgreSQL only; the command below assumes PostgreSQL"
+        )),
+        None => notes.push("no connector.class: assuming the PostgreSQL connector".into()),
+    }
+    used.push("connector.class".into());
+
+    // The database.
+    let host = get("database.hostname").unwrap_or("localhost");
+    let port = get("database.port").unwrap_or("5432");
+    let user = get("database.user").unwrap_or("postgres");
+    let db = get("database.dbname").unwrap_or("postgres");
+    let mut url = format!("postgres://{user}@{host}:{port}/{db}");
+    let mut params = Vec::new();
+    if let Some(mode) = get("database.sslmode") {
+        params.push(format!("sslmode={mode}"));
+    }
+    if let Some(root) = get("database.sslrootcert") {
+        params.push(format!("sslrootcert={root}"));
+    }
+    if !params.is_empty() {
+        url.push('?');
+        url.push_str(&params.join("&"));
+    }
+    flag(&mut args, "--pg-url", Some(url));
+    if get("database.password").is_some() {
+        notes.push(
+            "database.password is not printed: put the password into WALRELAY_PG_URL \
+             (postgres://user:PASSWORD@host/db) from your secret store instead of --pg-url"
+                .into(),
+        );
+    }
+    used.extend(
+        [
+            "database.hostname",
+            "database.port",
+            "database.user",
+            "database.password",
+            "database.dbname",
+            "database.sslmode",
+            "database.sslrootcert",
+        ]
+        .map(String::from),
+    );
+    flag(
+        &mut args,
+        "--kafka-brokers",
+        Some(
+            get("bootstrap.servers")
+                .unwrap_or("BROKER:9092")
+                .to_string(),
+        ),
+    );
+    if get("bootstrap.servers").is_none() {
+        notes.push(
+            "the Kafka brokers live in the Connect worker's configuration, not the connector's: \
+             replace BROKER:9092 with its bootstrap.servers"
+                .into(),
+        );
+    }
+    used.push("bootstrap.servers".into());
+
+    match get("table.include.list") {
+        Some(list) if list.split(',').count() == 1 => {
+            let table = list.trim().replace("\\.", ".");
+            flag(&mut args, "--table", Some(table));
+        }
+        Some(list) => notes.push(format!(
+            "table.include.list names several tables ({list}); walrelay reads one outbox table: \
+             run one walrelay per outbox table, each with its own --slot"
+        )),
+        None => notes.push(
+            "no table.include.list: pass --table with your outbox table (default public.outbox)"
+                .into(),
+        ),
+    }
+    used.push("table.include.list".into());
+    if let Some(slot) = get("slot.name") {
+        flag(&mut args, "--slot", Some(slot.into()));
+        notes.push(format!(
+            "slot {slot:?}: walrelay can reuse Debezium's pgoutput slot only after Debezium is \
+             stopped for good; it resumes from the slot's confirmed position, so events Debezium \
+             read but had not confirmed are published again (consumers dedupe by id)"
+        ));
+    } else {
+        flag(&mut args, "--slot", Some("debezium".into()));
+        notes.push("no slot.name: Debezium's default slot is \"debezium\"".into());
+    }
+    used.push("slot.name".into());
+    flag(
+        &mut args,
+        "--publication",
+        Some(
+            get("publication.name")
+                .unwrap_or("dbz_publication")
+                .to_string(),
+        ),
+    );
+    used.push("publication.name".into());
+    match get("plugin.name") {
+        None | Some("pgoutput") => {}
+        Some(other) => notes.push(format!(
+            "plugin.name is {other}: walrelay needs a pgoutput slot; create a new --slot (walrelay \
+             does it) after Debezium has published everything"
+        )),
+    }
+    used.push("plugin.name".into());
+
+    // The outbox event router.
+    let prefix = config
+        .iter()
+        .find(|(k, v)| k.starts_with("transforms.") && k.ends_with(".type") && *v == EVENT_ROUTER)
+        .map(|(k, _)| k.trim_end_matches("type").to_string());
+    let Some(prefix) = prefix else {
+        return Err(Error::permanent(format!(
+            "the configuration has no {EVENT_ROUTER} transform; walrelay replaces the \
+             connector together with the outbox event router"
+        )));
+    };
+    for (option, walrelay_flag, debezium_default) in ROUTER_FLAGS {
+        let key = format!("{prefix}{option}");
+        used.push(key.clone());
+        match (get(&key), debezium_default) {
+            (Some(value), _) => flag(&mut args, walrelay_flag, Some(value.to_string())),
+            (None, Some(default)) => flag(&mut args, walrelay_flag, Some(default.to_string())),
+            (None, None) => {}
+        }
+    }
+    notes.push(
+        "walrelay also sends the event type as the header \"event_type\" (from --field-event-type); \
+         Debezium sends it only through table.fields.additional.placement"
+            .into(),
+    );
+    let flag_on = |key: &str| get(&format!("{prefix}{key}")) == Some("true");
+    if flag_on("table.expand.json.payload") {
+        flag(&mut args, "--expand-json-payload", None);
+    }
+    if flag_on("route.tombstone.on.empty.payload") {
+        flag(&mut args, "--tombstone-on-empty-payload", None);
+    }
+    used.push(format!("{prefix}table.expand.json.payload"));
+    used.push(format!("{prefix}route.tombstone.on.empty.payload"));
+    used.push(format!("{prefix}type"));
+
+    // Options with no walrelay equivalent, or different behaviour.
+    let explain = |key: &str, value: &str| -> Option<String> {
+        Some(match key {
+            "heartbeat.interval.ms" | "heartbeat.action.query" => format!(
+                "{key} is not needed: walrelay confirms the server's WAL position whenever \
+                 nothing is in flight, so an idle outbox on a busy database does not pin WAL"
+            ),
+            "offset.flush.interval.ms" | "offset.storage" | "offset.storage.file.filename" => {
+                format!(
+                "{key}: walrelay keeps no offsets of its own; the slot is the offset, confirmed \
+                 within --status-interval (1s) of Kafka's acknowledgement"
+            )
+            }
+            "snapshot.mode" => format!(
+                "snapshot.mode={value}: walrelay never snapshots; it publishes what is committed \
+                 after the slot's position, which is what an outbox needs"
+            ),
+            "topic.prefix" | "database.server.name" => format!(
+                "{key} names Debezium's change topics; outbox topics come from --topic-replacement"
+            ),
+            "tasks.max" => "tasks.max: walrelay is one process per slot; run a second one as a \
+                            standby for high availability"
+                .into(),
+            "tombstones.on.delete" => {
+                "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
+            }
+            "key.converter" | "value.converter" => {
+                if value.ends_with("JsonConverter") {
+                    format!(
+                        "{key}=JsonConverter: walrelay writes the key and the payload's JSON text as \
+                         they are, like JsonConverter with schemas.enable=false and \
+                         table.expand.json.payload=true (see docs/migrating-from-debezium.md)"
+                    )
+                } else {
+                    format!(
+                        "{key}={value}: walrelay writes the key and the payload text as they are"
+                    )
+                }
+            }
+            "value.converter.schemas.enable" | "key.converter.schemas.enable"
+                if value == "true" =>
+            {
+                format!(
+                    "{key}=true: walrelay writes no schema envelope; consumers that read \
+                 {{\"schema\", \"payload\"}} must read the payload directly"
+                )
+            }
+            "value.converter.schemas.enable" | "key.converter.schemas.enable" => return None,
+            "transforms" | "name" => return None,
+            _ if key.starts_with("transforms.") => {
+                format!("{key}: walrelay applies no transform besides the outbox router")
+            }
+            _ => format!("{key} has no walrelay equivalent and is ignored"),
+        })
+    };
+    for (key, value) in &config {
+        if !used.iter().any(|u| u == key) {
+            if let Some(note) = explain(key, value) {
+                notes.push(note);
+            }
+        }
+    }
+    Ok(Migration { args, notes })
+}
+
+/// Kafka Connect JSON (`{"name", "config": {…}}` or a flat object) or .properties.
+fn parse(text: &str) -> Result<BTreeMap<String, String>> {
+    if text.trim_start().starts_with('{') {
+        let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            Error::permanent("the connector configuration is not valid JSON").with_source(e)
+        })?;
+        let object = doc
+            .get("config")
+            .unwrap_or(&doc)
+            .as_object()
+            .ok_or_else(|| {
+                Error::permanent("expected a JSON object with the connector's options")
+            })?;
+        return Ok(object
+            .iter()
+            .map(|(k, v)| {
+                let value = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string());
+                (k.clone(), value)
+            })
+            .collect());
+    }
+    let mut map = BTreeMap::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
+        {
+            continue;
+        }
+        // A trailing backslash continues the line.
+        if let Some(start) = line.strip_suffix('\\') {
+            pending.push_str(start);
+            continue;
+        }
+        pending.push_str(line);
+        let entry = std::mem::take(&mut pending);
+        let split = entry.find(['=', ':']).ok_or_else(|| {
+            Error::permanent(format!(
+                "cannot read the properties line {entry:?}: expected key=value"
+            ))
+        })?;
+        map.insert(
+            entry[..split].trim().to_string(),
+            entry[split + 1..].trim().to_string(),
+        );
+    }
+    Ok(map)
+}
+
+fn shell_quote(value: &str) -> String {
+    if value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:@,=".contains(c))
+    {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flag<'a>(m: &'a Migration, name: &str) -> Option<&'a str> {
+        m.args
+            .iter()
+            .find(|(f, _)| f == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    #[test]
+    fn kafka_connect_json_becomes_a_command_without_the_password() {
+        let m = migrate(include_str!(
+            "../tests/fixtures/debezium/outbox-connector.json"
+        ))
+        .unwrap();
+        assert_eq!(
+            flag(&m, "--pg-url"),
+            Some("postgres://debezium@orders-db.internal:5432/orders?sslmode=verify-full")
+        );
+        assert_eq!(flag(&m, "--table"), Some("public.outbox_events"));
+        assert_eq!(flag(&m, "--slot"), Some("orders_outbox"));
+        assert_eq!(flag(&m, "--publication"), Some("orders_outbox_pub"));
+        assert_eq!(flag(&m, "--field-event-key"), Some("aggregate_id"));
+        assert_eq!(flag(&m, "--route-by-field"), Some("aggregate_type"));
+        assert_eq!(
+            flag(&m, "--topic-replacement"),
+            Some("${routedByValue}.events")
+        );
+        assert_eq!(flag(&m, "--on-update"), Some("error"));
+        assert_eq!(
+            flag(&m, "--fields-additional-placement"),
+            Some("type:header:eventType,tenant_id:envelope:tenantId")
+        );
+        assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+        let all = format!("{}\n{}", m.command(), m.notes.join("\n"));
+        assert!(!all.contains("s3cr3t"), "{all}");
+        assert!(all.contains("heartbeat.interval.ms is not needed"), "{all}");
+        assert!(all.contains("snapshot.mode=never"), "{all}");
+        assert!(
+            all.contains("'${routedByValue}.events'"),
+            "quoted for the shell: {all}"
+        );
+    }
+
+    #[test]
+    fn properties_files_and_debezium_defaults_are_honoured() {
+        let m = migrate(include_str!(
+            "../tests/fixtures/debezium/outbox-connector.properties"
+        ))
+        .unwrap();
+        assert_eq!(
+            flag(&m, "--pg-url"),
+            Some("postgres://cdc@billing-db:6432/billing")
+        );
+        // Debezium's defaults, written out because walrelay's differ.
+        assert_eq!(flag(&m, "--field-event-key"), Some("aggregateid"));
+        assert_eq!(flag(&m, "--route-by-field"), Some("aggregatetype"));
+        assert_eq!(flag(&m, "--slot"), Some("debezium"));
+        assert_eq!(flag(&m, "--publication"), Some("dbz_publication"));
+        assert_eq!(flag(&m, "--field-timestamp"), Some("created_at"));
+        assert_eq!(
+            flag(&m, "--topic-replacement"),
+            Some("billing.${routedByValue}")
+        );
+        assert!(m
+            .args
+            .iter()
+            .any(|(f, _)| f == "--tombstone-on-empty-payload"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("transforms.unwrap.type"), "{notes}");
+        assert!(notes.contains("offset.flush.interval.ms"), "{notes}");
+        assert!(notes.contains("BROKER:9092"), "{notes}");
+    }
+
+    #[test]
+    fn a_configuration_without_the_event_router_is_refused() {
+        let err =
+            migrate(r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}"#)
+                .err()
+                .unwrap();
+        assert!(err.to_string().contains("EventRouter"), "{err}");
+    }
+}

@@ -1,0 +1,107 @@
+//! The command line: docs/configuration.md stays in step with --help, and
+//! migrate-from-debezium works on realistic connector files.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+fn walrelay(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(args)
+        .env_remove("WALRELAY_PG_URL")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// flag -> (env var, default) from `walrelay run --help`.
+fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
+    let (_, help) = walrelay(&["run", "--help"]);
+    let mut flags = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        if (trimmed.starts_with("--") || trimmed.starts_with("-X, --")) && line.starts_with("  ") {
+            let name = trimmed
+                .trim_start_matches("-X, ")
+                .split([' ', '='])
+                .next()
+                .unwrap();
+            current = (name != "--help").then(|| name.to_string());
+            if let Some(name) = &current {
+                flags.insert(name.clone(), (String::new(), None));
+            }
+        } else if let Some(name) = &current {
+            let entry = flags.get_mut(name).unwrap();
+            if let Some(env) = trimmed.strip_prefix("[env: ") {
+                entry.0 = env.trim_end_matches(']').trim_end_matches('=').to_string();
+            }
+            if let Some(default) = trimmed.strip_prefix("[default: ") {
+                entry.1 = Some(default.trim_end_matches(']').to_string());
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
+    let help = flags_from_help();
+    assert!(help.len() > 30, "parsed {help:?}");
+    for (flag, (env, default)) in &help {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&format!("`{flag}`")))
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for {flag}"));
+        assert!(
+            row.contains(&format!("`{env}`")),
+            "{flag}: env {env} missing in {row}"
+        );
+        match default {
+            Some(d) => assert!(
+                row.contains(&format!("`{d}`")),
+                "{flag}: default {d} missing in {row}"
+            ),
+            None => assert!(row.contains("required") || row.contains('—'), "{row}"),
+        }
+    }
+    for line in doc.lines().filter(|l| l.starts_with("| `-")) {
+        let flag = line
+            .split('`')
+            .filter(|s| s.starts_with("--"))
+            .next()
+            .unwrap();
+        assert!(
+            help.contains_key(flag),
+            "docs/configuration.md documents {flag}, which --help lacks"
+        );
+    }
+}
+
+#[test]
+fn migrate_from_debezium_prints_a_runnable_command_and_notes() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/debezium");
+    for file in ["outbox-connector.json", "outbox-connector.properties"] {
+        let (ok, out) = walrelay(&["migrate-from-debezium", &format!("{dir}/{file}")]);
+        assert!(ok, "{file}: {out}");
+        assert!(out.starts_with("walrelay run \\\n  --pg-url "), "{out}");
+        assert!(out.contains("\nNotes:\n- "), "{out}");
+        assert!(!out.contains("s3cr3t"), "{out}");
+        // Every flag it prints is one walrelay run knows.
+        let known = flags_from_help();
+        for flag in out
+            .lines()
+            .filter_map(|l| l.trim().split(' ').next())
+            .filter(|w| w.starts_with("--"))
+        {
+            assert!(known.contains_key(flag), "{file}: unknown flag {flag}");
+        }
+    }
+}
