@@ -73,11 +73,7 @@ fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
         }
     }
     for line in doc.lines().filter(|l| l.starts_with("| `-")) {
-        let flag = line
-            .split('`')
-            .filter(|s| s.starts_with("--"))
-            .next()
-            .unwrap();
+        let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
         assert!(
             help.contains_key(flag),
             "docs/configuration.md documents {flag}, which --help lacks"
