@@ -6,6 +6,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY examples ./examples
+COPY benches ./benches
 RUN cargo build --release --locked --bin walrelay
 
 FROM debian:bookworm-slim
