@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
+# The compose file must stay valid; checked where a Docker client with compose exists.
+if docker compose version >/dev/null 2>&1; then
+  docker compose -f docker-compose.yml config -q
+fi
+
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.

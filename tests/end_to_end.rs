@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay};
 
@@ -175,11 +176,7 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
     assert_eq!(ids.len(), 200, "every event id is distinct");
 
     // Both transactions are confirmed in full: the slot reaches the last commit.
-    let lsn_after: u64 = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64;
+    let lsn_after: u64 = current_lsn(&client).await;
     eventually(WAIT, "the slot to confirm both transactions", || async {
         (confirmed_flush_lsn(&client, "walrelay").await >= lsn_after - 1024).then_some(())
     })
@@ -256,11 +253,7 @@ async fn sigterm_drains_confirms_and_exits_zero() {
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Bye"]);
     assert_eq!(reader.read(1, WAIT).len(), 1);
-    let lsn_after: i64 = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let lsn_after: i64 = current_lsn(&client).await as i64;
 
     let status = relay.terminate(Duration::from_secs(30));
     assert!(

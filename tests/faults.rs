@@ -7,73 +7,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::kafka::KafkaReader;
+use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, slot_lag};
 use support::{eventually, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn current_lsn(client: &tokio_postgres::Client) -> u64 {
-    client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64
-}
-
-/// Inserts `count` events of one type in one transaction.
-async fn insert_batch(client: &tokio_postgres::Client, event_type: &str, count: i32) {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 7), $1, jsonb_build_object('seq', i) \
-             FROM generate_series(1, $2::int) i",
-            &[&event_type, &count],
-        )
-        .await
-        .unwrap();
-}
-
-/// Every event id committed to the outbox: the ground truth.
-async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> HashSet<String> {
-    client
-        .query(
-            "SELECT id::text FROM outbox WHERE event_type = $1",
-            &[&event_type],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
-/// Reads until every committed id has arrived (duplicates allowed).
 fn read_all(reader: &KafkaReader, expected: &HashSet<String>, relay: &Relay) -> HashSet<String> {
-    read_rest(reader, expected, HashSet::new(), relay)
-}
-
-/// Like `read_all`, for a reader that has already seen `seen`.
-fn read_rest(
-    reader: &KafkaReader,
-    expected: &HashSet<String>,
-    mut seen: HashSet<String>,
-    relay: &Relay,
-) -> HashSet<String> {
-    let deadline = std::time::Instant::now() + WAIT;
-    while !expected.is_subset(&seen) && std::time::Instant::now() < deadline {
-        for m in reader.read(expected.len(), Duration::from_secs(2)) {
-            seen.insert(m.header("id").unwrap().to_string());
-        }
-    }
-    let missing: Vec<_> = expected.difference(&seen).collect();
-    assert!(
-        missing.is_empty(),
-        "{} committed events never arrived, e.g. {:?}; log:\n{}",
-        missing.len(),
-        missing.iter().take(3).collect::<Vec<_>>(),
-        relay.log()
-    );
-    seen
+    read_until_all_arrive(reader, expected, HashSet::new(), relay, WAIT)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,11 +49,12 @@ async fn slot_is_not_advanced_while_broker_is_paused() {
     assert!(relay.metric("walrelay_inflight_events").unwrap_or(0.0) > 0.0);
 
     broker.resume();
-    read_rest(
+    read_until_all_arrive(
         &reader,
         &committed_ids(&client, "Paused").await,
         seen_before_pause,
         &relay,
+        WAIT,
     );
     let end = current_lsn(&client).await;
     eventually(

@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay};
 
@@ -19,11 +20,7 @@ async fn insert(client: &tokio_postgres::Client, id: &str, event_type: &str, pay
         )
         .await
         .unwrap();
-    client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64
+    current_lsn(client).await
 }
 
 fn big_payload() -> String {

@@ -6,53 +6,16 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn insert_batch(client: &tokio_postgres::Client, event_type: &str, count: i32) {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 5), $1, '{}' \
-             FROM generate_series(1, $2::int) i",
-            &[&event_type, &count],
-        )
-        .await
-        .unwrap();
-}
-
-async fn committed_ids(client: &tokio_postgres::Client, event_type: &str) -> HashSet<String> {
-    client
-        .query(
-            "SELECT id::text FROM outbox WHERE event_type = $1",
-            &[&event_type],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
 fn assert_all_arrive(broker: &Broker, topic: &str, expected: &HashSet<String>, relay: &Relay) {
     let reader = broker.consumer();
     reader.subscribe(&[topic]);
-    let mut seen = HashSet::new();
-    let deadline = Instant::now() + WAIT;
-    while !expected.is_subset(&seen) && Instant::now() < deadline {
-        for m in reader.read(expected.len(), Duration::from_secs(2)) {
-            seen.insert(m.header("id").unwrap().to_string());
-        }
-    }
-    let missing = expected.difference(&seen).count();
-    assert_eq!(
-        missing,
-        0,
-        "{missing} committed events missing; log:\n{}",
-        relay.log()
-    );
+    read_until_all_arrive(&reader, expected, HashSet::new(), relay, WAIT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,11 +214,7 @@ async fn schema_changes_while_streaming_and_a_renamed_column_halts_with_its_name
     let expected = committed_ids(&client, "Evolving").await;
     assert_eq!(expected.len(), 5);
     assert_all_arrive(&broker, "outbox.event.Evolving", &expected, &relay);
-    let lsn_before_rename = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64;
+    let lsn_before_rename = current_lsn(&client).await;
 
     client
         .batch_execute("ALTER TABLE outbox RENAME COLUMN aggregate_id TO entity_id")
