@@ -183,6 +183,18 @@ pub async fn ensure_publication(
     Ok(())
 }
 
+/// Whether the publication sends UPDATEs; `--on-update` only sees them if it does.
+pub async fn publishes_updates(client: &Client, publication: &str) -> Result<bool> {
+    let row = client
+        .query_opt(
+            "SELECT pubupdate FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read pg_publication", e))?;
+    Ok(row.is_some_and(|r| r.get(0)))
+}
+
 /// Creates the pgoutput slot if it is absent and reuses it otherwise. An
 /// existing slot is never dropped or recreated: that would lose every event
 /// written since it last moved.

@@ -187,6 +187,15 @@ async fn session(
             setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
             setup::ensure_publication(&client, &settings.publication, Some(&settings.table))
                 .await?;
+            if settings.on_update != OnUpdate::Warn
+                && !setup::publishes_updates(&client, &settings.publication).await?
+            {
+                warn!(
+                    publication = %settings.publication,
+                    "--on-update has no effect: the publication does not publish UPDATEs; \
+                     run ALTER PUBLICATION … SET (publish = 'insert, update') to enforce it"
+                );
+            }
         }
         Source::Messages => {
             setup::check_messages_supported(&client).await?;
