@@ -163,19 +163,8 @@ impl<'a> ApplyLoop<'a> {
                     Some(None) => return Ok(()), // another published table
                     None => return Err(protocol("INSERT for a relation never described")),
                 };
-                let txn = self
-                    .open_txn
-                    .as_ref()
-                    .ok_or_else(|| protocol("INSERT outside a transaction"))?;
-                let (seq, commit_lsn, commit_time_us) =
-                    (txn.seq, txn.commit_lsn, txn.commit_time_us);
-                match schema.event(new) {
-                    Ok(event) => self.publish(seq, commit_lsn, commit_time_us, event).await?,
-                    Err(MappingError { event, reason }) => {
-                        self.reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
-                            .await?
-                    }
-                }
+                let mapped = schema.event(new);
+                self.apply_event(mapped, "an INSERT").await?;
             }
             LogicalMessage::Update { relation, .. } => {
                 if let Some(Some(_)) = self.relations.get(&relation) {
@@ -211,9 +200,8 @@ impl<'a> ApplyLoop<'a> {
             return Ok(());
         }
         if !message.transactional {
-            let mut event = event_from_message(&message.content, &self.settings.mapping.route_by)
+            let event = event_from_message(&message.content, &self.settings.mapping.route_by)
                 .unwrap_or_else(|e| *e.event);
-            event.route_value = None;
             let reason = format!(
                 "a non-transactional message with prefix {:?} is sent even when its transaction \
                  rolls back, so it is not an outbox event; emit events with \
@@ -228,12 +216,23 @@ impl<'a> ApplyLoop<'a> {
             self.advance();
             return Ok(());
         }
+        let mapped = event_from_message(&message.content, &self.settings.mapping.route_by);
+        self.apply_event(mapped, "a transactional message").await
+    }
+
+    /// Publishes an event of the open transaction, or applies the poison
+    /// policy to a row or message that could not become one.
+    async fn apply_event(
+        &mut self,
+        mapped: std::result::Result<OutboxEvent, MappingError>,
+        what: &str,
+    ) -> Result<()> {
         let txn = self
             .open_txn
             .as_ref()
-            .ok_or_else(|| protocol("a transactional message outside a transaction"))?;
+            .ok_or_else(|| protocol(&format!("{what} outside a transaction")))?;
         let (seq, commit_lsn, commit_time_us) = (txn.seq, txn.commit_lsn, txn.commit_time_us);
-        match event_from_message(&message.content, &self.settings.mapping.route_by) {
+        match mapped {
             Ok(event) => self.publish(seq, commit_lsn, commit_time_us, event).await,
             Err(MappingError { event, reason }) => {
                 self.reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
