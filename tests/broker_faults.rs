@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
-use support::{Broker, Postgres, Relay};
+use support::{Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(180);
 
@@ -47,11 +47,12 @@ async fn broker_killed_and_restarted_on_durable_storage_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_unreachable_for_a_minute_under_load_delays_but_loses_nothing() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
     insert_batch(&client, "Durable", 10).await;
 
     broker.pause();

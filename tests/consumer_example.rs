@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use support::{Broker, Postgres, Relay};
+use support::Stack;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -38,11 +38,12 @@ fn example_binary(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_event_is_applied_once() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg,
+        broker,
+        client,
+        relay: _relay,
+    } = Stack::start(&[]).await;
     client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -29,11 +29,12 @@ async fn insert_event(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_routed_keyed_and_headed_by_their_columns() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        relay,
+    } = Stack::start(&[]).await;
 
     let events = [
         (
@@ -127,11 +128,12 @@ async fn a_rolled_back_transaction_produces_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_row_insert_and_copy_deliver_every_row() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        relay,
+    } = Stack::start(&[]).await;
 
     client
         .batch_execute(
@@ -236,11 +238,12 @@ async fn kafka_order_follows_commit_order_not_start_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_confirms_and_exits_zero() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
 
     insert_event(
         &client,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use support::kafka::KafkaReader;
 use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, slot_lag};
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -19,11 +19,12 @@ fn read_all(reader: &KafkaReader, expected: &HashSet<String>, relay: &Relay) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_is_not_advanced_while_broker_is_paused() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        relay,
+    } = Stack::start(&[]).await;
     let reader = broker.consumer();
 
     insert_batch(&client, "Paused", 1).await;
@@ -67,11 +68,12 @@ async fn slot_is_not_advanced_while_broker_is_paused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg,
+        broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
 
     let writer_pg = pg.client().await;
     let writer = tokio::spawn(async move {
@@ -102,11 +104,12 @@ async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_walsender_is_reconnected_without_loss() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        relay,
+    } = Stack::start(&[]).await;
 
     insert_batch(&client, "Reconnect", 50).await;
     client
@@ -129,11 +132,12 @@ async fn terminated_walsender_is_reconnected_without_loss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker: _broker,
+        client,
+        relay,
+    } = Stack::start(&["--watchdog-interval", "1s"]).await;
 
     client
         .batch_execute(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -31,11 +31,12 @@ const LIMIT: &[&str] = &["-X", "message.max.bytes=20000"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_event_halts_the_relay_before_it_and_names_it() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start_with(&pg, &broker, LIMIT);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker: _broker,
+        client,
+        mut relay,
+    } = Stack::start(LIMIT).await;
 
     let id = "00000000-0000-0000-0000-00000000b16b";
     let before = insert(
@@ -64,11 +65,12 @@ async fn oversized_event_halts_the_relay_before_it_and_names_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn illegal_topic_name_halts_the_relay_and_names_the_event() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker: _broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
 
     let id = "00000000-0000-0000-0000-0000000000aa";
     insert(&client, id, "Order Placed!", "{}").await;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -96,11 +96,12 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg,
+        broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
 
     // One writer, so commit order is the order of `seq`.
     let writer_pg = pg.client().await;
@@ -182,11 +183,12 @@ async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_changes_while_streaming_and_a_renamed_column_halts_with_its_name() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let mut relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        mut relay,
+    } = Stack::start(&[]).await;
 
     insert_batch(&client, "Evolving", 3).await;
     client
@@ -244,11 +246,12 @@ async fn schema_changes_while_streaming_and_a_renamed_column_halts_with_its_name
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusual_payloads_pass_through_unchanged() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker,
+        client,
+        relay,
+    } = Stack::start(&[]).await;
 
     let big = serde_json::json!({ "blob": "y".repeat(999_000) }).to_string();
     let payloads = [

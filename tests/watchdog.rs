@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -71,11 +71,12 @@ async fn webhook_server() -> (u16, Arc<Mutex<Vec<serde_json::Value>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_metric_is_exposed_and_moves() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
-    relay.wait_ready(WAIT);
+    let Stack {
+        pg: _pg,
+        broker: _broker,
+        client,
+        relay,
+    } = Stack::start(&["--watchdog-interval", "1s"]).await;
     let confirmed_before = relay.metric("walrelay_confirmed_flush_lsn").unwrap();
 
     insert(&client, "Measured", 20).await;

@@ -71,3 +71,28 @@ pub fn signal(pid: u32, sig: i32) {
     let rc = unsafe { libc::kill(pid as i32, sig) };
     assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
 }
+
+/// The usual set-up: a cluster with the default outbox table, a broker, and
+/// a walrelay (started with `flags`) that is streaming.
+pub struct Stack {
+    pub pg: Postgres,
+    pub broker: Broker,
+    pub client: tokio_postgres::Client,
+    pub relay: Relay,
+}
+
+impl Stack {
+    pub async fn start(flags: &[&str]) -> Self {
+        let pg = Postgres::start();
+        let broker = Broker::start();
+        let client = pg.client_with_outbox().await;
+        let relay = Relay::start_with(&pg, &broker, flags);
+        relay.wait_ready(Duration::from_secs(60));
+        Stack {
+            pg,
+            broker,
+            client,
+            relay,
+        }
+    }
+}
