@@ -3,6 +3,7 @@
 //! what Kafka has acknowledged.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,9 @@ use crate::postgres::replication::{
 use super::poison::Poisoned;
 use super::Settings;
 
+/// Distinct route-by values remembered before the topic cache starts over.
+const ROUTE_CACHE_LIMIT: usize = 10_000;
+
 /// The transaction whose changes are arriving now.
 struct OpenTxn {
     seq: TxnSeq,
@@ -54,6 +58,8 @@ pub struct ApplyLoop<'a> {
     pub(super) inflight_bytes: usize,
     /// Events Kafka rejected for good, waiting to be dead-lettered.
     pub(super) rejected: VecDeque<Poisoned>,
+    /// Topics by route-by value, already created.
+    topics_by_route: HashMap<Bytes, Arc<str>>,
 }
 
 impl<'a> ApplyLoop<'a> {
@@ -84,6 +90,7 @@ impl<'a> ApplyLoop<'a> {
             inflight_events: 0,
             inflight_bytes: 0,
             rejected: VecDeque::new(),
+            topics_by_route: HashMap::new(),
         }
     }
 
@@ -274,11 +281,7 @@ impl<'a> ApplyLoop<'a> {
                 .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
                 .await;
         };
-        let topic = match self
-            .settings
-            .router
-            .topic(&String::from_utf8_lossy(route_value))
-        {
+        let topic = match self.topic_for(route_value).await? {
             Ok(topic) => topic,
             Err(reason) => {
                 return self
@@ -286,7 +289,6 @@ impl<'a> ApplyLoop<'a> {
                     .await
             }
         };
-        self.topics.ensure(&topic).await?;
         let headers: Vec<(&str, Option<&[u8]>)> = event
             .headers
             .iter()
@@ -309,7 +311,8 @@ impl<'a> ApplyLoop<'a> {
             Ok(()) => Ok(()),
             Err(e) if is_permanent_rejection(&e) => {
                 let reason = format!("Kafka rejected it: {e}");
-                let mut poisoned = Poisoned::new(seq, commit_lsn, &event, Some(topic), reason);
+                let mut poisoned =
+                    Poisoned::new(seq, commit_lsn, &event, Some(topic.to_string()), reason);
                 poisoned.value_too_large = is_size_rejection(&e);
                 self.reject(poisoned).await
             }
@@ -319,6 +322,35 @@ impl<'a> ApplyLoop<'a> {
             ))
             .with_source(e)),
         }
+    }
+
+    /// The topic for a route-by value. Routing and the topic's creation run
+    /// once per distinct value in a session; after that it is one lookup.
+    async fn topic_for(
+        &mut self,
+        route_value: &Bytes,
+    ) -> Result<std::result::Result<Arc<str>, String>> {
+        if let Some(topic) = self.topics_by_route.get(route_value) {
+            return Ok(Ok(topic.clone()));
+        }
+        let topic = match self
+            .settings
+            .router
+            .topic(&String::from_utf8_lossy(route_value))
+        {
+            Ok(topic) => topic,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        self.topics.ensure(&topic).await?;
+        // A route-by column of many distinct values must not grow the cache forever.
+        if self.topics_by_route.len() >= ROUTE_CACHE_LIMIT {
+            self.topics_by_route.clear();
+        }
+        let topic: Arc<str> = topic.into();
+        // A copy of the key: a slice would pin the whole replication message.
+        self.topics_by_route
+            .insert(Bytes::copy_from_slice(route_value), topic.clone());
+        Ok(Ok(topic))
     }
 
     /// Hands one message to librdkafka and counts it as in flight for `seq`.
