@@ -44,6 +44,11 @@ impl Checkpoint {
         self.confirmed
     }
 
+    /// Transactions read but not yet confirmed.
+    pub fn pending(&self) -> usize {
+        self.txns.len()
+    }
+
     /// True when nothing is open or waiting for Kafka.
     pub fn is_idle(&self) -> bool {
         self.txns.is_empty()

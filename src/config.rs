@@ -2,13 +2,13 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::{Error, Result};
 use crate::outbox::mapping::MappingConfig;
+pub use crate::postgres::names::TableName;
 use crate::postgres::PgTarget;
 
 #[derive(Parser)]
@@ -197,6 +197,26 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_STANDBY_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub standby_poll_interval: Duration,
 
+    /// Create a new slot although this database remembers one that is now missing (after a loss or a failover without slot sync); events in between are not delivered.
+    #[arg(long, env = "WALRELAY_RECREATE_MISSING_SLOT")]
+    pub recreate_missing_slot: bool,
+
+    /// Silence on the replication connection that counts as a dead server [default: the server's wal_sender_timeout, or 60s when it is 0].
+    #[arg(long, env = "WALRELAY_REPLICATION_TIMEOUT", value_parser = parse_duration)]
+    pub replication_timeout: Option<Duration>,
+
+    /// Longest a session's start may take: connect, TLS, authentication, checks, slot creation, START_REPLICATION.
+    #[arg(long, env = "WALRELAY_SETUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub setup_timeout: Duration,
+
+    /// Most transactions read but not yet confirmed; reading pauses beyond it.
+    #[arg(
+        long,
+        env = "WALRELAY_MAX_PENDING_TRANSACTIONS",
+        default_value_t = 100_000
+    )]
+    pub max_pending_transactions: usize,
+
     /// How long to keep retrying before the first successful start; then exit non-zero.
     #[arg(long, env = "WALRELAY_STARTUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub startup_timeout: Duration,
@@ -291,9 +311,21 @@ impl RunArgs {
         if self.topic_partitions < 1 {
             return Err(Error::permanent("--topic-partitions must be at least 1"));
         }
-        if self.max_inflight_events == 0 || self.max_inflight_bytes == 0 {
+        if self.max_inflight_events == 0
+            || self.max_inflight_bytes == 0
+            || self.max_pending_transactions == 0
+        {
             return Err(Error::permanent(
-                "--max-inflight-events and --max-inflight-bytes must be above 0",
+                "--max-inflight-events, --max-inflight-bytes and --max-pending-transactions \
+                 must be above 0",
+            ));
+        }
+        if self
+            .replication_timeout
+            .is_some_and(|t| t < Duration::from_secs(1))
+        {
+            return Err(Error::permanent(
+                "--replication-timeout must be at least 1s (e.g. 30s)",
             ));
         }
         crate::outbox::routing::Router::new(&self.topic_regex, &self.topic_replacement)
@@ -338,45 +370,6 @@ pub enum OnPoison {
     Halt,
     /// Publish it to --dead-letter-topic with the reason in headers, and go on.
     DeadLetter,
-}
-
-/// A schema-qualified table name, exactly as spelled in the catalog.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName {
-    pub schema: String,
-    pub name: String,
-}
-
-impl TableName {
-    /// The name quoted for SQL.
-    pub fn quoted(&self) -> String {
-        format!(
-            "{}.{}",
-            crate::postgres::replication::quote_ident(&self.schema),
-            crate::postgres::replication::quote_ident(&self.name)
-        )
-    }
-}
-
-impl FromStr for TableName {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let (schema, name) = s.split_once('.').unwrap_or(("public", s));
-        if schema.is_empty() || name.is_empty() || name.contains('.') {
-            return Err(format!("expected schema.table or table, got {s:?}"));
-        }
-        Ok(TableName {
-            schema: schema.to_string(),
-            name: name.to_string(),
-        })
-    }
-}
-
-impl fmt::Display for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.schema, self.name)
-    }
 }
 
 fn parse_property(s: &str) -> std::result::Result<(String, String), String> {
@@ -481,13 +474,6 @@ mod tests {
         assert_eq!(parse_bytes("1GB").unwrap(), 1_000_000_000);
         assert_eq!(parse_bytes("4096").unwrap(), 4096);
         assert!(parse_bytes("12 parsecs").is_err());
-    }
-
-    #[test]
-    fn table_without_schema_is_in_public() {
-        let t: TableName = "events".parse().unwrap();
-        assert_eq!((t.schema.as_str(), t.name.as_str()), ("public", "events"));
-        assert!("a.b.c".parse::<TableName>().is_err());
     }
 
     #[test]

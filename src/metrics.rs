@@ -52,6 +52,9 @@ struct Inner {
     slot_lag_alert_level: IntGauge,
     last_confirm_age_seconds: Gauge,
     streaming_gauge: IntGauge,
+    pending_transactions: IntGauge,
+    slot_missing: IntGauge,
+    publication_broken: IntGauge,
 }
 
 /// What the watchdog read from `pg_replication_slots`.
@@ -161,6 +164,18 @@ impl Metrics {
             "walrelay_streaming",
             "1 while walrelay streams from its slot.",
         );
+        let pending_transactions = gauge(
+            "walrelay_pending_transactions",
+            "Transactions read but not yet confirmed (open, or waiting for Kafka or an earlier one).",
+        );
+        let slot_missing = gauge(
+            "walrelay_slot_missing",
+            "1 when the slot walrelay streamed from no longer exists.",
+        );
+        let publication_broken = gauge(
+            "walrelay_publication_broken",
+            "1 when the publication no longer delivers the outbox table's INSERTs (table dropped, renamed or removed).",
+        );
         let build_info = IntGaugeVec::new(
             Opts::new("walrelay_build_info", "walrelay's version, always 1."),
             &["version"],
@@ -191,6 +206,9 @@ impl Metrics {
             Box::new(last_confirm_age_seconds.clone()),
             Box::new(streaming_gauge.clone()),
             Box::new(build_info),
+            Box::new(pending_transactions.clone()),
+            Box::new(slot_missing.clone()),
+            Box::new(publication_broken.clone()),
         ] {
             registry
                 .register(collector)
@@ -231,6 +249,9 @@ impl Metrics {
             slot_lag_alert_level,
             last_confirm_age_seconds,
             streaming_gauge,
+            pending_transactions,
+            slot_missing,
+            publication_broken,
         }))
     }
 
@@ -324,6 +345,18 @@ impl Metrics {
                 .set(i64::from(current));
         }
         m.slot_active.set(i64::from(slot.active));
+    }
+
+    pub fn set_pending_transactions(&self, count: usize) {
+        self.0.pending_transactions.set(count as i64);
+    }
+
+    pub fn set_slot_missing(&self, missing: bool) {
+        self.0.slot_missing.set(i64::from(missing));
+    }
+
+    pub fn set_publication_broken(&self, broken: bool) {
+        self.0.publication_broken.set(i64::from(broken));
     }
 
     pub fn set_alert_level(&self, level: i64) {

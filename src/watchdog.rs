@@ -12,11 +12,13 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
+use crate::postgres::setup;
 use crate::postgres::slot::{self, SlotReport};
-use crate::postgres::{setup, PgTarget};
 
+mod source;
 mod webhook;
 
+pub use source::Watched;
 pub use webhook::Webhook;
 
 #[derive(Debug, Clone)]
@@ -229,10 +231,10 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
     }
 }
 
-/// Runs until the slot is lost, which it reports on `fatal`.
+/// Runs until the slot is lost or the outbox is no longer published, which
+/// it reports on `fatal`.
 pub async fn run(
-    pg: PgTarget,
-    slot_name: String,
+    watched: Watched,
     settings: WatchdogSettings,
     metrics: Metrics,
     fatal: mpsc::Sender<Error>,
@@ -248,13 +250,15 @@ pub async fn run(
     let mut level = Level::Ok;
     let mut last_acked = metrics.acked_total();
     let mut last_lag = None;
+    let mut source = source::SourceWatch::default();
+    let slot_name = watched.slot.clone();
     loop {
         tick.tick().await;
         if client
             .as_ref()
             .is_none_or(|c: &tokio_postgres::Client| c.is_closed())
         {
-            match setup::connect(&pg).await {
+            match setup::connect(&watched.pg).await {
                 Ok(c) => client = Some(c),
                 Err(e) => {
                     debug!(error = %e.report(), "watchdog cannot connect; will retry");
@@ -262,10 +266,33 @@ pub async fn run(
                 }
             }
         }
-        let report = match slot::read(client.as_ref().expect("connected above"), &slot_name).await {
-            Ok(Some(report)) => report,
+        let c = client.as_ref().expect("connected above");
+        match source
+            .check_publication(c, &watched, &metrics, settings.webhook.as_ref())
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.is_transient() => {
+                warn!(error = %e.report(), "watchdog cannot read the publication");
+                client = None;
+                continue;
+            }
+            Err(e) => {
+                let _ = fatal.send(e).await;
+                return;
+            }
+        }
+        let report = match slot::read(c, &slot_name).await {
+            Ok(Some(report)) => {
+                source
+                    .slot_present(c, &watched, &metrics, report.confirmed_flush)
+                    .await;
+                report
+            }
             Ok(None) => {
-                debug!(slot = %slot_name, "watchdog: slot does not exist yet");
+                source
+                    .slot_absent(c, &watched, &metrics, settings.webhook.as_ref())
+                    .await;
                 continue;
             }
             Err(e) => {
@@ -302,11 +329,12 @@ pub async fn run(
             let _ = fatal
                 .send(Error::permanent(format!(
                     "replication slot {slot_name:?} is lost (wal_status = lost): Postgres removed \
-                     WAL that held events walrelay had not yet confirmed. walrelay will not \
-                     recreate the slot. Publish the missing events from the outbox table by \
-                     hand, then drop the slot (SELECT pg_drop_replication_slot('{slot_name}');) \
-                     and start walrelay again; set max_slot_wal_keep_size large enough to \
-                     ride out an outage"
+                     WAL that held events walrelay had not yet confirmed (after LSN {}); set \
+                     max_slot_wal_keep_size large enough to ride out an outage. {}",
+                    report
+                        .confirmed_flush
+                        .map_or_else(|| "unknown".to_string(), |l| l.to_string()),
+                    crate::postgres::slot_history::recovery_steps(&slot_name)
                 )))
                 .await;
             return;

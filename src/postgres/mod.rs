@@ -2,10 +2,13 @@
 //! an ordinary SQL connection, and the replication stream with its pgoutput codec.
 
 pub mod lsn;
+pub mod names;
 pub mod pgoutput;
+pub mod publication;
 pub mod replication;
 pub mod setup;
 pub mod slot;
+pub mod slot_history;
 pub mod tls;
 pub mod wire;
 
@@ -13,6 +16,19 @@ use tokio_postgres::config::{Host, SslMode as PgSslMode};
 
 use crate::error::{Error, Kind, Result};
 use tls::{split_tls_options, SslMode, Tls};
+
+/// TCP settings that notice a dead peer; the replication stream also has an
+/// application-level read timeout, since a stopped server process keeps
+/// its socket acknowledged by the kernel.
+pub mod dead_peer {
+    use std::time::Duration;
+
+    pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+    pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+    pub const KEEPALIVE_RETRIES: u32 = 3;
+    /// Unacknowledged data this old drops the connection.
+    pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+}
 
 /// Where and how to reach Postgres: the parsed connection string and its TLS settings.
 #[derive(Clone)]
@@ -43,6 +59,21 @@ impl PgTarget {
             )
             .with_source(e)
         })?;
+        // A host that vanishes without a reset is otherwise left to the
+        // kernel's retransmission limit, about 15 minutes. The URL's own
+        // settings win.
+        if !rest.contains("keepalives_idle") {
+            config.keepalives_idle(dead_peer::KEEPALIVE_IDLE);
+        }
+        if !rest.contains("keepalives_interval") {
+            config.keepalives_interval(dead_peer::KEEPALIVE_INTERVAL);
+        }
+        if !rest.contains("keepalives_retries") {
+            config.keepalives_retries(dead_peer::KEEPALIVE_RETRIES);
+        }
+        if !rest.contains("tcp_user_timeout") {
+            config.tcp_user_timeout(dead_peer::TCP_USER_TIMEOUT);
+        }
         config.ssl_mode(match tls.mode() {
             SslMode::Disable => PgSslMode::Disable,
             SslMode::Prefer => PgSslMode::Prefer,

@@ -8,6 +8,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use postgres_protocol::message::backend::Message;
 
 use super::lsn::Lsn;
+pub use super::names::{quote_ident, quote_literal};
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
 use super::PgTarget;
 use crate::error::{Error, Result};
@@ -119,15 +120,20 @@ pub struct StatusSender {
 impl StatusSender {
     /// Reports `received` as written and `confirmed` as flushed and applied.
     /// The walsender advances the slot's `confirmed_flush_lsn` to `confirmed`.
-    pub async fn send(&mut self, received: Lsn, confirmed: Lsn) -> Result<()> {
+    /// `reply_requested` asks it for a keepalive at once: proof it is alive.
+    pub async fn send(
+        &mut self,
+        received: Lsn,
+        confirmed: Lsn,
+        reply_requested: bool,
+    ) -> Result<()> {
         self.buf.clear();
         self.buf.put_u8(b'r');
         self.buf.put_u64(received.max(confirmed).0);
         self.buf.put_u64(confirmed.0);
         self.buf.put_u64(confirmed.0);
         self.buf.put_i64(pg_now_micros());
-        // We never ask the server to answer this update.
-        self.buf.put_u8(0);
+        self.buf.put_u8(u8::from(reply_requested));
         self.writer.queue_copy_data(&self.buf)?;
         self.writer.flush().await
     }
@@ -164,14 +170,6 @@ pub async fn start(
             buf: BytesMut::with_capacity(34),
         },
     ))
-}
-
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-pub fn quote_literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
 }
 
 fn pg_now_micros() -> i64 {

@@ -4,12 +4,12 @@
 //! pgoutput reads publication membership as of each decoded WAL position.
 
 use tokio_postgres::{Client, NoTls};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::lsn::Lsn;
-use super::replication::quote_ident;
+use super::names::TableName;
+use super::slot_history::{self, SlotHistory};
 use super::{describe_target, sql_error, PgTarget};
-use crate::config::TableName;
 use crate::error::{Error, Result};
 
 /// Where the slot stands when streaming starts.
@@ -100,6 +100,19 @@ pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -
     Ok(())
 }
 
+/// The server's `wal_sender_timeout`; None when it is 0 (disabled).
+pub async fn wal_sender_timeout(client: &Client) -> Result<Option<std::time::Duration>> {
+    let row = client
+        .query_one(
+            "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'wal_sender_timeout'",
+            &[],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read wal_sender_timeout", e))?;
+    let ms: i64 = row.get(0);
+    Ok((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)))
+}
+
 /// The table-less outbox needs pgoutput's `messages` option.
 pub async fn check_messages_supported(client: &Client) -> Result<()> {
     let row = client
@@ -117,126 +130,83 @@ pub async fn check_messages_supported(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Creates the publication if it is absent (for the table, or with no tables
-/// for the table-less outbox); checks an existing one covers the table.
-pub async fn ensure_publication(
-    client: &Client,
-    name: &str,
-    table: Option<&TableName>,
-) -> Result<()> {
-    let existing = client
-        .query_opt(
-            "SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = $1",
-            &[&name],
-        )
-        .await
-        .map_err(|e| sql_error("cannot read pg_publication", e))?;
-    let Some(row) = existing else {
-        let sql = match table {
-            Some(table) => format!(
-                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
-                quote_ident(name),
-                table.quoted()
-            ),
-            None => format!("CREATE PUBLICATION {}", quote_ident(name)),
-        };
-        client.batch_execute(&sql).await.map_err(|e| {
-            sql_error(
-                format!(
-                    "cannot create publication {name:?}; create it as the table's owner: {sql}"
-                ),
-                e,
-            )
-        })?;
-        info!(publication = name, "created publication");
-        return Ok(());
-    };
-    let Some(table) = table else {
-        info!(publication = name, "reusing publication");
-        return Ok(());
-    };
-    let publishes_inserts: bool = row.get(0);
-    if !publishes_inserts {
-        return Err(Error::permanent(format!(
-            "publication {name:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert');",
-            quote_ident(name)
-        )));
-    }
-    let covers_table = client
-        .query_opt(
-            "SELECT 1 FROM pg_catalog.pg_publication_tables \
-             WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-            &[&name, &table.schema, &table.name],
-        )
-        .await
-        .map_err(|e| sql_error("cannot read pg_publication_tables", e))?
-        .is_some();
-    if !covers_table {
-        return Err(Error::permanent(format!(
-            "publication {name:?} exists but does not include {table}: run \
-             ALTER PUBLICATION {} ADD TABLE {}; or choose another --publication",
-            quote_ident(name),
-            table.quoted()
-        )));
-    }
-    info!(publication = name, "reusing publication");
-    Ok(())
+/// What to do when the slot is missing.
+#[derive(Debug, Clone)]
+pub struct SlotOptions<'a> {
+    pub slot: &'a str,
+    /// Where the slot's history is kept (see [`slot_history`]).
+    pub publication: &'a str,
+    /// Create a new slot although the database remembers an old one.
+    pub recreate_missing: bool,
 }
 
-/// Whether the publication sends UPDATEs; `--on-update` only sees them if it does.
-pub async fn publishes_updates(client: &Client, publication: &str) -> Result<bool> {
-    let row = client
-        .query_opt(
-            "SELECT pubupdate FROM pg_catalog.pg_publication WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(|e| sql_error("cannot read pg_publication", e))?;
-    Ok(row.is_some_and(|r| r.get(0)))
-}
-
-/// Creates the pgoutput slot if it is absent and reuses it otherwise. An
-/// existing slot is never dropped or recreated: that would lose every event
-/// written since it last moved.
-pub async fn ensure_slot(client: &Client, slot: &str) -> Result<SlotState> {
+/// Returns the slot's state, creating it on the first start. An existing
+/// slot is never dropped or recreated; a slot that existed and is gone is a
+/// permanent error unless `--recreate-missing-slot` says to accept the gap.
+pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<SlotState> {
+    let slot = options.slot;
+    let history = slot_history::read(client, options.publication, slot).await?;
     for _ in 0..2 {
         if let Some(state) = existing_slot(client, slot).await? {
+            if history.is_none() {
+                // A slot from before walrelay kept histories, or made by hand.
+                let history = SlotHistory::new(slot, state.confirmed_flush);
+                slot_history::write(client, options.publication, &history).await?;
+            }
             return Ok(state);
         }
-        let created = client
-            .query_one(
-                "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&slot],
-            )
-            .await;
-        match created {
-            Ok(row) => {
-                let lsn: String = row.get(0);
-                let lsn: Lsn = lsn.parse().map_err(Error::permanent)?;
-                info!(slot, lsn = %lsn, "created replication slot");
-                return Ok(SlotState {
-                    confirmed_flush: lsn,
-                });
-            }
-            // Another walrelay created it a moment ago: use theirs.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
-                continue
-            }
-            Err(e) => {
-                return Err(sql_error(
-                    format!(
-                        "cannot create replication slot {slot:?}; the user needs the \
-                         REPLICATION attribute (ALTER ROLE … REPLICATION) and free \
-                         max_replication_slots"
-                    ),
-                    e,
-                ))
+        if let Some(old) = &history {
+            if !options.recreate_missing {
+                return Err(slot_history::missing_slot_error(slot, old));
             }
         }
+        let Some(lsn) = create_slot(client, slot).await? else {
+            // Another walrelay created it a moment ago: use theirs.
+            continue;
+        };
+        match &history {
+            Some(old) => error!(
+                slot,
+                gap_from = %old.last_confirmed(),
+                gap_to = %lsn,
+                "created a new replication slot in place of a missing one, as \
+                 --recreate-missing-slot asks: events committed between these LSNs cannot be \
+                 delivered by walrelay; publish them again by hand"
+            ),
+            None => info!(slot, lsn = %lsn, "created replication slot"),
+        }
+        slot_history::write(client, options.publication, &SlotHistory::new(slot, lsn)).await?;
+        return Ok(SlotState {
+            confirmed_flush: lsn,
+        });
     }
     Err(Error::transient(format!(
         "replication slot {slot:?} appeared and vanished during start-up"
     )))
+}
+
+/// Creates the slot; None if another process created it first.
+async fn create_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
+    let created = client
+        .query_one(
+            "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await;
+    match created {
+        Ok(row) => {
+            let lsn: String = row.get(0);
+            Ok(Some(lsn.parse().map_err(Error::permanent)?))
+        }
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => Ok(None),
+        Err(e) => Err(sql_error(
+            format!(
+                "cannot create replication slot {slot:?}; the user needs the REPLICATION \
+                 attribute (ALTER ROLE … REPLICATION) and free max_replication_slots"
+            ),
+            e,
+        )),
+    }
 }
 
 async fn existing_slot(client: &Client, slot: &str) -> Result<Option<SlotState>> {
@@ -273,10 +243,9 @@ async fn existing_slot(client: &Client, slot: &str) -> Result<Option<SlotState>>
     if wal_status.as_deref() == Some("lost") {
         return Err(Error::permanent(format!(
             "replication slot {slot:?} is lost (wal_status = lost): Postgres removed WAL it \
-             still needed, so events written while walrelay was behind can no longer be read. \
-             walrelay will not recreate the slot on its own. To recover: find the missing \
-             events in the outbox table, publish them by hand, then drop the slot \
-             (SELECT pg_drop_replication_slot('{slot}');) and start walrelay again"
+             still needed, so events committed after its confirmed_flush_lsn can no longer be \
+             read. {}",
+            slot_history::recovery_steps(slot)
         )));
     }
     let confirmed: Option<String> = row.get(4);

@@ -329,6 +329,7 @@ async fn open_socket(target: &PgTarget) -> Result<Box<dyn Socket>> {
                 Host::Tcp(name) => {
                     let stream = TcpStream::connect((name.as_str(), port)).await?;
                     stream.set_nodelay(true)?;
+                    watch_for_dead_peer(&stream, config)?;
                     Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name)))
                 }
                 // Like libpq, no TLS over a Unix socket.
@@ -358,6 +359,22 @@ async fn open_socket(target: &PgTarget) -> Result<Box<dyn Socket>> {
         describe_target(config)
     ))
     .with_source(last_error.expect("at least one host was tried")))
+}
+
+/// The same TCP keepalive and user timeout as the SQL connection.
+fn watch_for_dead_peer(stream: &TcpStream, config: &tokio_postgres::Config) -> std::io::Result<()> {
+    let socket = socket2::SockRef::from(stream);
+    if config.get_keepalives() {
+        let mut keepalive = socket2::TcpKeepalive::new().with_time(config.get_keepalives_idle());
+        if let Some(interval) = config.get_keepalives_interval() {
+            keepalive = keepalive.with_interval(interval);
+        }
+        if let Some(retries) = config.get_keepalives_retries() {
+            keepalive = keepalive.with_retries(retries);
+        }
+        socket.set_tcp_keepalive(&keepalive)?;
+    }
+    socket.set_tcp_user_timeout(config.get_tcp_user_timeout().copied())
 }
 
 /// Asks for TLS (SSLRequest) as `sslmode` says, and wraps the socket.

@@ -23,6 +23,7 @@ use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
+use crate::postgres::publication::{RelationResolver, RelationRole};
 use crate::postgres::replication::{
     ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
 };
@@ -32,6 +33,24 @@ use super::Settings;
 
 /// Distinct route-by values remembered before the topic cache starts over.
 const ROUTE_CACHE_LIMIT: usize = 10_000;
+
+/// How soon a moved confirmation is reported: often enough that a crash
+/// re-delivers little, rarely enough to cost the walsender nothing.
+const PROMPT_CONFIRM: Duration = Duration::from_millis(50);
+
+/// What a session opened, handed to the apply loop.
+pub struct SessionParts {
+    pub stream: ReplicationStream,
+    pub status: StatusSender,
+    pub producer: Producer,
+    pub deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// Places relations the stream names (None for the table-less outbox).
+    pub resolver: Option<RelationResolver>,
+    /// The slot's confirmed position at the start.
+    pub confirmed: Lsn,
+    /// Silence on the replication connection longer than this means it is dead.
+    pub read_timeout: Duration,
+}
 
 /// The transaction whose changes are arriving now.
 struct OpenTxn {
@@ -52,8 +71,15 @@ pub struct ApplyLoop<'a> {
     pub(super) checkpoint: Checkpoint,
     /// The outbox schema by relation oid; `None` for other published tables.
     relations: HashMap<u32, Option<OutboxSchema>>,
+    resolver: Option<RelationResolver>,
     open_txn: Option<OpenTxn>,
     received: Lsn,
+    read_timeout: Duration,
+    /// When the server last sent anything (or reading last resumed).
+    last_heard: Instant,
+    /// The confirmed LSN of the last status update, and when it went out.
+    reported: Lsn,
+    reported_at: Instant,
     pub(super) inflight_events: usize,
     pub(super) inflight_bytes: usize,
     /// Events Kafka rejected for good, waiting to be dead-lettered.
@@ -63,30 +89,31 @@ pub struct ApplyLoop<'a> {
 }
 
 impl<'a> ApplyLoop<'a> {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: &'a Settings,
         topics: &'a mut TopicManager,
         metrics: Metrics,
-        stream: ReplicationStream,
-        status: StatusSender,
-        producer: Producer,
-        deliveries: mpsc::UnboundedReceiver<Delivery>,
-        confirmed: Lsn,
+        parts: SessionParts,
     ) -> Self {
+        let confirmed = parts.confirmed;
         metrics.set_confirmed(confirmed.0);
         ApplyLoop {
             settings,
             topics,
             metrics,
-            stream,
-            status,
-            producer,
-            deliveries,
+            stream: parts.stream,
+            status: parts.status,
+            producer: parts.producer,
+            deliveries: parts.deliveries,
             checkpoint: Checkpoint::new(confirmed),
             relations: HashMap::new(),
+            resolver: parts.resolver,
             open_txn: None,
             received: confirmed,
+            read_timeout: parts.read_timeout,
+            last_heard: Instant::now(),
+            reported: confirmed,
+            reported_at: Instant::now(),
             inflight_events: 0,
             inflight_bytes: 0,
             rejected: VecDeque::new(),
@@ -103,14 +130,39 @@ impl<'a> ApplyLoop<'a> {
                 self.dead_letter(poisoned).await?;
             }
             let has_room = self.inflight_events < self.settings.max_inflight_events
-                && self.inflight_bytes < self.settings.max_inflight_bytes;
+                && self.inflight_bytes < self.settings.max_inflight_bytes
+                && self.checkpoint.pending() < self.settings.max_pending_transactions;
+            if !has_room {
+                // Not reading is not the server's silence.
+                self.last_heard = Instant::now();
+            }
+            let confirm_moved = self.checkpoint.confirmed() > self.reported;
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => return self.shut_down().await,
                 Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
-                _ = status_tick.tick() => self.send_status().await?,
+                _ = status_tick.tick() => {
+                    // A quiet server is asked for a keepalive, so that its
+                    // silence past the read timeout means it is gone.
+                    let ask = self.last_heard.elapsed() >= self.read_timeout / 3;
+                    self.send_status(ask).await?
+                }
+                _ = tokio::time::sleep_until(self.reported_at + PROMPT_CONFIRM), if confirm_moved => {
+                    self.send_status(false).await?
+                }
                 // Backpressure: with the window full, stop reading; the walsender waits.
-                message = self.stream.next(), if has_room => self.on_replication(message?).await?,
+                message = self.stream.next(), if has_room => {
+                    self.last_heard = Instant::now();
+                    self.on_replication(message?).await?
+                }
+                _ = tokio::time::sleep_until(self.last_heard + self.read_timeout), if has_room => {
+                    return Err(Error::transient(format!(
+                        "Postgres sent nothing on the replication connection for {:?}, not even \
+                         an answer to a keepalive request: the server or the network is \
+                         unresponsive; reconnecting (--replication-timeout)",
+                        self.read_timeout
+                    )));
+                }
             }
         }
     }
@@ -126,7 +178,7 @@ impl<'a> ApplyLoop<'a> {
                     self.metrics.set_confirmed(self.checkpoint.confirmed().0);
                 }
                 if reply_requested {
-                    self.send_status().await?;
+                    self.send_status(false).await?;
                 }
                 Ok(())
             }
@@ -163,11 +215,12 @@ impl<'a> ApplyLoop<'a> {
                 self.checkpoint.commit(txn.seq, commit.end_lsn);
                 self.advance();
             }
-            LogicalMessage::Relation(relation) => self.on_relation(relation)?,
+            LogicalMessage::Relation(relation) => self.on_relation(relation).await?,
             LogicalMessage::Insert { relation, new } => {
                 let schema = match self.relations.get(&relation) {
                     Some(Some(schema)) => schema,
-                    Some(None) => return Ok(()), // another published table
+                    // Placed as another published table when it was described.
+                    Some(None) => return Ok(()),
                     None => return Err(protocol("INSERT for a relation never described")),
                 };
                 let mapped = schema.event(new);
@@ -250,11 +303,47 @@ impl<'a> ApplyLoop<'a> {
 
     /// A Relation message arrives before a table's first change in a session
     /// and again after its schema changes: the cached mapping is replaced.
-    fn on_relation(&mut self, relation: Relation) -> Result<()> {
-        let table = &self.settings.table;
-        let schema = if relation.namespace == table.schema && relation.name == table.name {
+    /// A relation seen for the first time is placed through the catalog: the
+    /// outbox or one of its partitions maps as the outbox, another published
+    /// table is ignored (said once), and anything else stops the relay,
+    /// because its rows might be events walrelay cannot read.
+    async fn on_relation(&mut self, relation: Relation) -> Result<()> {
+        let known = self.relations.get(&relation.oid);
+        let is_outbox = match (known, &self.resolver) {
+            (Some(schema), _) => schema.is_some(),
+            (None, None) => false,
+            (None, Some(resolver)) => match resolver.role(&relation).await? {
+                RelationRole::Outbox => true,
+                RelationRole::Other => {
+                    warn!(
+                        table = %format!("{}.{}", relation.namespace, relation.name),
+                        publication = %self.settings.publication,
+                        "the publication also publishes this table; its changes are not outbox \
+                         events and are ignored"
+                    );
+                    false
+                }
+                RelationRole::Unknown => {
+                    return Err(Error::permanent(format!(
+                        "the replication stream carries changes of table {}.{} (oid {}), which \
+                         is not the outbox table {}, not one of its partitions, and not in \
+                         publication {:?} now (dropped, detached or removed since): walrelay \
+                         cannot tell whether its rows are events, so it stopped before them. \
+                         If they are not events, advance the slot past this transaction by hand \
+                         (pg_replication_slot_advance); if they are, publish them by hand first",
+                        relation.namespace,
+                        relation.name,
+                        relation.oid,
+                        self.settings.table,
+                        self.settings.publication
+                    )))
+                }
+            },
+        };
+        let schema = if is_outbox {
+            let table = &self.settings.table;
             let schema = OutboxSchema::from_relation(&relation, &self.settings.mapping, table)?;
-            if self.relations.contains_key(&relation.oid) {
+            if known.is_some() {
                 info!(table = %table, "outbox table schema changed; mapping updated");
             }
             Some(schema)
@@ -427,12 +516,18 @@ impl<'a> ApplyLoop<'a> {
         if self.checkpoint.advance() {
             self.metrics.set_confirmed(self.checkpoint.confirmed().0);
         }
+        self.metrics
+            .set_pending_transactions(self.checkpoint.pending());
     }
 
-    async fn send_status(&mut self) -> Result<()> {
+    async fn send_status(&mut self, reply_requested: bool) -> Result<()> {
+        let confirmed = self.checkpoint.confirmed();
         self.status
-            .send(self.received, self.checkpoint.confirmed())
-            .await
+            .send(self.received, confirmed, reply_requested)
+            .await?;
+        self.reported = confirmed;
+        self.reported_at = Instant::now();
+        Ok(())
     }
 
     /// Stops reading, waits (bounded) for in-flight deliveries, confirms what
@@ -451,7 +546,7 @@ impl<'a> ApplyLoop<'a> {
         while self.inflight_events > 0 {
             tokio::select! {
                 Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
-                _ = status_tick.tick() => self.send_status().await?,
+                _ = status_tick.tick() => self.send_status(false).await?,
                 _ = tokio::time::sleep_until(deadline) => {
                     warn!(
                         inflight = self.inflight_events,
@@ -461,7 +556,7 @@ impl<'a> ApplyLoop<'a> {
                 }
             }
         }
-        self.send_status().await?;
+        self.send_status(false).await?;
         info!(confirmed_lsn = %self.checkpoint.confirmed(), "final status update sent");
         self.status.close().await;
         Ok(())

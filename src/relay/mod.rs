@@ -21,10 +21,12 @@ use crate::metrics::{self, Metrics};
 use crate::outbox::mapping::MappingConfig;
 use crate::outbox::routing::Router;
 use crate::postgres::lsn::Lsn;
+use crate::postgres::publication::{self, RelationResolver};
+use crate::postgres::setup::SlotOptions;
 use crate::postgres::{describe_target, replication, setup, PgTarget};
 use crate::watchdog::{self, WatchdogSettings, Webhook};
 
-use apply::ApplyLoop;
+use apply::{ApplyLoop, SessionParts};
 
 /// A session that streamed this long before failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -50,7 +52,16 @@ pub struct Settings {
     pub on_poison: OnPoison,
     pub on_update: OnUpdate,
     pub dead_letter_topic: String,
+    pub recreate_missing_slot: bool,
+    pub replication_timeout: Option<Duration>,
+    pub setup_timeout: Duration,
+    pub max_pending_transactions: usize,
 }
+
+/// Extra time past --shutdown-timeout before a stuck shutdown is cut short.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// The read timeout when the server's wal_sender_timeout is 0 (disabled).
+const DEFAULT_REPLICATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<()> {
     let pg = args.validate()?;
@@ -74,6 +85,10 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         topic_replication_factor: args.topic_replication_factor,
         on_poison: args.on_poison,
         dead_letter_topic: args.dead_letter_topic.clone(),
+        recreate_missing_slot: args.recreate_missing_slot,
+        replication_timeout: args.replication_timeout,
+        setup_timeout: args.setup_timeout,
+        max_pending_transactions: args.max_pending_transactions,
     };
     let watchdog_settings = WatchdogSettings {
         interval: args.watchdog_interval,
@@ -91,16 +106,36 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let metrics = Metrics::new();
     metrics::serve(args.metrics_addr, metrics.clone()).await?;
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
+    let (outbox_oid_tx, outbox_oid_rx) = watch::channel(None);
     let watchdog = tokio::spawn(watchdog::run(
-        settings.pg.clone(),
-        settings.slot.clone(),
+        watchdog::Watched {
+            pg: settings.pg.clone(),
+            slot: settings.slot.clone(),
+            publication: settings.publication.clone(),
+            table: (settings.source == Source::Table).then(|| settings.table.clone()),
+            outbox_oid: outbox_oid_rx,
+        },
         watchdog_settings,
         metrics.clone(),
         fatal_tx,
     ));
+    let mut stop = shutdown.clone();
     let result = tokio::select! {
-        result = supervise(&settings, &args, &metrics, &mut shutdown) => result,
+        result = supervise(&settings, &args, &metrics, &mut shutdown, &outbox_oid_tx) => result,
         Some(fatal) = fatal_rx.recv() => Err(fatal),
+        // Whatever a session is stuck in (a silent server, a broker that
+        // never answers), a stop request ends walrelay within the timeout.
+        () = async {
+            let _ = stop.wait_for(|stop| *stop).await;
+            tokio::time::sleep(settings.shutdown_timeout + SHUTDOWN_GRACE).await;
+        } => {
+            warn!(
+                timeout = ?settings.shutdown_timeout,
+                "shutdown did not finish within --shutdown-timeout; stopping anyway; \
+                 unconfirmed events will be sent again on restart"
+            );
+            Ok(())
+        }
     };
     watchdog.abort();
     result
@@ -112,6 +147,7 @@ async fn supervise(
     args: &RunArgs,
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
+    outbox_oid: &watch::Sender<Option<u32>>,
 ) -> Result<()> {
     info!(
         postgres = %describe_target(&settings.pg.config),
@@ -126,8 +162,11 @@ async fn supervise(
     let mut backoff = INITIAL_BACKOFF;
     let mut standby = false;
     loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
         let session_start = Instant::now();
-        let result = session(settings, metrics, shutdown, &mut ever_connected).await;
+        let result = session(settings, metrics, shutdown, &mut ever_connected, outbox_oid).await;
         metrics.set_streaming(false);
         let err = match result {
             Ok(()) => return Ok(()),
@@ -178,17 +217,55 @@ async fn session(
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
     ever_connected: &mut bool,
+    outbox_oid: &watch::Sender<Option<u32>>,
 ) -> Result<()> {
+    // A server that accepts the connection and then says nothing must not
+    // hold the session, or a stop request, forever.
+    let opening = tokio::time::timeout(
+        settings.setup_timeout,
+        open(settings, metrics, ever_connected, outbox_oid),
+    );
+    let parts = tokio::select! {
+        opened = opening => opened.map_err(|_| Error::transient(format!(
+            "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
+             in time (an unresponsive server, or slot creation waiting for long-running \
+             transactions: see pg_stat_activity)",
+            settings.setup_timeout
+        )))??,
+        _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+    };
+    // Per session, so a topic deleted under a running relay is created again.
+    let mut topics = TopicManager::new(
+        &settings.kafka,
+        settings.topic_partitions,
+        settings.topic_replication_factor,
+    )?;
+    metrics.set_streaming(true);
+    ApplyLoop::new(settings, &mut topics, metrics.clone(), parts)
+        .run(shutdown)
+        .await
+}
+
+/// Checks the database, makes sure the publication and the slot exist, and
+/// starts streaming.
+async fn open(
+    settings: &Settings,
+    metrics: &Metrics,
+    ever_connected: &mut bool,
+    outbox_oid: &watch::Sender<Option<u32>>,
+) -> Result<SessionParts> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
-    match settings.source {
+    let resolver_table = match settings.source {
         Source::Table => {
             setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
-            setup::ensure_publication(&client, &settings.publication, Some(&settings.table))
-                .await?;
+            let oid =
+                publication::ensure(&client, &settings.publication, Some(&settings.table)).await?;
+            outbox_oid.send_replace(oid);
             if settings.on_update != OnUpdate::Warn
-                && !setup::publishes_updates(&client, &settings.publication).await?
+                && !publication::publishes_updates(&client, &settings.publication, &settings.table)
+                    .await?
             {
                 warn!(
                     publication = %settings.publication,
@@ -196,14 +273,29 @@ async fn session(
                      run ALTER PUBLICATION … SET (publish = 'insert, update') to enforce it"
                 );
             }
+            Some(settings.table.clone())
         }
         Source::Messages => {
             setup::check_messages_supported(&client).await?;
-            setup::ensure_publication(&client, &settings.publication, None).await?;
+            publication::ensure(&client, &settings.publication, None).await?;
+            None
         }
-    }
-    let slot = setup::ensure_slot(&client, &settings.slot).await?;
-    drop(client);
+    };
+    let slot = setup::ensure_slot(
+        &client,
+        &SlotOptions {
+            slot: &settings.slot,
+            publication: &settings.publication,
+            recreate_missing: settings.recreate_missing_slot,
+        },
+    )
+    .await?;
+    let read_timeout = match settings.replication_timeout {
+        Some(timeout) => timeout,
+        None => setup::wal_sender_timeout(&client)
+            .await?
+            .unwrap_or(DEFAULT_REPLICATION_TIMEOUT),
+    };
 
     // 0/0 lets the server start from the slot's confirmed_flush_lsn; we log
     // the value we read so the resume point is visible.
@@ -217,23 +309,17 @@ async fn session(
     .await?;
     info!(slot = %settings.slot, resume_lsn = %slot.confirmed_flush, "streaming started");
     let (producer, deliveries) = Producer::new(&settings.kafka, metrics.clone())?;
-    // Per session, so a topic deleted under a running relay is created again.
-    let mut topics = TopicManager::new(
-        &settings.kafka,
-        settings.topic_partitions,
-        settings.topic_replication_factor,
-    )?;
-    metrics.set_streaming(true);
-    ApplyLoop::new(
-        settings,
-        &mut topics,
-        metrics.clone(),
+    Ok(SessionParts {
         stream,
         status,
         producer,
         deliveries,
-        slot.confirmed_flush,
-    )
-    .run(shutdown)
-    .await
+        resolver: resolver_table.map(|table| RelationResolver {
+            client,
+            publication: settings.publication.clone(),
+            table,
+        }),
+        confirmed: slot.confirmed_flush,
+        read_timeout,
+    })
 }

@@ -1,0 +1,447 @@
+//! The publication that feeds the slot, and how the outbox table is bound to it.
+//!
+//! pgoutput decides what to send from the publication, so every way the
+//! publication can stop covering the outbox is a way to lose events without
+//! a word: a partitioned outbox published leaf by leaf (its partitions'
+//! names are not the outbox's), a row filter, a table dropped and recreated
+//! (which removes it from the publication), a table removed by hand. One
+//! reading of the catalog ([`inspect`]) serves the start-up checks and the
+//! watchdog, and [`Binding::problem`] says what is wrong and how to fix it.
+
+use tokio_postgres::Client;
+use tracing::info;
+
+use super::names::{quote_ident, TableName};
+use super::pgoutput::Relation;
+use super::sql_error;
+use crate::error::{Error, Result};
+
+/// The first release with `publish_via_partition_root`.
+const PARTITION_ROOT_VERSION: i32 = 130000;
+/// The first release with row filters (`pg_publication_tables.rowfilter`).
+const ROW_FILTER_VERSION: i32 = 150000;
+
+/// What the catalog says about the outbox table and the publication now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The table named `--table`, if there is one.
+    pub table: Option<TableInfo>,
+    /// The publication, if it exists.
+    pub publication: Option<PublicationInfo>,
+    /// The table is listed by its own name in `pg_publication_tables`.
+    pub table_listed: bool,
+    /// Some partition of the table is listed by its own name.
+    pub partition_listed: bool,
+    /// The row filter on the table (PostgreSQL 15+), which would drop events.
+    pub row_filter: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableInfo {
+    pub oid: u32,
+    pub partitioned: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublicationInfo {
+    pub inserts: bool,
+    pub updates: bool,
+    pub via_root: bool,
+}
+
+impl Binding {
+    /// Why the publication does not deliver every INSERT into the outbox
+    /// (with the fix), or None when it does. `expected_oid` is the table
+    /// walrelay started with: a different one means it was recreated.
+    pub fn problem(
+        &self,
+        publication: &str,
+        table: &TableName,
+        expected_oid: Option<u32>,
+    ) -> Option<String> {
+        let pub_q = quote_ident(publication);
+        let Some(info) = self.table else {
+            return Some(format!(
+                "the outbox table {table} no longer exists (dropped or renamed): its changes \
+                 can no longer be read as events; restore the table (or point --table at its \
+                 new name) and restart walrelay"
+            ));
+        };
+        if let Some(expected) = expected_oid.filter(|&o| o != info.oid) {
+            return Some(format!(
+                "the outbox table {table} was dropped and recreated (oid {expected} became {}): \
+                 a dropped table leaves the publication, so INSERTs into the new table may not \
+                 have been published; check that publication {publication:?} includes it \
+                 (ALTER PUBLICATION {pub_q} ADD TABLE {};), publish by hand any event written \
+                 before it did, and restart walrelay",
+                info.oid,
+                table.quoted()
+            ));
+        }
+        let Some(p) = self.publication else {
+            return Some(format!(
+                "publication {publication:?} no longer exists: nothing is published to the slot; \
+                 recreate it (CREATE PUBLICATION {pub_q} FOR TABLE {} WITH (publish = 'insert', \
+                 publish_via_partition_root = true);), publish by hand any event written while \
+                 it was missing, and restart walrelay",
+                table.quoted()
+            ));
+        };
+        if !p.inserts {
+            return Some(format!(
+                "publication {publication:?} does not publish inserts: run \
+                 ALTER PUBLICATION {pub_q} SET (publish = 'insert');"
+            ));
+        }
+        if info.partitioned && !p.via_root {
+            return Some(format!(
+                "the outbox table {table} is partitioned and publication {publication:?} \
+                 publishes its partitions under their own names, so a partition walrelay has \
+                 not seen (one attached later, the DEFAULT one) could be missed: run \
+                 ALTER PUBLICATION {pub_q} SET (publish_via_partition_root = true);"
+            ));
+        }
+        if !self.table_listed && !self.partition_listed {
+            return Some(format!(
+                "publication {publication:?} does not include {table}: run \
+                 ALTER PUBLICATION {pub_q} ADD TABLE {}; or choose another --publication",
+                table.quoted()
+            ));
+        }
+        if let Some(filter) = &self.row_filter {
+            return Some(format!(
+                "publication {publication:?} publishes {table} with a row filter (WHERE \
+                 {filter}), which would drop every event it does not match: remove it in one \
+                 transaction with BEGIN; ALTER PUBLICATION {pub_q} DROP TABLE {t}; \
+                 ALTER PUBLICATION {pub_q} ADD TABLE {t}; COMMIT;",
+                t = table.quoted()
+            ));
+        }
+        None
+    }
+}
+
+async fn server_version(client: &Client) -> Result<i32> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(|e| sql_error("cannot read server_version_num", e))?;
+    Ok(row.get(0))
+}
+
+/// Reads the table and the publication as they are now.
+pub async fn inspect(client: &Client, publication: &str, table: &TableName) -> Result<Binding> {
+    let version = server_version(client).await?;
+    let failed = |e| sql_error(format!("cannot inspect publication {publication:?}"), e);
+    let table_info = client
+        .query_opt(
+            "SELECT c.oid, c.relkind = 'p' FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+            &[&table.schema, &table.name],
+        )
+        .await
+        .map_err(failed)?
+        .map(|row| TableInfo {
+            oid: row.get(0),
+            partitioned: row.get(1),
+        });
+    let via_root = if version >= PARTITION_ROOT_VERSION {
+        "pubviaroot"
+    } else {
+        "false"
+    };
+    let publication_info = client
+        .query_opt(
+            &format!(
+                "SELECT pubinsert, pubupdate, {via_root} FROM pg_catalog.pg_publication \
+                 WHERE pubname = $1"
+            ),
+            &[&publication],
+        )
+        .await
+        .map_err(failed)?
+        .map(|row| PublicationInfo {
+            inserts: row.get(0),
+            updates: row.get(1),
+            via_root: row.get(2),
+        });
+    let mut binding = Binding {
+        table: table_info,
+        publication: publication_info,
+        table_listed: false,
+        partition_listed: false,
+        row_filter: None,
+    };
+    let (Some(info), Some(_)) = (table_info, publication_info) else {
+        return Ok(binding);
+    };
+    let row_filter = if version >= ROW_FILTER_VERSION {
+        "t.rowfilter"
+    } else {
+        "NULL::text"
+    };
+    // Every published relation that is the table or one of its partitions.
+    let rows = client
+        .query(
+            &format!(
+                "SELECT c.oid = $2, {row_filter} \
+                 FROM pg_catalog.pg_publication_tables t \
+                 JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
+                 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename \
+                 WHERE t.pubname = $1 \
+                   AND c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($2::oid::regclass))"
+            ),
+            &[&publication, &info.oid],
+        )
+        .await
+        .map_err(failed)?;
+    for row in rows {
+        if row.get::<_, bool>(0) {
+            binding.table_listed = true;
+            binding.row_filter = row.get(1);
+        } else {
+            binding.partition_listed = true;
+        }
+    }
+    Ok(binding)
+}
+
+/// Creates the publication if it is absent (for the table, or with no tables
+/// for the table-less outbox) and checks that an existing one covers the
+/// table. Returns the table's oid (for the table source).
+pub async fn ensure(client: &Client, name: &str, table: Option<&TableName>) -> Result<Option<u32>> {
+    let Some(table) = table else {
+        let exists = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
+                &[&name],
+            )
+            .await
+            .map_err(|e| sql_error("cannot read pg_publication", e))?
+            .is_some();
+        if exists {
+            info!(publication = name, "reusing publication");
+        } else {
+            create(client, &format!("CREATE PUBLICATION {}", quote_ident(name))).await?;
+            info!(publication = name, "created publication");
+        }
+        return Ok(None);
+    };
+    let mut binding = inspect(client, name, table).await?;
+    let Some(info) = binding.table else {
+        return Err(Error::permanent(format!(
+            "table {table} does not exist (or this user cannot see it): create it \
+             (sql/outbox.sql has the default layout) or point --table at your outbox table"
+        )));
+    };
+    if binding.publication.is_none() {
+        let version = server_version(client).await?;
+        if info.partitioned && version < PARTITION_ROOT_VERSION {
+            return Err(Error::permanent(format!(
+                "the outbox table {table} is partitioned, which logical replication supports \
+                 from PostgreSQL 13 on (this server is {}): upgrade, or use a plain table",
+                version / 10000
+            )));
+        }
+        // Through the root, every partition's rows arrive under the outbox's
+        // name, including partitions attached later.
+        let options = if version >= PARTITION_ROOT_VERSION {
+            "publish = 'insert', publish_via_partition_root = true"
+        } else {
+            "publish = 'insert'"
+        };
+        let sql = format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH ({options})",
+            quote_ident(name),
+            table.quoted()
+        );
+        create(client, &sql).await?;
+        info!(publication = name, "created publication");
+        binding = inspect(client, name, table).await?;
+    } else {
+        info!(publication = name, "reusing publication");
+    }
+    match binding.problem(name, table, None) {
+        Some(problem) => Err(Error::permanent(problem)),
+        None => Ok(Some(info.oid)),
+    }
+}
+
+async fn create(client: &Client, sql: &str) -> Result<()> {
+    client.batch_execute(sql).await.map_err(|e| {
+        sql_error(
+            format!("cannot create the publication; create it as the table's owner: {sql}"),
+            e,
+        )
+    })
+}
+
+/// Whether the publication sends UPDATEs; `--on-update` only sees them if it does.
+pub async fn publishes_updates(
+    client: &Client,
+    publication: &str,
+    table: &TableName,
+) -> Result<bool> {
+    let binding = inspect(client, publication, table).await?;
+    Ok(binding.publication.is_some_and(|p| p.updates))
+}
+
+/// How a relation that appears in the replication stream relates to the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationRole {
+    /// The outbox table itself, or one of its partitions: its rows are events.
+    Outbox,
+    /// Another table the publication publishes: its rows are not events.
+    Other,
+    /// Neither, as far as the catalog says now (for example, a dropped table).
+    Unknown,
+}
+
+/// Places the relations a session's stream names, over the session's own
+/// SQL connection.
+pub struct RelationResolver {
+    pub client: Client,
+    pub publication: String,
+    pub table: TableName,
+}
+
+impl RelationResolver {
+    pub async fn role(&self, relation: &Relation) -> Result<RelationRole> {
+        if relation.namespace == self.table.schema && relation.name == self.table.name {
+            return Ok(RelationRole::Outbox);
+        }
+        relation_role(&self.client, &self.publication, &self.table, relation.oid).await
+    }
+}
+
+/// Places a relation walrelay has not seen before in this session. Runs once
+/// per relation and session, so the per-event path never queries.
+pub async fn relation_role(
+    client: &Client,
+    publication: &str,
+    table: &TableName,
+    oid: u32,
+) -> Result<RelationRole> {
+    let failed = |e| sql_error(format!("cannot look up relation oid {oid}"), e);
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1", &[&oid])
+        .await
+        .map_err(failed)?
+        .is_some();
+    if !exists {
+        return Ok(RelationRole::Unknown);
+    }
+    let row = client
+        .query_one(
+            "SELECT \
+               EXISTS (SELECT 1 FROM pg_catalog.pg_partition_ancestors($1::oid::regclass) a \
+                       JOIN pg_catalog.pg_class c ON c.oid = a.relid \
+                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                       WHERE n.nspname = $2 AND c.relname = $3), \
+               EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t \
+                       JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
+                       JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid \
+                            AND c.relname = t.tablename \
+                       WHERE t.pubname = $4 AND c.oid = $1)",
+            &[&oid, &table.schema, &table.name, &publication],
+        )
+        .await
+        .map_err(failed)?;
+    Ok(match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+        (true, _) => RelationRole::Outbox,
+        (false, true) => RelationRole::Other,
+        (false, false) => RelationRole::Unknown,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> TableName {
+        "public.outbox".parse().unwrap()
+    }
+
+    fn healthy(partitioned: bool) -> Binding {
+        Binding {
+            table: Some(TableInfo {
+                oid: 42,
+                partitioned,
+            }),
+            publication: Some(PublicationInfo {
+                inserts: true,
+                updates: false,
+                via_root: true,
+            }),
+            table_listed: true,
+            partition_listed: false,
+            row_filter: None,
+        }
+    }
+
+    fn problem(b: &Binding, expected: Option<u32>) -> String {
+        b.problem("walrelay", &table(), expected)
+            .expect("a problem")
+    }
+
+    #[test]
+    fn a_publication_that_covers_the_table_has_no_problem() {
+        assert_eq!(healthy(false).problem("walrelay", &table(), Some(42)), None);
+        assert_eq!(healthy(true).problem("walrelay", &table(), Some(42)), None);
+    }
+
+    #[test]
+    fn a_partitioned_outbox_needs_publish_via_partition_root() {
+        let mut b = healthy(true);
+        b.publication.as_mut().unwrap().via_root = false;
+        b.table_listed = false;
+        b.partition_listed = true;
+        assert!(problem(&b, None)
+            .contains("ALTER PUBLICATION \"walrelay\" SET (publish_via_partition_root = true);"));
+        // A plain table does not care.
+        let mut plain = healthy(false);
+        plain.publication.as_mut().unwrap().via_root = false;
+        assert_eq!(plain.problem("walrelay", &table(), None), None);
+    }
+
+    #[test]
+    fn a_recreated_table_is_told_apart_by_its_oid() {
+        let text = problem(&healthy(false), Some(7));
+        assert!(
+            text.contains("dropped and recreated (oid 7 became 42)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_table_missing_from_the_publication_names_the_fix() {
+        let mut b = healthy(false);
+        b.table_listed = false;
+        assert!(problem(&b, Some(42))
+            .contains("ALTER PUBLICATION \"walrelay\" ADD TABLE \"public\".\"outbox\";"));
+    }
+
+    #[test]
+    fn a_row_filter_is_refused_because_it_drops_events() {
+        let mut b = healthy(false);
+        b.row_filter = Some("(event_type = 'a'::text)".into());
+        assert!(problem(&b, None).contains("row filter"));
+    }
+
+    #[test]
+    fn a_dropped_table_or_publication_is_a_problem() {
+        let mut b = healthy(false);
+        b.publication = None;
+        assert!(problem(&b, Some(42)).contains("no longer exists"));
+        b.table = None;
+        assert!(problem(&b, Some(42)).contains("no longer exists"));
+    }
+
+    #[test]
+    fn a_publication_without_inserts_is_refused() {
+        let mut b = healthy(false);
+        b.publication.as_mut().unwrap().inserts = false;
+        assert!(problem(&b, None).contains("SET (publish = 'insert')"));
+    }
+}
