@@ -284,9 +284,7 @@ pub async fn run(
         }
         let report = match slot::read(c, &slot_name).await {
             Ok(Some(report)) => {
-                source
-                    .slot_present(c, &watched, &metrics, report.confirmed_flush)
-                    .await;
+                source.slot_present(c, &watched, &metrics).await;
                 report
             }
             Ok(None) => {

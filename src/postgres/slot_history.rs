@@ -151,6 +151,30 @@ pub async fn write(client: &Client, publication: &str, history: &SlotHistory) ->
     }
 }
 
+/// Records the slot's confirmed LSN in its history, as Postgres has it (never
+/// more than it has, so a recorded gap never starts too late).
+pub async fn record_confirmed(client: &Client, publication: &str, slot: &str) -> Result<()> {
+    let Some(mut history) = read(client, publication, slot).await? else {
+        return Ok(());
+    };
+    let row = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
+             WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read pg_replication_slots", e))?;
+    let confirmed: Option<String> = row.and_then(|r| r.get(0));
+    let Some(confirmed) = confirmed.and_then(|text| text.parse::<Lsn>().ok()) else {
+        return Ok(());
+    };
+    if history.confirm(confirmed) {
+        write(client, publication, &history).await?;
+    }
+    Ok(())
+}
+
 /// The permanent error for a slot that existed and is gone.
 pub fn missing_slot_error(slot: &str, history: &SlotHistory) -> Error {
     Error::permanent(format!(

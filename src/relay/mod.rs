@@ -23,6 +23,7 @@ use crate::outbox::routing::Router;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::publication::{self, RelationResolver};
 use crate::postgres::setup::SlotOptions;
+use crate::postgres::slot_history;
 use crate::postgres::{describe_target, replication, setup, PgTarget};
 use crate::watchdog::{self, WatchdogSettings, Webhook};
 
@@ -120,6 +121,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         fatal_tx,
     ));
     let mut stop = shutdown.clone();
+    let mut cut_short = false;
     let result = tokio::select! {
         result = supervise(&settings, &args, &metrics, &mut shutdown, &outbox_oid_tx) => result,
         Some(fatal) = fatal_rx.recv() => Err(fatal),
@@ -134,11 +136,29 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
                 "shutdown did not finish within --shutdown-timeout; stopping anyway; \
                  unconfirmed events will be sent again on restart"
             );
+            cut_short = true;
             Ok(())
         }
     };
     watchdog.abort();
+    if result.is_ok() && !cut_short {
+        record_history(&settings).await;
+    }
     result
+}
+
+/// On a clean stop, the slot's history records where it stopped, for the
+/// day the slot is lost. Best effort and bounded: the stop matters more.
+async fn record_history(settings: &Settings) {
+    let record = async {
+        let client = setup::connect(&settings.pg).await?;
+        slot_history::record_confirmed(&client, &settings.publication, &settings.slot).await
+    };
+    match tokio::time::timeout(Duration::from_secs(3), record).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(error = %e.report(), "cannot record the slot's confirmed LSN"),
+        Err(_) => warn!("cannot record the slot's confirmed LSN: Postgres did not answer"),
+    }
 }
 
 /// Runs sessions one after another until shutdown or a permanent error.

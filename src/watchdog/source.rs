@@ -15,7 +15,6 @@ use tracing::{debug, error, info};
 use super::Webhook;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
 use crate::postgres::slot_history;
 use crate::postgres::{publication, PgTarget};
@@ -102,40 +101,25 @@ impl SourceWatch {
     }
 
     /// Called when the slot exists: records its confirmed LSN now and then.
-    pub async fn slot_present(
-        &mut self,
-        client: &Client,
-        watched: &Watched,
-        metrics: &Metrics,
-        confirmed: Option<Lsn>,
-    ) {
+    pub async fn slot_present(&mut self, client: &Client, watched: &Watched, metrics: &Metrics) {
         metrics.set_slot_missing(false);
         if self.slot_missing {
             info!(slot = %watched.slot, "replication slot exists again");
         }
         self.slot_missing = false;
-        let due = self
+        if self
             .history_written
-            .is_none_or(|at| at.elapsed() >= HISTORY_REFRESH);
-        let Some(confirmed) = confirmed.filter(|_| due) else {
+            .is_some_and(|at| at.elapsed() < HISTORY_REFRESH)
+        {
             return;
-        };
-        if let Err(e) = refresh_history(client, watched, confirmed).await {
+        }
+        if let Err(e) =
+            slot_history::record_confirmed(client, &watched.publication, &watched.slot).await
+        {
             debug!(error = %e.report(), "watchdog cannot update the slot's history");
         }
         self.history_written = Some(Instant::now());
     }
-}
-
-async fn refresh_history(client: &Client, watched: &Watched, confirmed: Lsn) -> Result<()> {
-    let Some(mut history) = slot_history::read(client, &watched.publication, &watched.slot).await?
-    else {
-        return Ok(());
-    };
-    if history.confirm(confirmed) {
-        slot_history::write(client, &watched.publication, &history).await?;
-    }
-    Ok(())
 }
 
 async fn post(webhook: Option<&Webhook>, cause: &str, problem: &str) {

@@ -21,12 +21,24 @@ pub async fn current_lsn(client: &Client) -> u64 {
 /// Inserts `count` events of one type in one transaction, spread over five
 /// aggregates, each payload carrying its position in the batch.
 pub async fn insert_batch(client: &Client, event_type: &str, count: i32) {
+    insert_batch_at(client, event_type, count, None).await
+}
+
+/// Like [`insert_batch`], with `created_at` set (it picks the partition of a
+/// partitioned outbox); None keeps the column's default.
+pub async fn insert_batch_at(
+    client: &Client,
+    event_type: &str,
+    count: i32,
+    created_at: Option<&str>,
+) {
     client
         .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 5), $1, jsonb_build_object('seq', i) \
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at) \
+             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 5), $1, jsonb_build_object('seq', i), \
+                    COALESCE($3::text::timestamptz, clock_timestamp()) \
              FROM generate_series(1, $2::int) i",
-            &[&event_type, &count],
+            &[&event_type, &count, &created_at],
         )
         .await
         .unwrap();

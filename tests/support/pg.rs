@@ -263,6 +263,12 @@ impl Postgres {
         client
     }
 
+    /// The postmaster's process id, from postmaster.pid.
+    pub fn postmaster_pid(&self) -> u32 {
+        let text = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).unwrap();
+        text.lines().next().unwrap().trim().parse().unwrap()
+    }
+
     pub fn bin(&self, tool: &str) -> PathBuf {
         self.bin.join(tool)
     }

@@ -1,0 +1,107 @@
+//! A slot that existed and is gone (dropped by hand, or a failover to a
+//! server without a copy of it) is never recreated on its own: a new slot
+//! starts at the current WAL position and would skip every event between.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
+use support::pg::confirmed_flush_lsn;
+use support::{Relay, Stack};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn parse_lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_flag() {
+    let mut stack = Stack::start(&[]).await;
+    let (client, broker) = (&stack.client, &stack.broker);
+    insert_batch(client, "BeforeLoss", 5).await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.BeforeLoss"]);
+    let expected = committed_ids(client, "BeforeLoss").await;
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
+    // The slot only moves forward: what it shows now is a floor for what
+    // walrelay records when it stops.
+    let delivered = confirmed_flush_lsn(client, "walrelay").await;
+    assert!(stack.relay.terminate(WAIT).success());
+    let stopped_at = confirmed_flush_lsn(client, "walrelay").await;
+
+    // The gap: committed while walrelay is down, then the slot goes.
+    insert_batch(client, "InTheGap", 5).await;
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
+        .await
+        .unwrap();
+
+    let mut relay = Relay::start(&stack.pg, broker);
+    let status = relay
+        .wait(WAIT)
+        .expect("walrelay must stop on a missing slot");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(
+        log.contains("replication slot \"walrelay\" is missing"),
+        "{log}"
+    );
+    assert!(log.contains("--recreate-missing-slot"), "{log}");
+    let recorded = log
+        .split("Events committed after LSN ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .map(parse_lsn)
+        .unwrap_or_else(|| panic!("no LSN in the error; log:\n{log}"));
+    assert!(
+        delivered <= recorded && recorded <= stopped_at,
+        "recorded {recorded:x} is not between {delivered:x} and {stopped_at:x}"
+    );
+    let slot_exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .is_some();
+    assert!(!slot_exists, "walrelay recreated the slot on its own");
+
+    // With the flag it creates a new slot, says what it cannot deliver, and streams.
+    let relay = Relay::start_with(&stack.pg, broker, &["--recreate-missing-slot"]);
+    relay.wait_ready(WAIT);
+    assert!(
+        relay.log().contains("cannot be delivered by walrelay"),
+        "{}",
+        relay.log()
+    );
+    insert_batch(client, "AfterLoss", 3).await;
+    reader.subscribe(&["outbox.event.AfterLoss"]);
+    let expected = committed_ids(client, "AfterLoss").await;
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
+    stack.relay = relay;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_start_on_a_database_creates_the_slot_and_remembers_it() {
+    let stack = Stack::start(&[]).await;
+    let comment: Option<String> = stack
+        .client
+        .query_one(
+            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication \
+             WHERE pubname = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let comment = comment.unwrap_or_default();
+    assert!(
+        comment.starts_with("walrelay-slot walrelay created_lsn="),
+        "{comment:?}"
+    );
+}
