@@ -151,7 +151,7 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
             if history.is_none() {
                 // A slot from before walrelay kept histories, or made by hand.
                 let history = SlotHistory::new(slot, state.confirmed_flush);
-                slot_history::write(client, options.publication, &history).await?;
+                slot_history::write(client, options.publication, &history).await;
             }
             return Ok(state);
         }
@@ -175,7 +175,7 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
             ),
             None => info!(slot, lsn = %lsn, "created replication slot"),
         }
-        slot_history::write(client, options.publication, &SlotHistory::new(slot, lsn)).await?;
+        slot_history::write(client, options.publication, &SlotHistory::new(slot, lsn)).await;
         return Ok(SlotState {
             confirmed_flush: lsn,
         });

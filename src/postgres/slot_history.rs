@@ -117,11 +117,19 @@ pub async fn read(client: &Client, publication: &str, slot: &str) -> Result<Opti
         .find(|h| h.slot == slot))
 }
 
-/// Records `history`, keeping the rest of the comment. Without the right to
-/// comment on the publication (it is owned by another role) walrelay warns
-/// with the statement its owner should run, and goes on.
-pub async fn write(client: &Client, publication: &str, history: &SlotHistory) -> Result<()> {
-    let old = comment(client, publication).await?.unwrap_or_default();
+/// Records `history`, keeping the rest of the comment. Never fails the
+/// caller: without the right to comment on the publication (it is owned by
+/// another role) walrelay warns with the statement its owner should run; a
+/// concurrent writer (two replicas starting at once) is told the same way,
+/// and the next start records it.
+pub async fn write(client: &Client, publication: &str, history: &SlotHistory) {
+    let old = match comment(client, publication).await {
+        Ok(old) => old.unwrap_or_default(),
+        Err(e) => {
+            warn!(error = %e.report(), "cannot read the publication's comment");
+            return;
+        }
+    };
     let mut lines: Vec<String> = old
         .lines()
         .filter(|l| SlotHistory::parse(l).is_none_or(|h| h.slot != history.slot))
@@ -134,20 +142,19 @@ pub async fn write(client: &Client, publication: &str, history: &SlotHistory) ->
         quote_literal(&lines.join("\n"))
     );
     match client.batch_execute(&sql).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-            warn!(
-                publication,
-                slot = %history.slot,
-                "walrelay may not comment on the publication, so a slot lost in a failover \
-                 could be mistaken for a first start; let the publication's owner run: {sql}"
-            );
-            Ok(())
-        }
-        Err(e) => Err(sql_error(
-            "cannot record the slot in the publication's comment",
-            e,
-        )),
+        Ok(()) => {}
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => warn!(
+            publication,
+            slot = %history.slot,
+            "walrelay may not comment on the publication, so a slot lost in a failover \
+             could be mistaken for a first start; let the publication's owner run: {sql}"
+        ),
+        Err(e) => warn!(
+            publication,
+            slot = %history.slot,
+            error = %e,
+            "cannot record the slot in the publication's comment; the next start tries again"
+        ),
     }
 }
 
@@ -170,7 +177,7 @@ pub async fn record_confirmed(client: &Client, publication: &str, slot: &str) ->
         return Ok(());
     };
     if history.confirm(confirmed) {
-        write(client, publication, &history).await?;
+        write(client, publication, &history).await;
     }
     Ok(())
 }

@@ -77,6 +77,7 @@ pub struct ApplyLoop<'a> {
     read_timeout: Duration,
     /// When the server last sent anything (or reading last resumed).
     last_heard: Instant,
+    asked_for_keepalive: bool,
     /// The confirmed LSN of the last status update, and when it went out.
     reported: Lsn,
     reported_at: Instant,
@@ -112,6 +113,7 @@ impl<'a> ApplyLoop<'a> {
             received: confirmed,
             read_timeout: parts.read_timeout,
             last_heard: Instant::now(),
+            asked_for_keepalive: false,
             reported: confirmed,
             reported_at: Instant::now(),
             inflight_events: 0,
@@ -141,19 +143,22 @@ impl<'a> ApplyLoop<'a> {
                 biased;
                 _ = shutdown.changed() => return self.shut_down().await,
                 Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
-                _ = status_tick.tick() => {
-                    // A quiet server is asked for a keepalive, so that its
-                    // silence past the read timeout means it is gone.
-                    let ask = self.last_heard.elapsed() >= self.read_timeout / 3;
-                    self.send_status(ask).await?
-                }
+                _ = status_tick.tick() => self.send_status(false).await?,
                 _ = tokio::time::sleep_until(self.reported_at + PROMPT_CONFIRM), if confirm_moved => {
                     self.send_status(false).await?
                 }
                 // Backpressure: with the window full, stop reading; the walsender waits.
                 message = self.stream.next(), if has_room => {
                     self.last_heard = Instant::now();
+                    self.asked_for_keepalive = false;
                     self.on_replication(message?).await?
+                }
+                // A quiet server is asked for a keepalive, so that silence
+                // past the whole read timeout means it is gone.
+                _ = tokio::time::sleep_until(self.last_heard + self.read_timeout / 2),
+                    if has_room && !self.asked_for_keepalive => {
+                    self.send_status(true).await?;
+                    self.asked_for_keepalive = true;
                 }
                 _ = tokio::time::sleep_until(self.last_heard + self.read_timeout), if has_room => {
                     return Err(Error::transient(format!(
