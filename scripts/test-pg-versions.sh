@@ -27,5 +27,6 @@ for major in "${majors[@]}"; do
   echo "== PostgreSQL $("$native/bin/postgres" --version 2>/dev/null || LD_LIBRARY_PATH="$native/lib" "$native/bin/postgres" --version)"
   WALRELAY_PG_BIN="$native/bin" LD_LIBRARY_PATH="$native/lib" \
     cargo test --test end_to_end --test faults --test messages_source --test startup_errors \
-      --test resilience -- --test-threads=2
+      --test resilience --test partitioned_outbox --test slot_loss --test publication_changes \
+      --test dead_peers -- --test-threads=2
 done
