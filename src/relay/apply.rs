@@ -141,7 +141,7 @@ impl<'a> ApplyLoop<'a> {
             let confirm_moved = self.checkpoint.confirmed() > self.reported;
             tokio::select! {
                 biased;
-                _ = shutdown.changed() => return self.shut_down().await,
+                _ = shutdown.wait_for(|stop| *stop) => return self.shut_down().await,
                 Some(delivery) = self.deliveries.recv() => self.on_delivery(delivery)?,
                 _ = status_tick.tick() => self.send_status(false).await?,
                 _ = tokio::time::sleep_until(self.reported_at + PROMPT_CONFIRM), if confirm_moved => {

@@ -202,7 +202,7 @@ async fn supervise(
             }
             tokio::select! {
                 _ = tokio::time::sleep(args.standby_poll_interval) => {}
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
             }
             continue;
         }
@@ -225,7 +225,7 @@ async fn supervise(
         metrics.record_reconnect("postgres");
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.changed() => return Ok(()),
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
         }
         backoff = (backoff * 2).min(args.reconnect_max_backoff);
     }
