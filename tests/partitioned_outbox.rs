@@ -35,6 +35,20 @@ async fn partitioned_outbox(pg: &Postgres) -> Client {
     client
 }
 
+/// A publication that names partitions by their own names, and a slot
+/// made by hand, as before walrelay created them through the root.
+async fn leaf_publication_and_slot(client: &Client) {
+    client
+        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
+        .await
+        .unwrap();
+    // Slot creation refuses a transaction that has written.
+    client
+        .batch_execute("SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')")
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_from_every_partition_arrive_including_default_attached_and_after_a_drop() {
     let pg = Postgres::start();
@@ -121,13 +135,7 @@ async fn events_written_while_partitions_were_published_by_their_own_names_still
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = partitioned_outbox(&pg).await;
-    client
-        .batch_execute(
-            "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert'); \
-             SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput');",
-        )
-        .await
-        .unwrap();
+    leaf_publication_and_slot(&client).await;
     insert_batch_at(&client, "ByLeaf", 10, Some("2026-01-10")).await;
     insert_batch_at(&client, "ByLeaf", 10, Some("2031-06-01")).await;
     client
@@ -148,13 +156,7 @@ async fn changes_of_a_dropped_partition_stop_walrelay_before_the_slot_moves_past
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = partitioned_outbox(&pg).await;
-    client
-        .batch_execute(
-            "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert'); \
-             SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput');",
-        )
-        .await
-        .unwrap();
+    leaf_publication_and_slot(&client).await;
     let before = confirmed_flush_lsn(&client, "walrelay").await;
     insert_batch_at(&client, "Dropped", 10, Some("2026-01-10")).await;
     client

@@ -190,7 +190,8 @@ pub async fn inspect(client: &Client, publication: &str, table: &TableName) -> R
                  JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
                  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename \
                  WHERE t.pubname = $1 \
-                   AND c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($2::oid::regclass))"
+                   AND (c.oid = $2 OR c.oid IN \
+                        (SELECT relid FROM pg_catalog.pg_partition_tree($2::oid::regclass)))"
             ),
             &[&publication, &info.oid],
         )

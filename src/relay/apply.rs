@@ -206,8 +206,11 @@ impl<'a> ApplyLoop<'a> {
                 if self.open_txn.is_some() {
                     return Err(protocol("BEGIN inside an open transaction"));
                 }
+                let seq = self.checkpoint.begin();
+                self.metrics
+                    .set_pending_transactions(self.checkpoint.pending());
                 self.open_txn = Some(OpenTxn {
-                    seq: self.checkpoint.begin(),
+                    seq,
                     commit_lsn: begin.final_lsn,
                     commit_time_us: pg_to_unix_us(begin.commit_time),
                 });
