@@ -136,6 +136,8 @@ pub fn describe_target(config: &tokio_postgres::Config) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -144,6 +146,27 @@ mod tests {
         assert_eq!(classify_sqlstate("57P01"), Kind::Transient);
         assert_eq!(classify_sqlstate("28P01"), Kind::Permanent);
         assert_eq!(classify_sqlstate("42P01"), Kind::Permanent);
+    }
+
+    #[test]
+    fn both_connections_watch_for_a_dead_peer_unless_the_url_says_otherwise() {
+        let target = PgTarget::parse("postgres://app@db/shop").unwrap();
+        assert!(target.config.get_keepalives());
+        assert_eq!(
+            target.config.get_keepalives_idle(),
+            dead_peer::KEEPALIVE_IDLE
+        );
+        assert_eq!(
+            target.config.get_tcp_user_timeout(),
+            Some(&dead_peer::TCP_USER_TIMEOUT)
+        );
+        let own =
+            PgTarget::parse("host=db user=app keepalives_idle=5 tcp_user_timeout=9000").unwrap();
+        assert_eq!(own.config.get_keepalives_idle(), Duration::from_secs(5));
+        assert_eq!(
+            own.config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(20))
+        );
     }
 
     #[test]
