@@ -160,8 +160,9 @@ mod tests {
             target.config.get_tcp_user_timeout(),
             Some(&dead_peer::TCP_USER_TIMEOUT)
         );
+        // tokio-postgres reads tcp_user_timeout in seconds (libpq: milliseconds).
         let own =
-            PgTarget::parse("host=db user=app keepalives_idle=5 tcp_user_timeout=9000").unwrap();
+            PgTarget::parse("host=db user=app keepalives_idle=5 tcp_user_timeout=20").unwrap();
         assert_eq!(own.config.get_keepalives_idle(), Duration::from_secs(5));
         assert_eq!(
             own.config.get_tcp_user_timeout(),
