@@ -22,6 +22,34 @@ use crate::kafka::producer::unix_now_us;
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
 
+/// The stages of an event's way from the commit to the confirmation, each
+/// timed on its own so a slow tail can be traced to where it forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    CommitToReceived,
+    ReceivedToProduced,
+    ProducedToAcked,
+    AckedToConfirmed,
+}
+
+impl Stage {
+    const ALL: [Stage; 4] = [
+        Stage::CommitToReceived,
+        Stage::ReceivedToProduced,
+        Stage::ProducedToAcked,
+        Stage::AckedToConfirmed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Stage::CommitToReceived => "commit_to_received",
+            Stage::ReceivedToProduced => "received_to_produced",
+            Stage::ProducedToAcked => "produced_to_acked",
+            Stage::AckedToConfirmed => "acked_to_confirmed",
+        }
+    }
+}
+
 /// The `wal_status` values Postgres reports for a slot.
 pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
 
@@ -53,6 +81,7 @@ struct Inner {
     last_confirm_age_seconds: Gauge,
     streaming_gauge: IntGauge,
     pending_transactions: IntGauge,
+    stage_latency: prometheus::HistogramVec,
     slot_missing: IntGauge,
     publication_broken: IntGauge,
 }
@@ -168,6 +197,24 @@ impl Metrics {
             "walrelay_pending_transactions",
             "Transactions read but not yet confirmed (open, or waiting for Kafka or an earlier one).",
         );
+        let stage_latency = prometheus::HistogramVec::new(
+            HistogramOpts::new(
+                "walrelay_stage_latency_seconds",
+                "Time an event spends in each stage: commit_to_received (the commit timestamp \
+                 to its transaction's arrival), received_to_produced (arrival to the producer), \
+                 produced_to_acked (the producer to Kafka's acknowledgement), acked_to_confirmed \
+                 (confirmable to the status update that confirms it).",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25,
+                0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["stage"],
+        )
+        .expect("valid metric");
+        for stage in Stage::ALL {
+            stage_latency.with_label_values(&[stage.label()]);
+        }
         let slot_missing = gauge(
             "walrelay_slot_missing",
             "1 when the slot walrelay streamed from no longer exists.",
@@ -207,6 +254,7 @@ impl Metrics {
             Box::new(streaming_gauge.clone()),
             Box::new(build_info),
             Box::new(pending_transactions.clone()),
+            Box::new(stage_latency.clone()),
             Box::new(slot_missing.clone()),
             Box::new(publication_broken.clone()),
         ] {
@@ -250,6 +298,7 @@ impl Metrics {
             last_confirm_age_seconds,
             streaming_gauge,
             pending_transactions,
+            stage_latency,
             slot_missing,
             publication_broken,
         }))
@@ -345,6 +394,13 @@ impl Metrics {
                 .set(i64::from(current));
         }
         m.slot_active.set(i64::from(slot.active));
+    }
+
+    pub fn observe_stage(&self, stage: Stage, took: Duration) {
+        self.0
+            .stage_latency
+            .with_label_values(&[stage.label()])
+            .observe(took.as_secs_f64());
     }
 
     pub fn set_pending_transactions(&self, count: usize) {

@@ -16,7 +16,7 @@ use tracing::warn;
 
 use crate::checkpoint::TxnSeq;
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Stage};
 use crate::postgres::lsn::Lsn;
 
 /// Settings walrelay relies on for ordering and no loss. `-X` may override
@@ -67,6 +67,7 @@ pub struct Ticket {
     dead_letter: bool,
     /// Microseconds since the Unix epoch at which the transaction committed.
     commit_time_us: i64,
+    produced_at: std::time::Instant,
 }
 
 pub struct DeliveryContext {
@@ -96,6 +97,8 @@ impl ProducerContext for DeliveryContext {
             Ok(message) => {
                 self.metrics
                     .record_delivery(message.topic(), ticket.commit_time_us);
+                self.metrics
+                    .observe_stage(Stage::ProducedToAcked, ticket.produced_at.elapsed());
                 Ok(())
             }
             Err((error, message)) => {
@@ -201,6 +204,7 @@ impl Producer {
             bytes: event.size(),
             dead_letter: event.dead_letter,
             commit_time_us: event.commit_time_us,
+            produced_at: std::time::Instant::now(),
         });
         let mut record: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
             BaseRecord::with_opaque_to(event.topic, ticket)

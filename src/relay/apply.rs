@@ -15,10 +15,10 @@ use tracing::{error, info, warn};
 use crate::checkpoint::{Checkpoint, TxnSeq};
 use crate::config::{OnPoison, OnUpdate, Source};
 use crate::error::{Error, Result};
-use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
+use crate::kafka::producer::{unix_now_us, Delivery, Outgoing, Producer, SendError};
 use crate::kafka::topics::TopicManager;
 use crate::kafka::{is_permanent_rejection, is_size_rejection};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
 use crate::postgres::lsn::Lsn;
@@ -81,6 +81,8 @@ pub struct ApplyLoop<'a> {
     /// The confirmed LSN of the last status update, and when it went out.
     reported: Lsn,
     reported_at: Instant,
+    /// When the confirmed LSN first moved past what was last reported.
+    confirmable_since: Option<Instant>,
     pub(super) inflight_events: usize,
     pub(super) inflight_bytes: usize,
     /// Events Kafka rejected for good, waiting to be dead-lettered.
@@ -116,6 +118,7 @@ impl<'a> ApplyLoop<'a> {
             asked_for_keepalive: false,
             reported: confirmed,
             reported_at: Instant::now(),
+            confirmable_since: None,
             inflight_events: 0,
             inflight_bytes: 0,
             rejected: VecDeque::new(),
@@ -207,12 +210,18 @@ impl<'a> ApplyLoop<'a> {
                     return Err(protocol("BEGIN inside an open transaction"));
                 }
                 let seq = self.checkpoint.begin();
+                let commit_time_us = pg_to_unix_us(begin.commit_time);
+                let since_commit = unix_now_us().saturating_sub(commit_time_us).max(0);
+                self.metrics.observe_stage(
+                    Stage::CommitToReceived,
+                    Duration::from_micros(since_commit as u64),
+                );
                 self.metrics
                     .set_pending_transactions(self.checkpoint.pending());
                 self.open_txn = Some(OpenTxn {
                     seq,
                     commit_lsn: begin.final_lsn,
-                    commit_time_us: pg_to_unix_us(begin.commit_time),
+                    commit_time_us,
                 });
             }
             LogicalMessage::Commit(commit) => {
@@ -472,6 +481,9 @@ impl<'a> ApplyLoop<'a> {
             }
         }
         self.checkpoint.event_sent(seq);
+        // The message this event came in was read at `last_heard`.
+        self.metrics
+            .observe_stage(Stage::ReceivedToProduced, self.last_heard.elapsed());
         self.inflight_events += 1;
         self.inflight_bytes += outgoing.size();
         self.metrics
@@ -523,6 +535,7 @@ impl<'a> ApplyLoop<'a> {
     fn advance(&mut self) {
         if self.checkpoint.advance() {
             self.metrics.set_confirmed(self.checkpoint.confirmed().0);
+            self.confirmable_since.get_or_insert_with(Instant::now);
         }
         self.metrics
             .set_pending_transactions(self.checkpoint.pending());
@@ -535,6 +548,10 @@ impl<'a> ApplyLoop<'a> {
             .await?;
         self.reported = confirmed;
         self.reported_at = Instant::now();
+        if let Some(since) = self.confirmable_since.take() {
+            self.metrics
+                .observe_stage(Stage::AckedToConfirmed, since.elapsed());
+        }
         Ok(())
     }
 
