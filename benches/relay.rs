@@ -9,17 +9,24 @@
 //! Throughput: fills the outbox with BENCH_EVENTS events, then times
 //! `pg_recvlogical` draining an identical pgoutput slot to /dev/null (the
 //! walsender's own rate) and walrelay draining its slot into the broker
-//! until the slot is confirmed past the last commit.
+//! until the slot is confirmed past the last commit (BENCH_EVENTS=1000000
+//! for the long run).
 //!
 //! Big transaction (`-- bigtxn`): one transaction of BENCH_BIG_ROWS
 //! (1,000,000) rows; reports walrelay's peak RSS while it drains it.
 //!
 //! Latency: inserts one event per transaction at BENCH_RATE events/s and
 //! measures, per event, the time from just before its commit to the moment
-//! a consumer reads it from Kafka.
+//! a consumer reads it from Kafka; prints walrelay's per-stage histograms.
+//!
+//! Crash loop (`-- crash`): BENCH_CRASH_EVENTS (20,000) events while
+//! walrelay is killed five times and the broker hangs; lost and duplicated.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "relay/crash_loop.rs"]
+mod crash_loop;
 
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,6 +71,9 @@ fn main() {
     }
     if wants("bigtxn") {
         runtime.block_on(big_transaction());
+    }
+    if wants("crash") {
+        runtime.block_on(crash_loop::crash_loop());
     }
 }
 
@@ -131,8 +141,8 @@ async fn throughput() {
 
     let started = Instant::now();
     let relay = start_relay(&pg, &broker);
-    // Drained = Kafka acknowledged every event. The slot's confirmation
-    // follows at the next status update (every second), so it is timed apart.
+    // Drained = the slot confirmed past the last commit; Kafka's
+    // acknowledgement of every event is timed beside it.
     loop {
         if relay
             .metric("walrelay_events_published_total")
@@ -159,10 +169,10 @@ async fn throughput() {
         events as f64 / recv_secs
     );
     println!(
-        "walrelay:       {events} events in {relay_secs:.2}s = {:.0} events/s ({:.0}% of pg_recvlogical), \
-         slot confirmed after {confirmed_secs:.2}s, peak RSS {} MiB",
-        events as f64 / relay_secs,
-        100.0 * recv_secs / relay_secs,
+        "walrelay:       {events} events confirmed in {confirmed_secs:.2}s = {:.0} events/s \
+         ({:.0}% of pg_recvlogical); all acknowledged after {relay_secs:.2}s; peak RSS {} MiB",
+        events as f64 / confirmed_secs,
+        100.0 * recv_secs / confirmed_secs,
         rss / 1024
     );
 }
@@ -221,15 +231,9 @@ async fn latency() {
         pct(0.99) as f64 / 1000.0,
         *latencies.last().unwrap() as f64 / 1000.0
     );
-    // Commit-to-acknowledgement, as walrelay itself sees it.
+    // Where the time goes, as walrelay itself sees it.
     let (_, body) = relay.http_get("/metrics").unwrap();
-    println!("  walrelay's commit-to-acknowledgement histogram:");
-    for line in body
-        .lines()
-        .filter(|l| l.starts_with("walrelay_delivery_latency_seconds_bucket"))
-    {
-        println!("    {line}");
-    }
+    print_stages(&body);
     drop(relay);
 }
 
@@ -323,6 +327,55 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
         }
     }
     out
+}
+
+/// p50 and p99 of each stage, read off walrelay's histograms (bucket bounds).
+fn print_stages(metrics: &str) {
+    let mut stages: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("walrelay_stage_latency_seconds_bucket"))
+    {
+        let stage = line
+            .split("stage=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let le = line
+            .split("le=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let count: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let le: f64 = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        match stages.iter_mut().find(|(s, _)| s == stage) {
+            Some((_, buckets)) => buckets.push((le, count)),
+            None => stages.push((stage.to_string(), vec![(le, count)])),
+        }
+    }
+    println!("  walrelay's stages (upper bucket bounds):");
+    for (stage, buckets) in stages {
+        let total = buckets.last().map_or(0.0, |b| b.1);
+        let at = |p: f64| {
+            buckets
+                .iter()
+                .find(|(_, c)| *c >= p * total)
+                .map_or(f64::NAN, |(le, _)| le * 1000.0)
+        };
+        println!(
+            "    {stage:<22} n={total:<7} p50 ≤ {:.1} ms, p99 ≤ {:.1} ms",
+            at(0.5),
+            at(0.99)
+        );
+    }
 }
 
 fn unix_us() -> i64 {
