@@ -129,8 +129,28 @@ async fn server_version(client: &Client) -> Result<i32> {
     Ok(row.get(0))
 }
 
-/// Reads the table and the publication as they are now.
+/// Reads the table and the publication as they are now, in one snapshot: a
+/// change that commits between two queries would otherwise be misread (the
+/// old table's oid checked against the new membership).
 pub async fn inspect(client: &Client, publication: &str, table: &TableName) -> Result<Binding> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .map_err(|e| sql_error("cannot start a read of the catalog", e))?;
+    let binding = read_binding(client, publication, table).await;
+    let end = if binding.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    client
+        .batch_execute(end)
+        .await
+        .map_err(|e| sql_error("cannot end a read of the catalog", e))?;
+    binding
+}
+
+async fn read_binding(client: &Client, publication: &str, table: &TableName) -> Result<Binding> {
     let version = server_version(client).await?;
     let failed = |e| sql_error(format!("cannot inspect publication {publication:?}"), e);
     let table_info = client
