@@ -345,4 +345,95 @@ mod tests {
         assert_eq!(err.event.id_text(), "e-9");
         assert!(err.reason.contains("not a partition number"));
     }
+
+    mod arbitrary_rows {
+        //! Whatever text a writer puts into any mapped column, mapping gives
+        //! an event or a reason, never a panic.
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Text that looks like what the parsers expect, and anything at all.
+        fn column_text() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                "[0-9 :.+T-]{0,40}".prop_map(String::into_bytes),
+                "[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9é]{0,8}[+-][0-9é:]{0,6}"
+                    .prop_map(String::into_bytes),
+                "-?[0-9]{1,25}".prop_map(String::into_bytes),
+                any::<String>().prop_map(String::into_bytes),
+                proptest::collection::vec(any::<u8>(), 0..64),
+            ]
+        }
+
+        fn datum() -> impl Strategy<Value = Datum> {
+            prop_oneof![
+                8 => column_text().prop_map(|t| Datum::Text(Bytes::from(t))),
+                1 => Just(Datum::Null),
+                1 => Just(Datum::UnchangedToast),
+            ]
+        }
+
+        fn schema(timestamp_oid: u32, payload_oid: u32) -> OutboxSchema {
+            let rel = relation(&[
+                ("id", 25),
+                ("aggregate_id", 25),
+                ("event_type", 25),
+                ("payload", payload_oid),
+                ("ts", timestamp_oid),
+                ("shard", 23),
+                ("tenant", 25),
+                ("amount", 701),
+                ("flag", 16),
+            ]);
+            let mut config = MappingConfig::defaults();
+            config.timestamp = Some("ts".into());
+            config.placements = [
+                "shard:partition",
+                "tenant:header",
+                "amount:envelope",
+                "flag:envelope:f",
+            ]
+            .iter()
+            .map(|p| p.parse().unwrap())
+            .collect();
+            OutboxSchema::from_relation(&rel, &config, &table()).unwrap()
+        }
+
+        proptest! {
+            #[test]
+            fn any_column_text_maps_to_an_event_or_a_reason(
+                row in proptest::collection::vec(datum(), 7..11),
+                timestamp_oid in prop_oneof![Just(1184u32), Just(1114), Just(20), Just(25)],
+                payload_oid in prop_oneof![Just(3802u32), Just(114), Just(25)],
+            ) {
+                match schema(timestamp_oid, payload_oid).event(row) {
+                    Ok(event) => prop_assert!(event.partition.is_none_or(|p| p >= 0)),
+                    Err(e) => prop_assert!(!e.reason.is_empty()),
+                }
+            }
+
+            #[test]
+            fn any_timestamp_text_parses_or_is_refused(text in "\\PC{0,40}") {
+                let _ = parse_pg_timestamp_ms(&text);
+            }
+
+            #[test]
+            fn any_message_content_maps_to_an_event_or_a_reason(
+                content in column_text(),
+                route_by in "[a-z_]{1,12}",
+            ) {
+                let _ = crate::outbox::message::event_from_message(&content, &route_by);
+            }
+
+            #[test]
+            fn any_route_by_value_gives_a_topic_or_a_reason(value in any::<String>()) {
+                let router = crate::outbox::routing::Router::new(
+                    crate::outbox::routing::DEFAULT_REGEX,
+                    "outbox.event.${routedByValue}",
+                ).unwrap();
+                if let Ok(topic) = router.topic(&value) {
+                    prop_assert!(crate::outbox::routing::validate_topic(&topic).is_ok());
+                }
+            }
+        }
+    }
 }

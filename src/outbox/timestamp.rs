@@ -3,38 +3,34 @@
 //! for the Kafka timestamp.
 
 /// `2026-11-29 22:10:00.123456+00`, `…+05:30`, or without offset (UTC).
+/// Any other text is an error, never a panic: the column may hold anything.
 pub fn parse_pg_timestamp_ms(text: &str) -> Result<i64, String> {
     let bad =
         || format!("{text:?} is not an ISO timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]])");
+    // Every field below is ASCII digits; checking that first makes the byte
+    // offsets safe and keeps each number small enough not to overflow.
+    let field = |v: &str, max: i64| -> Result<i64, String> {
+        if v.is_empty() || v.len() > 6 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        v.parse::<i64>().ok().filter(|n| *n <= max).ok_or_else(bad)
+    };
     let (date, rest) = text.split_once([' ', 'T']).ok_or_else(bad)?;
     let mut d = date.splitn(3, '-');
-    let (y, m, day) = (
-        d.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-        d.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-        d.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-    );
+    let mut next = |max| field(d.next().unwrap_or(""), max);
+    // Postgres's largest year is 294276.
+    let (y, m, day) = (next(294_276)?, next(12)?, next(31)?);
     // Split the offset off the time: the last '+' or '-' after the seconds.
     let (time, offset_secs) = match rest.rfind(['+', '-']) {
         Some(i) => {
-            let sign = if &rest[i..i + 1] == "-" { -1 } else { 1 };
+            let sign = if rest.as_bytes()[i] == b'-' { -1 } else { 1 };
             let mut parts = rest[i + 1..].split(':');
-            let h: i64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-            let mi: i64 = parts
-                .next()
-                .map(|v| v.parse().map_err(|_| bad()))
-                .transpose()?
-                .unwrap_or(0);
-            let s: i64 = parts
-                .next()
-                .map(|v| v.parse().map_err(|_| bad()))
-                .transpose()?
-                .unwrap_or(0);
+            let h = field(parts.next().unwrap_or(""), 24)?;
+            let mi = parts.next().map(|v| field(v, 59)).transpose()?.unwrap_or(0);
+            let s = parts.next().map(|v| field(v, 59)).transpose()?.unwrap_or(0);
+            if parts.next().is_some() {
+                return Err(bad());
+            }
             (&rest[..i], sign * (h * 3600 + mi * 60 + s))
         }
         None => (rest, 0),
@@ -42,19 +38,17 @@ pub fn parse_pg_timestamp_ms(text: &str) -> Result<i64, String> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut t = hms.split(':');
     let (hh, mm, ss) = (
-        t.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-        t.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
-        t.next()
-            .and_then(|v| v.parse::<i64>().ok())
-            .ok_or_else(bad)?,
+        field(t.next().unwrap_or(""), 24)?,
+        field(t.next().unwrap_or(""), 59)?,
+        field(t.next().unwrap_or(""), 60)?,
     );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 24 || mm > 59 || ss > 60 {
+    if t.next().is_some() || m < 1 || day < 1 {
         return Err(bad());
     }
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    // ASCII digits only, so the first three bytes are the milliseconds.
     let millis: i64 = format!("{:0<3}", &frac[..frac.len().min(3)])
         .parse()
         .map_err(|_| bad())?;
@@ -97,7 +91,22 @@ mod tests {
 
     #[test]
     fn other_text_is_refused() {
-        assert!(parse_pg_timestamp_ms("yesterday").is_err());
-        assert!(parse_pg_timestamp_ms("2026-13-01 00:00:00+00").is_err());
+        for text in [
+            "yesterday",
+            "2026-13-01 00:00:00+00",
+            "2026-01-01 00:00:00.12é",
+            "2026-01-01 00:00:00.é",
+            "2026-01-01 00:00:00+é",
+            "2026-01-01 ０0:00:00",
+            "99999999999999999999-01-01 00:00:00",
+            "2026-01-01 00:00:00+99999999999999",
+            "2026-01-01 00:00:00+01:00:00:00",
+            "2026-01-01 00:00:00:00",
+            "2026-00-01 00:00:00",
+        ] {
+            assert!(parse_pg_timestamp_ms(text).is_err(), "{text}");
+        }
+        // What Postgres prints for its extremes still parses.
+        assert!(parse_pg_timestamp_ms("294276-12-31 23:59:59.999999+00").is_ok());
     }
 }
