@@ -173,6 +173,30 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_TOPIC_REPLICATION_FACTOR")]
     pub topic_replication_factor: Option<i32>,
 
+    /// Create missing topics; with false, an event for a missing topic is poison.
+    #[arg(long, env = "WALRELAY_TOPIC_CREATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub topic_create: bool,
+
+    /// Regex every routed topic must match whole; an event for another topic is poison.
+    #[arg(long, env = "WALRELAY_TOPIC_ALLOW_REGEX")]
+    pub topic_allow_regex: Option<String>,
+
+    /// Most topics walrelay creates per minute (0: no cap); past it, events for new topics are poison.
+    #[arg(
+        long,
+        env = "WALRELAY_TOPIC_CREATE_MAX_PER_MINUTE",
+        default_value_t = 60
+    )]
+    pub topic_create_max_per_minute: u32,
+
+    /// max.message.bytes of the dead-letter topic walrelay creates, so large poison events keep their value.
+    #[arg(
+        long,
+        env = "WALRELAY_DEAD_LETTER_MAX_MESSAGE_BYTES",
+        default_value_t = 8_388_608
+    )]
+    pub dead_letter_max_message_bytes: usize,
+
     /// How long shutdown waits for in-flight deliveries before giving up on them.
     #[arg(long, env = "WALRELAY_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
@@ -305,6 +329,34 @@ impl RunArgs {
         }
     }
 
+    /// The rules for the topics walrelay produces to.
+    pub fn topic_policy(&self) -> Result<crate::kafka::topics::TopicPolicy> {
+        let allow = self
+            .topic_allow_regex
+            .as_deref()
+            .map(|r| regex::Regex::new(&format!("^(?:{r})$")))
+            .transpose()
+            .map_err(|e| {
+                Error::permanent(format!(
+                    "--topic-allow-regex is not a valid regular expression: {e}"
+                ))
+            })?;
+        // The broker checks the compressed size, which walrelay cannot know.
+        let compressed = self.kafka_properties.iter().any(|(k, v)| {
+            matches!(k.as_str(), "compression.type" | "compression.codec") && v != "none"
+        });
+        Ok(crate::kafka::topics::TopicPolicy::new(
+            self.topic_create,
+            allow,
+            self.topic_create_max_per_minute,
+            self.topic_partitions,
+            self.topic_replication_factor,
+            self.dead_letter_topic.clone(),
+            self.dead_letter_max_message_bytes,
+            !compressed,
+        ))
+    }
+
     /// Parses the Postgres URL and checks the values clap cannot.
     pub fn validate(&self) -> Result<PgTarget> {
         let pg = self.conn.validate()?;
@@ -332,6 +384,13 @@ impl RunArgs {
             .map_err(Error::permanent)?;
         crate::outbox::routing::validate_topic(&self.dead_letter_topic)
             .map_err(|e| Error::permanent(format!("--dead-letter-topic: {e}")))?;
+        // Kafka's own bounds for max.message.bytes (an int) and librdkafka's for message.max.bytes.
+        if !(1000..=1_000_000_000).contains(&self.dead_letter_max_message_bytes) {
+            return Err(Error::permanent(
+                "--dead-letter-max-message-bytes must be between 1000 and 1000000000",
+            ));
+        }
+        self.topic_policy()?;
         if self.lag_warn_bytes > self.lag_critical_bytes {
             return Err(Error::permanent(
                 "--lag-warn-bytes must not be above --lag-critical-bytes",

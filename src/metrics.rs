@@ -72,6 +72,7 @@ struct Inner {
     publish_errors: IntCounterVec,
     reconnects: IntCounterVec,
     dead_letters: prometheus::IntCounter,
+    topics_created: prometheus::IntCounter,
     slot_lag_bytes: IntGauge,
     slot_retained_wal_bytes: IntGauge,
     slot_safe_wal_size_bytes: IntGauge,
@@ -153,6 +154,11 @@ impl Metrics {
         let dead_letters = prometheus::IntCounter::new(
             "walrelay_dead_letter_events_total",
             "Poison events published to the dead-letter topic.",
+        )
+        .expect("valid metric");
+        let topics_created = prometheus::IntCounter::new(
+            "walrelay_topics_created_total",
+            "Topics walrelay created for routed events.",
         )
         .expect("valid metric");
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
@@ -244,6 +250,7 @@ impl Metrics {
             Box::new(publish_errors.clone()),
             Box::new(reconnects.clone()),
             Box::new(dead_letters.clone()),
+            Box::new(topics_created.clone()),
             Box::new(slot_lag_bytes.clone()),
             Box::new(slot_retained_wal_bytes.clone()),
             Box::new(slot_safe_wal_size_bytes.clone()),
@@ -289,6 +296,7 @@ impl Metrics {
             publish_errors,
             reconnects,
             dead_letters,
+            topics_created,
             slot_lag_bytes,
             slot_retained_wal_bytes,
             slot_safe_wal_size_bytes,
@@ -320,6 +328,10 @@ impl Metrics {
 
     pub fn record_dead_letter(&self) {
         self.0.dead_letters.inc();
+    }
+
+    pub fn record_topic_created(&self) {
+        self.0.topics_created.inc();
     }
 
     pub fn record_reconnect(&self, target: &str) {

@@ -29,13 +29,15 @@ const DEFAULTS: &[(&str, &str)] = &[
     // delays events, it never fails them.
     ("message.timeout.ms", "0"),
     ("linger.ms", "5"),
-    // What a default Kafka broker accepts (its message.max.bytes).
-    ("message.max.bytes", "1048588"),
     ("batch.num.messages", "10000"),
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
     ("client.id", "walrelay"),
 ];
+
+/// What a default Kafka broker accepts (its message.max.bytes): the client's
+/// limit unless the dead-letter topic needs more.
+const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_048_588;
 
 /// What comes back for each produced event.
 #[derive(Debug)]
@@ -57,6 +59,10 @@ pub struct DeliveryFailure {
     pub payload: Option<Bytes>,
     pub event_id: Option<Bytes>,
     pub event_type: Option<Bytes>,
+    /// Headers beyond `id` and `event_type`, kept for the dead-letter copy.
+    pub extra_headers: Vec<(String, Option<Bytes>)>,
+    /// The explicit partition the event asked for, if any.
+    pub partition: Option<i32>,
 }
 
 /// Carried through librdkafka with each message.
@@ -110,8 +116,19 @@ impl ProducerContext for DeliveryContext {
                             .and_then(|h| h.value.map(Bytes::copy_from_slice))
                     })
                 };
+                let extra_headers = message
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .filter(|h| h.key != "id" && h.key != "event_type")
+                            .map(|h| (h.key.to_string(), h.value.map(Bytes::copy_from_slice)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 Err(Box::new(DeliveryFailure {
                     error: error.clone(),
+                    extra_headers,
+                    partition: (message.partition() >= 0).then(|| message.partition()),
                     commit_lsn: ticket.commit_lsn,
                     topic: message.topic().to_string(),
                     key: message.key().map(Bytes::copy_from_slice),
@@ -154,6 +171,21 @@ pub struct Outgoing<'a> {
 impl Outgoing<'_> {
     pub fn size(&self) -> usize {
         self.key.map_or(0, |k| k.len()) + self.payload.map_or(0, |p| p.len())
+    }
+
+    /// The record's bytes as the broker counts them against max.message.bytes
+    /// (uncompressed), without batch framing.
+    pub fn record_size(&self) -> usize {
+        let header =
+            |key: &str, value: Option<&[u8]>| key.len() + value.map_or(0, <[u8]>::len) + 10;
+        self.size()
+            + header("id", self.event_id.map(|v| &v[..]))
+            + header("event_type", self.event_type.map(|v| &v[..]))
+            + self
+                .extra_headers
+                .iter()
+                .map(|(k, v)| header(k, *v))
+                .sum::<usize>()
     }
 }
 
@@ -228,12 +260,26 @@ impl Producer {
         }
     }
 
-    pub fn client_config(brokers: &str, properties: &[(String, String)]) -> ClientConfig {
+    /// The client configuration. `dead_letter_max_message_bytes` raises the
+    /// client's own size limit, so a large event's dead-letter copy is not
+    /// refused before it reaches the dead-letter topic; every other topic's
+    /// limit is the broker's to enforce.
+    pub fn client_config(
+        brokers: &str,
+        properties: &[(String, String)],
+        dead_letter_max_message_bytes: usize,
+    ) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", brokers);
         for (key, value) in DEFAULTS.iter().chain(REQUIRED) {
             config.set(*key, *value);
         }
+        config.set(
+            "message.max.bytes",
+            DEFAULT_MESSAGE_MAX_BYTES
+                .max(dead_letter_max_message_bytes)
+                .to_string(),
+        );
         for (key, value) in properties {
             if let Some((_, required)) = REQUIRED.iter().find(|(k, _)| k == key) {
                 if value != required {
@@ -242,6 +288,14 @@ impl Producer {
                         "overriding {key}={required} weakens delivery guarantees: retries may reorder or lose events"
                     );
                 }
+            }
+            if key == "message.max.bytes"
+                && value.parse::<usize>().unwrap_or(0) < dead_letter_max_message_bytes
+            {
+                warn!(
+                    "-X message.max.bytes={value} is below --dead-letter-max-message-bytes: \
+                     walrelay halts on an event too large for it instead of dead-lettering it"
+                );
             }
             config.set(key, value);
         }

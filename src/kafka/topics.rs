@@ -1,56 +1,231 @@
-//! Creates each topic walrelay routes to before it first produces there.
-//! Production clusters usually disable auto-creation; a user without the
-//! right to create topics must have created them already, and is told so.
+//! The topics walrelay produces to: which routed topics it may use, creating
+//! them (within a budget) or finding them, and each topic's size limit.
+//! Production clusters usually disable auto-creation; a writer bug that puts
+//! an id into the route-by column must not create a topic per row, so
+//! creation can be turned off, limited to an allow-list and capped per minute.
 
-use std::collections::HashSet;
-use std::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
-use tracing::info;
+use regex::Regex;
+use tracing::{info, warn};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A topic found missing is looked up again after this long, so one created
+/// by an operator is used without a restart.
+const MISSING_TTL: Duration = Duration::from_secs(30);
+const MINUTE: Duration = Duration::from_secs(60);
 
-pub struct TopicManager {
-    admin: AdminClient<DefaultClientContext>,
-    partitions: i32,
-    /// -1 asks the broker for its default (KIP-464).
-    replication_factor: i32,
-    known: HashSet<String>,
+/// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
+/// for length, timestamp and offset deltas, key and value lengths).
+const RECORD_OVERHEAD: usize = 61 + 40;
+
+/// The operator's rules for topics, shared by every session.
+pub struct TopicPolicy {
+    /// Create missing topics (`--topic-create`); otherwise a missing topic is poison.
+    pub create: bool,
+    /// Routed topics must match it whole (`--topic-allow-regex`).
+    pub allow: Option<Regex>,
+    /// Topics walrelay creates per minute at most; 0 for no cap.
+    pub max_created_per_minute: u32,
+    pub partitions: i32,
+    /// None asks the broker for its default (KIP-464).
+    pub replication_factor: Option<i32>,
+    pub dead_letter_topic: String,
+    /// `max.message.bytes` of the dead-letter topic walrelay creates.
+    pub dead_letter_max_message_bytes: usize,
+    /// Compare records with each topic's `max.message.bytes` before producing.
+    /// Off with compression: the broker checks the compressed size.
+    pub check_sizes: bool,
+    /// When walrelay created topics in the last minute; outlives sessions.
+    created: Mutex<VecDeque<Instant>>,
 }
 
-impl TopicManager {
+impl TopicPolicy {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        config: &ClientConfig,
+        create: bool,
+        allow: Option<Regex>,
+        max_created_per_minute: u32,
         partitions: i32,
         replication_factor: Option<i32>,
-    ) -> Result<Self> {
+        dead_letter_topic: String,
+        dead_letter_max_message_bytes: usize,
+        check_sizes: bool,
+    ) -> Self {
+        TopicPolicy {
+            create,
+            allow,
+            max_created_per_minute,
+            partitions,
+            replication_factor,
+            dead_letter_topic,
+            dead_letter_max_message_bytes,
+            check_sizes,
+            created: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Takes one creation from this minute's budget, or says why not.
+    fn take_creation(&self, topic: &str) -> std::result::Result<(), String> {
+        if self.max_created_per_minute == 0 {
+            return Ok(());
+        }
+        let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        while created
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
+            created.pop_front();
+        }
+        if created.len() >= self.max_created_per_minute as usize {
+            return Err(format!(
+                "creating topic {topic} would exceed --topic-create-max-per-minute ({}): is a \
+                 writer putting ids into the route-by column? Create the topic yourself, or \
+                 raise the cap",
+                self.max_created_per_minute
+            ));
+        }
+        created.push_back(now);
+        Ok(())
+    }
+}
+
+/// What walrelay knows of a topic it may produce to.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicInfo {
+    /// The topic's `max.message.bytes`, when the broker tells it.
+    pub max_message_bytes: Option<usize>,
+}
+
+impl TopicInfo {
+    /// Why a record of this size cannot go to `topic`, if it cannot.
+    pub fn refuse_size(&self, topic: &str, record_bytes: usize) -> Option<String> {
+        let limit = self.max_message_bytes?;
+        (record_bytes + RECORD_OVERHEAD > limit).then(|| {
+            format!(
+                "the record is {record_bytes} bytes, over max.message.bytes ({limit}) of topic \
+                 {topic}"
+            )
+        })
+    }
+}
+
+/// Topics for one session: per session, so a topic deleted under a running
+/// relay is created (or found missing) again.
+pub struct TopicManager<'a> {
+    admin: AdminClient<DefaultClientContext>,
+    policy: &'a TopicPolicy,
+    metrics: Metrics,
+    known: HashMap<String, TopicInfo>,
+    missing: HashMap<String, Instant>,
+}
+
+/// The outcome for a routed topic: usable, or why the event is poison.
+pub type Placement = std::result::Result<TopicInfo, String>;
+
+impl<'a> TopicManager<'a> {
+    pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
+        let mut config = config.clone();
+        // An admin client is a producer to librdkafka, which asks brokers to
+        // auto-create topics it looks up: a lookup must not create one.
+        config.set("allow.auto.create.topics", "false");
         let admin = config.create().map_err(|e| {
             Error::permanent("cannot create the Kafka admin client; check the -X properties")
                 .with_source(e)
         })?;
         Ok(TopicManager {
             admin,
-            partitions,
-            replication_factor: replication_factor.unwrap_or(-1),
-            known: HashSet::new(),
+            policy,
+            metrics,
+            known: HashMap::new(),
+            missing: HashMap::new(),
         })
     }
 
-    /// Makes sure `topic` exists. Cheap after the first call for a topic.
-    pub async fn ensure(&mut self, topic: &str) -> Result<()> {
-        if self.known.contains(topic) {
-            return Ok(());
+    /// Makes sure a routed topic may be used and exists. Cheap after the first
+    /// call for a topic. The inner error is why the event is poison.
+    pub async fn ensure(&mut self, topic: &str) -> Result<Placement> {
+        if let Some(info) = self.known.get(topic) {
+            return Ok(Ok(*info));
         }
-        let new_topic = NewTopic::new(
+        if let Some(allow) = &self.policy.allow {
+            if !allow.is_match(topic) {
+                return Ok(Err(format!(
+                    "topic {topic} does not match --topic-allow-regex {:?}",
+                    allow.as_str()
+                )));
+            }
+        }
+        if let Some(since) = self.missing.get(topic) {
+            if since.elapsed() < MISSING_TTL {
+                return Ok(Err(missing_reason(topic)));
+            }
+        }
+        if self.partition_count(topic).await?.is_none() {
+            if !self.policy.create {
+                self.missing.insert(topic.to_string(), Instant::now());
+                return Ok(Err(missing_reason(topic)));
+            }
+            if let Err(reason) = self.policy.take_creation(topic) {
+                return Ok(Err(reason));
+            }
+            self.create(topic, &[]).await?;
+        }
+        self.missing.remove(topic);
+        let info = self.describe(topic).await;
+        self.known.insert(topic.to_string(), info);
+        Ok(Ok(info))
+    }
+
+    /// The dead-letter topic, created with room for large events. Exempt from
+    /// the allow-list and the budget: the operator named it.
+    pub async fn ensure_dead_letter(&mut self) -> Result<TopicInfo> {
+        let topic = self.policy.dead_letter_topic.clone();
+        if let Some(info) = self.known.get(&topic) {
+            return Ok(*info);
+        }
+        if self.partition_count(&topic).await?.is_none() {
+            if !self.policy.create {
+                return Err(Error::permanent(format!(
+                    "the dead-letter topic {topic} does not exist and --topic-create is false: \
+                     create it (with max.message.bytes of at least --dead-letter-max-message-bytes)"
+                )));
+            }
+            let limit = self.policy.dead_letter_max_message_bytes.to_string();
+            self.create(&topic, &[("max.message.bytes", &limit)])
+                .await?;
+        }
+        let mut info = self.describe(&topic).await;
+        // Unknown (the broker does not say): assume the limit walrelay
+        // creates it with, so a copy is refused here rather than lost later.
+        if self.policy.check_sizes {
+            info.max_message_bytes = info
+                .max_message_bytes
+                .or(Some(self.policy.dead_letter_max_message_bytes));
+        }
+        self.known.insert(topic, info);
+        Ok(info)
+    }
+
+    async fn create(&mut self, topic: &str, config: &[(&str, &str)]) -> Result<()> {
+        let mut new_topic = NewTopic::new(
             topic,
-            self.partitions,
-            TopicReplication::Fixed(self.replication_factor),
+            self.policy.partitions,
+            TopicReplication::Fixed(self.policy.replication_factor.unwrap_or(-1)),
         );
+        for (key, value) in config {
+            new_topic = new_topic.set(key, value);
+        }
         let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
         let results = self
             .admin
@@ -62,7 +237,10 @@ impl TopicManager {
             })?;
         for result in results {
             match result {
-                Ok(_) => info!(topic, partitions = self.partitions, "created topic"),
+                Ok(_) => {
+                    info!(topic, partitions = self.policy.partitions, "created topic");
+                    self.metrics.record_topic_created();
+                }
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code))
                     if matches!(
@@ -71,12 +249,10 @@ impl TopicManager {
                             | RDKafkaErrorCode::ClusterAuthorizationFailed
                     ) =>
                 {
-                    if !self.exists(topic).await? {
-                        return Err(Error::permanent(format!(
-                            "topic {topic} does not exist and walrelay may not create it ({code}): \
-                             create the topic, or grant walrelay's principal CREATE on the cluster"
-                        )));
-                    }
+                    return Err(Error::permanent(format!(
+                        "topic {topic} does not exist and walrelay may not create it ({code}): \
+                         create the topic, or grant walrelay's principal CREATE on the cluster"
+                    )));
                 }
                 Err((_, code))
                     if matches!(
@@ -89,7 +265,8 @@ impl TopicManager {
                 {
                     return Err(Error::permanent(format!(
                         "Kafka refused to create topic {topic} ({code}): adjust \
-                         --topic-partitions / --topic-replication-factor, or create the topic yourself"
+                         --topic-partitions / --topic-replication-factor \
+                         (/ --dead-letter-max-message-bytes), or create the topic yourself"
                     )));
                 }
                 Err((_, code)) => {
@@ -99,12 +276,13 @@ impl TopicManager {
                 }
             }
         }
-        self.known.insert(topic.to_string());
         Ok(())
     }
 
-    async fn exists(&self, topic: &str) -> Result<bool> {
-        // fetch_metadata blocks; this is rare (only for a topic walrelay may not create).
+    /// The topic's partition count from fresh metadata, or None if it does
+    /// not exist.
+    pub async fn partition_count(&self, topic: &str) -> Result<Option<usize>> {
+        // fetch_metadata blocks; it runs once per topic and session.
         let metadata = tokio::task::block_in_place(|| {
             self.admin
                 .inner()
@@ -116,6 +294,89 @@ impl TopicManager {
         Ok(metadata
             .topics()
             .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len()))
+    }
+
+    /// The topic's `max.message.bytes`; None if the broker does not say
+    /// (then only the broker's verdict at produce time counts).
+    async fn describe(&self, topic: &str) -> TopicInfo {
+        let unknown = TopicInfo {
+            max_message_bytes: None,
+        };
+        if !self.policy.check_sizes {
+            return unknown;
+        }
+        let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let results = match self
+            .admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+            .await
+        {
+            Ok(results) => results,
+            Err(e) => {
+                warn!(topic, error = %e, "cannot read the topic's max.message.bytes");
+                return unknown;
+            }
+        };
+        let limit = results.into_iter().find_map(|r| {
+            r.ok()?
+                .get("max.message.bytes")?
+                .value
+                .as_deref()?
+                .parse::<usize>()
+                .ok()
+        });
+        TopicInfo {
+            max_message_bytes: limit,
+        }
+    }
+}
+
+fn missing_reason(topic: &str) -> String {
+    format!(
+        "topic {topic} does not exist and --topic-create is false: create the topic, or \
+         route the event elsewhere"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(cap: u32) -> TopicPolicy {
+        TopicPolicy::new(true, None, cap, 1, None, "dlq".into(), 1 << 20, true)
+    }
+
+    #[test]
+    fn creations_past_the_cap_are_refused_until_a_minute_has_passed() {
+        let p = policy(2);
+        assert!(p.take_creation("a").is_ok());
+        assert!(p.take_creation("b").is_ok());
+        let err = p.take_creation("c").unwrap_err();
+        assert!(err.contains("--topic-create-max-per-minute (2)"), "{err}");
+        // Age the window as if a minute had passed.
+        for t in p.created.lock().unwrap().iter_mut() {
+            *t -= MINUTE;
+        }
+        assert!(p.take_creation("c").is_ok());
+        assert!(policy(0).take_creation("x").is_ok());
+    }
+
+    #[test]
+    fn a_record_over_the_topic_limit_is_refused_with_both_sizes() {
+        let info = TopicInfo {
+            max_message_bytes: Some(1000),
+        };
+        assert!(info.refuse_size("t", 800).is_none());
+        let why = info.refuse_size("t", 1000).unwrap();
+        assert!(
+            why.contains("1000 bytes") && why.contains("(1000)"),
+            "{why}"
+        );
+        let unknown = TopicInfo {
+            max_message_bytes: None,
+        };
+        assert!(unknown.refuse_size("t", usize::MAX / 2).is_none());
     }
 }

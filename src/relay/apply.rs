@@ -13,11 +13,11 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
-use crate::config::{OnPoison, OnUpdate, Source};
+use crate::config::{OnUpdate, Source};
 use crate::error::{Error, Result};
 use crate::kafka::producer::{unix_now_us, Delivery, Outgoing, Producer, SendError};
-use crate::kafka::topics::TopicManager;
-use crate::kafka::{is_permanent_rejection, is_size_rejection};
+use crate::kafka::topics::{TopicInfo, TopicManager};
+use crate::kafka::{classify, Rejection};
 use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
@@ -28,7 +28,7 @@ use crate::postgres::replication::{
     ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
 };
 
-use super::poison::Poisoned;
+use super::poison::{configuration_error, Poisoned};
 use super::Settings;
 
 /// Distinct route-by values remembered before the topic cache starts over.
@@ -62,7 +62,7 @@ struct OpenTxn {
 
 pub struct ApplyLoop<'a> {
     pub(super) settings: &'a Settings,
-    pub(super) topics: &'a mut TopicManager,
+    pub(super) topics: TopicManager<'a>,
     pub(super) metrics: Metrics,
     stream: ReplicationStream,
     status: StatusSender,
@@ -87,14 +87,14 @@ pub struct ApplyLoop<'a> {
     pub(super) inflight_bytes: usize,
     /// Events Kafka rejected for good, waiting to be dead-lettered.
     pub(super) rejected: VecDeque<Poisoned>,
-    /// Topics by route-by value, already created.
-    topics_by_route: HashMap<Bytes, Arc<str>>,
+    /// Topics by route-by value, already checked (and created).
+    topics_by_route: HashMap<Bytes, (Arc<str>, TopicInfo)>,
 }
 
 impl<'a> ApplyLoop<'a> {
     pub fn new(
         settings: &'a Settings,
-        topics: &'a mut TopicManager,
+        topics: TopicManager<'a>,
         metrics: Metrics,
         parts: SessionParts,
     ) -> Self {
@@ -132,7 +132,7 @@ impl<'a> ApplyLoop<'a> {
         status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             while let Some(poisoned) = self.rejected.pop_front() {
-                self.dead_letter(poisoned).await?;
+                self.reject(poisoned).await?;
             }
             let has_room = self.inflight_events < self.settings.max_inflight_events
                 && self.inflight_bytes < self.settings.max_inflight_bytes
@@ -387,8 +387,8 @@ impl<'a> ApplyLoop<'a> {
                 .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
                 .await;
         };
-        let topic = match self.topic_for(route_value).await? {
-            Ok(topic) => topic,
+        let (topic, info) = match self.topic_for(route_value).await? {
+            Ok(found) => found,
             Err(reason) => {
                 return self
                     .reject(Poisoned::new(seq, commit_lsn, &event, None, reason))
@@ -413,31 +413,40 @@ impl<'a> ApplyLoop<'a> {
             commit_lsn,
             commit_time_us,
         };
-        match self.produce(seq, &outgoing).await? {
-            Ok(()) => Ok(()),
-            Err(e) if is_permanent_rejection(&e) => {
-                let reason = format!("Kafka rejected it: {e}");
-                let mut poisoned =
-                    Poisoned::new(seq, commit_lsn, &event, Some(topic.to_string()), reason);
-                poisoned.value_too_large = is_size_rejection(&e);
+        // The broker enforces the topic's max.message.bytes; librdkafka only its own limit.
+        if let Some(reason) = info.refuse_size(&topic, outgoing.record_size()) {
+            let poisoned = Poisoned::new(seq, commit_lsn, &event, Some(topic.to_string()), reason);
+            return self.reject(poisoned).await;
+        }
+        let refused = match self.produce(seq, &outgoing).await? {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        match classify(&refused) {
+            Rejection::Poison => {
+                let poisoned = Poisoned::refused(seq, commit_lsn, &event, &topic, &refused);
                 self.reject(poisoned).await
             }
-            Err(e) => Err(Error::transient(format!(
+            Rejection::Configuration => {
+                Err(configuration_error(event.id.as_ref(), &topic, &refused))
+            }
+            Rejection::Retriable => Err(Error::transient(format!(
                 "cannot hand event {} to the Kafka producer",
                 event.id_text()
             ))
-            .with_source(e)),
+            .with_source(refused)),
         }
     }
 
-    /// The topic for a route-by value. Routing and the topic's creation run
-    /// once per distinct value in a session; after that it is one lookup.
+    /// The topic for a route-by value, or why the event cannot go there.
+    /// Routing and the topic's checks run once per distinct value in a
+    /// session; after that it is one lookup.
     async fn topic_for(
         &mut self,
         route_value: &Bytes,
-    ) -> Result<std::result::Result<Arc<str>, String>> {
-        if let Some(topic) = self.topics_by_route.get(route_value) {
-            return Ok(Ok(topic.clone()));
+    ) -> Result<std::result::Result<(Arc<str>, TopicInfo), String>> {
+        if let Some((topic, info)) = self.topics_by_route.get(route_value) {
+            return Ok(Ok((topic.clone(), *info)));
         }
         let topic = match self
             .settings
@@ -447,7 +456,10 @@ impl<'a> ApplyLoop<'a> {
             Ok(topic) => topic,
             Err(reason) => return Ok(Err(reason)),
         };
-        self.topics.ensure(&topic).await?;
+        let info = match self.topics.ensure(&topic).await? {
+            Ok(info) => info,
+            Err(reason) => return Ok(Err(reason)),
+        };
         // A route-by column of many distinct values must not grow the cache forever.
         if self.topics_by_route.len() >= ROUTE_CACHE_LIMIT {
             self.topics_by_route.clear();
@@ -455,8 +467,8 @@ impl<'a> ApplyLoop<'a> {
         let topic: Arc<str> = topic.into();
         // A copy of the key: a slice would pin the whole replication message.
         self.topics_by_route
-            .insert(Bytes::copy_from_slice(route_value), topic.clone());
-        Ok(Ok(topic))
+            .insert(Bytes::copy_from_slice(route_value), (topic.clone(), info));
+        Ok(Ok((topic, info)))
     }
 
     /// Hands one message to librdkafka and counts it as in flight for `seq`.
@@ -497,22 +509,28 @@ impl<'a> ApplyLoop<'a> {
                 self.acked(delivery.txn, delivery.bytes);
                 Ok(())
             }
-            Err(failure) if delivery.dead_letter => Err(Error::permanent(format!(
-                "Kafka rejected the dead-letter record of event {} too: {} (topic {}); \
-                 walrelay stopped and the slot stays before it",
-                text(failure.event_id.as_ref()),
-                failure.error,
-                failure.topic
-            ))),
-            Err(failure) if is_permanent_rejection(&failure.error) => {
-                let poisoned = Poisoned::from_failure(delivery.txn, delivery.bytes, *failure);
-                if self.settings.on_poison == OnPoison::Halt {
-                    return Err(poisoned.halt_error(self.settings));
-                }
-                self.rejected.push_back(poisoned);
+            Err(failure) if delivery.dead_letter && classify(&failure.error) != Rejection::Retriable => {
+                Err(Error::permanent(format!(
+                    "Kafka rejected the dead-letter record of event {} too: {} (topic {}); \
+                     walrelay stopped and the slot stays before it; fix the cause (for a size \
+                     error, raise --dead-letter-max-message-bytes and the topic's \
+                     max.message.bytes) and restart",
+                    text(failure.event_id.as_ref()),
+                    failure.error,
+                    failure.topic
+                )))
+            }
+            Err(failure) if !delivery.dead_letter && classify(&failure.error) == Rejection::Poison => {
+                // The policy runs in the loop: it may need to wait for Kafka.
+                self.rejected
+                    .push_back(Poisoned::from_failure(delivery.txn, delivery.bytes, *failure));
                 Ok(())
             }
-            // A retriable error surfaced despite infinite retries: start over from the slot.
+            Err(failure) if classify(&failure.error) == Rejection::Configuration => Err(
+                configuration_error(failure.event_id.as_ref(), &failure.topic, &failure.error),
+            ),
+            // A retriable error surfaced despite infinite retries (a dead-letter
+            // record's too): start over from the slot, which still holds the event.
             Err(failure) => Err(Error::transient(format!(
                 "delivery of event {} failed: {} (topic {}); resending from the slot's confirmed position",
                 text(failure.event_id.as_ref()),

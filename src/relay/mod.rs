@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::config::{OnPoison, OnUpdate, RunArgs, Source, TableName};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::Producer;
-use crate::kafka::topics::TopicManager;
+use crate::kafka::topics::{TopicManager, TopicPolicy};
 use crate::metrics::{self, Metrics};
 use crate::outbox::mapping::MappingConfig;
 use crate::outbox::routing::Router;
@@ -48,8 +48,7 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     pub max_inflight_events: usize,
     pub max_inflight_bytes: usize,
-    pub topic_partitions: i32,
-    pub topic_replication_factor: Option<i32>,
+    pub topics: TopicPolicy,
     pub on_poison: OnPoison,
     pub on_update: OnUpdate,
     pub dead_letter_topic: String,
@@ -68,7 +67,11 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let pg = args.validate()?;
     let settings = Settings {
         pg,
-        kafka: Producer::client_config(&args.kafka_brokers, &args.kafka_properties),
+        kafka: Producer::client_config(
+            &args.kafka_brokers,
+            &args.kafka_properties,
+            args.dead_letter_max_message_bytes,
+        ),
         table: args.table.clone(),
         slot: args.conn.slot.clone(),
         publication: args.conn.publication.clone(),
@@ -82,8 +85,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         shutdown_timeout: args.shutdown_timeout,
         max_inflight_events: args.max_inflight_events,
         max_inflight_bytes: args.max_inflight_bytes,
-        topic_partitions: args.topic_partitions,
-        topic_replication_factor: args.topic_replication_factor,
+        topics: args.topic_policy()?,
         on_poison: args.on_poison,
         dead_letter_topic: args.dead_letter_topic.clone(),
         recreate_missing_slot: args.recreate_missing_slot,
@@ -255,13 +257,9 @@ async fn session(
         _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
     };
     // Per session, so a topic deleted under a running relay is created again.
-    let mut topics = TopicManager::new(
-        &settings.kafka,
-        settings.topic_partitions,
-        settings.topic_replication_factor,
-    )?;
+    let topics = TopicManager::new(&settings.kafka, &settings.topics, metrics.clone())?;
     metrics.set_streaming(true);
-    ApplyLoop::new(settings, &mut topics, metrics.clone(), parts)
+    ApplyLoop::new(settings, topics, metrics.clone(), parts)
         .run(shutdown)
         .await
 }

@@ -1,10 +1,13 @@
 //! Poison events: ones Kafka rejects for good, ones whose route-by value is
-//! NULL, and rows that cannot be mapped. They are never dropped silently:
-//! `--on-poison halt` stops the relay before the event, so the slot stays
-//! where it can be read again; `--on-poison dead-letter` publishes the event
-//! to the dead-letter topic with the reason in headers, and goes on.
+//! NULL or routes to a topic walrelay may not use, and rows that cannot be
+//! mapped. They are never dropped silently: `--on-poison halt` stops the
+//! relay before the event, so the slot stays where it can be read again;
+//! `--on-poison dead-letter` publishes the whole event (key, value, headers)
+//! to the dead-letter topic with the reason in headers, and goes on. What
+//! cannot be dead-lettered whole stops the relay.
 
 use bytes::Bytes;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tracing::warn;
 
 use super::apply::{text, ApplyLoop};
@@ -12,8 +15,8 @@ use super::Settings;
 use crate::checkpoint::TxnSeq;
 use crate::config::OnPoison;
 use crate::error::{Error, Result};
-use crate::kafka::is_permanent_rejection;
 use crate::kafka::producer::{unix_now_us, DeliveryFailure, Outgoing};
+use crate::kafka::{classify, Rejection};
 use crate::outbox::mapping::OutboxEvent;
 use crate::postgres::lsn::Lsn;
 
@@ -26,10 +29,12 @@ pub struct Poisoned {
     key: Option<Bytes>,
     payload: Option<Bytes>,
     event_type: Option<Bytes>,
+    headers: Vec<(String, Option<Bytes>)>,
     original_topic: Option<String>,
     reason: String,
-    /// Kafka refused the size: the dead-letter copy leaves the value out.
-    pub value_too_large: bool,
+    /// The partition librdkafka called unknown: confirmed against fresh
+    /// metadata before the event counts as poison.
+    unknown_partition: Option<i32>,
     /// Bytes still counted in flight for the rejected delivery, if it was produced.
     inflight_bytes: Option<usize>,
 }
@@ -49,11 +54,31 @@ impl Poisoned {
             key: event.key.clone(),
             payload: event.payload.clone(),
             event_type: event.event_type.clone(),
+            headers: event.headers.clone(),
             original_topic,
             reason,
-            value_too_large: false,
+            unknown_partition: None,
             inflight_bytes: None,
         }
+    }
+
+    /// An event librdkafka refused at send time.
+    pub fn refused(
+        seq: TxnSeq,
+        commit_lsn: Lsn,
+        event: &OutboxEvent,
+        topic: &str,
+        error: &KafkaError,
+    ) -> Self {
+        let mut poisoned = Self::new(
+            seq,
+            commit_lsn,
+            event,
+            Some(topic.to_string()),
+            format!("Kafka rejected it: {error}"),
+        );
+        poisoned.unknown_partition = unknown_partition(error, event.partition);
+        poisoned
     }
 
     /// A delivery Kafka rejected after it was produced.
@@ -61,12 +86,13 @@ impl Poisoned {
         Poisoned {
             seq,
             commit_lsn: f.commit_lsn,
-            value_too_large: crate::kafka::is_size_rejection(&f.error),
             reason: format!("Kafka rejected it: {}", f.error),
+            unknown_partition: unknown_partition(&f.error, f.partition),
             id: f.event_id,
             key: f.key,
             payload: f.payload,
             event_type: f.event_type,
+            headers: f.extra_headers,
             original_topic: Some(f.topic),
             inflight_bytes: Some(inflight_bytes),
         }
@@ -85,19 +111,112 @@ impl Poisoned {
     }
 }
 
+fn unknown_partition(error: &KafkaError, partition: Option<i32>) -> Option<i32> {
+    (error.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownPartition))
+        .then_some(partition)
+        .flatten()
+}
+
+/// The error for a refusal that is configuration, not the event: the policy
+/// does not apply, walrelay stops.
+pub fn configuration_error(event_id: Option<&Bytes>, topic: &str, error: &KafkaError) -> Error {
+    Error::permanent(format!(
+        "Kafka refused event {} for topic {topic}: {error}. This is a permission or \
+         configuration problem, not the event, so walrelay stopped (even with --on-poison \
+         dead-letter) and the slot stays before it; grant walrelay's principal WRITE on the \
+         topic (or fix the -X properties) and restart",
+        text(event_id)
+    ))
+}
+
 impl ApplyLoop<'_> {
-    /// Applies the poison policy to an event that was never produced.
-    pub(super) async fn reject(&mut self, poisoned: Poisoned) -> Result<()> {
+    /// Applies the poison policy.
+    pub(super) async fn reject(&mut self, mut poisoned: Poisoned) -> Result<()> {
+        if let (Some(partition), Some(topic)) =
+            (poisoned.unknown_partition, poisoned.original_topic.clone())
+        {
+            // librdkafka judges by its cached metadata, which may predate
+            // partitions added since: only fresh metadata makes it poison.
+            match self.topics.partition_count(&topic).await? {
+                Some(count) if (partition as usize) < count => {
+                    return Err(Error::transient(format!(
+                        "partition {partition} of topic {topic} exists but the producer did not \
+                         know it yet; starting a new session"
+                    )))
+                }
+                count => {
+                    poisoned.reason = format!(
+                        "its partition column asks for partition {partition}, but topic {topic} \
+                         has {} partitions",
+                        count.unwrap_or(0)
+                    )
+                }
+            }
+        }
         match self.settings.on_poison {
             OnPoison::Halt => Err(poisoned.halt_error(self.settings)),
             OnPoison::DeadLetter => self.dead_letter(poisoned).await,
         }
     }
 
-    /// Publishes the event to the dead-letter topic in place of its own.
-    /// The transaction stays pending until Kafka acknowledges the copy.
-    pub(super) async fn dead_letter(&mut self, p: Poisoned) -> Result<()> {
+    /// Publishes the whole event to the dead-letter topic in place of its
+    /// own. The transaction stays pending until Kafka acknowledges the copy.
+    async fn dead_letter(&mut self, p: Poisoned) -> Result<()> {
         let topic = self.settings.dead_letter_topic.clone();
+        let info = self.topics.ensure_dead_letter().await?;
+        let lsn = p.commit_lsn.to_string();
+        let mut headers: Vec<(&str, Option<&[u8]>)> = vec![
+            ("walrelay.reason", Some(p.reason.as_bytes())),
+            ("walrelay.event-id", p.id.as_deref()),
+            ("walrelay.commit-lsn", Some(lsn.as_bytes())),
+        ];
+        if let Some(original) = &p.original_topic {
+            headers.push(("walrelay.original-topic", Some(original.as_bytes())));
+        }
+        headers.extend(p.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())));
+        let now_us = unix_now_us();
+        let outgoing = Outgoing {
+            topic: &topic,
+            key: p.key.as_ref(),
+            payload: p.payload.as_ref(),
+            event_id: p.id.as_ref(),
+            event_type: p.event_type.as_ref(),
+            extra_headers: &headers,
+            partition: None,
+            // The event's own timestamp may be what Kafka refused.
+            timestamp_ms: now_us / 1000,
+            dead_letter: true,
+            commit_lsn: p.commit_lsn,
+            commit_time_us: now_us,
+        };
+        let cannot = |why: String| {
+            Error::permanent(format!(
+                "cannot dead-letter event {} (transaction at LSN {}), which was poison because: \
+                 {}; {why}. walrelay stopped and the slot stays before it; raise \
+                 --dead-letter-max-message-bytes (and the max.message.bytes of {topic}) or fix \
+                 the cause, and restart",
+                text(p.id.as_ref()),
+                p.commit_lsn,
+                p.reason
+            ))
+        };
+        if let Some(why) = info.refuse_size(&topic, outgoing.record_size()) {
+            return Err(cannot(why));
+        }
+        match self.produce(p.seq, &outgoing).await? {
+            Ok(()) => {}
+            Err(e) if classify(&e) == Rejection::Retriable => {
+                return Err(Error::transient(
+                    "cannot hand a dead-letter record to the Kafka producer",
+                )
+                .with_source(e))
+            }
+            Err(e) => {
+                return Err(cannot(format!(
+                    "Kafka rejected the dead-letter record too: {e}"
+                )))
+            }
+        }
         warn!(
             event_id = %text(p.id.as_ref()),
             commit_lsn = %p.commit_lsn,
@@ -107,56 +226,6 @@ impl ApplyLoop<'_> {
             "poison event sent to the dead-letter topic"
         );
         self.metrics.record_dead_letter();
-        self.topics.ensure(&topic).await?;
-        let lsn = p.commit_lsn.to_string();
-        let omitted = p
-            .payload
-            .as_ref()
-            .map(|v| format!("{} bytes; the row is in the outbox table", v.len()));
-        let mut headers: Vec<(&str, Option<&[u8]>)> = vec![
-            ("walrelay.reason", Some(p.reason.as_bytes())),
-            ("walrelay.event-id", p.id.as_deref()),
-            ("walrelay.commit-lsn", Some(lsn.as_bytes())),
-        ];
-        if let Some(original) = &p.original_topic {
-            headers.push(("walrelay.original-topic", Some(original.as_bytes())));
-        }
-        if let (true, Some(omitted)) = (p.value_too_large, &omitted) {
-            headers.push(("walrelay.value-omitted", Some(omitted.as_bytes())));
-        }
-        let outgoing = Outgoing {
-            topic: &topic,
-            key: p.key.as_ref(),
-            payload: if p.value_too_large {
-                None
-            } else {
-                p.payload.as_ref()
-            },
-            event_id: p.id.as_ref(),
-            event_type: p.event_type.as_ref(),
-            extra_headers: &headers,
-            partition: None,
-            timestamp_ms: unix_now_us() / 1000,
-            dead_letter: true,
-            commit_lsn: p.commit_lsn,
-            commit_time_us: unix_now_us(),
-        };
-        match self.produce(p.seq, &outgoing).await? {
-            Ok(()) => {}
-            Err(e) if is_permanent_rejection(&e) => {
-                return Err(Error::permanent(format!(
-                    "Kafka rejected the dead-letter record of event {} too: {e}; walrelay \
-                     stopped and the slot stays before it",
-                    text(p.id.as_ref())
-                )))
-            }
-            Err(e) => {
-                return Err(Error::transient(
-                    "cannot hand a dead-letter record to the Kafka producer",
-                )
-                .with_source(e))
-            }
-        }
         // The rejected original no longer waits for Kafka: its copy does.
         if let Some(bytes) = p.inflight_bytes {
             self.acked(p.seq, bytes);
