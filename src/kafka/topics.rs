@@ -23,6 +23,8 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// by an operator is used without a restart.
 const MISSING_TTL: Duration = Duration::from_secs(30);
 const MINUTE: Duration = Duration::from_secs(60);
+/// Reading a topic's configuration is an optional check: do not wait long.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
 /// for length, timestamp and offset deltas, key and value lengths).
@@ -128,6 +130,8 @@ pub struct TopicManager<'a> {
     metrics: Metrics,
     known: HashMap<String, TopicInfo>,
     missing: HashMap<String, Instant>,
+    /// The broker did not answer DescribeConfigs: do not ask again this session.
+    cannot_describe: bool,
 }
 
 /// The outcome for a routed topic: usable, or why the event is poison.
@@ -149,6 +153,7 @@ impl<'a> TopicManager<'a> {
             metrics,
             known: HashMap::new(),
             missing: HashMap::new(),
+            cannot_describe: false,
         })
     }
 
@@ -300,14 +305,14 @@ impl<'a> TopicManager<'a> {
 
     /// The topic's `max.message.bytes`; None if the broker does not say
     /// (then only the broker's verdict at produce time counts).
-    async fn describe(&self, topic: &str) -> TopicInfo {
+    async fn describe(&mut self, topic: &str) -> TopicInfo {
         let unknown = TopicInfo {
             max_message_bytes: None,
         };
-        if !self.policy.check_sizes {
+        if !self.policy.check_sizes || self.cannot_describe {
             return unknown;
         }
-        let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let options = AdminOptions::new().request_timeout(Some(DESCRIBE_TIMEOUT));
         let results = match self
             .admin
             .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
@@ -315,7 +320,12 @@ impl<'a> TopicManager<'a> {
         {
             Ok(results) => results,
             Err(e) => {
-                warn!(topic, error = %e, "cannot read the topic's max.message.bytes");
+                warn!(
+                    topic,
+                    error = %e,
+                    "cannot read topics' max.message.bytes; only the broker checks sizes this session"
+                );
+                self.cannot_describe = true;
                 return unknown;
             }
         };

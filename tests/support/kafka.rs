@@ -188,6 +188,11 @@ pub struct KafkaReader {
 }
 
 impl KafkaReader {
+    /// A reader on any cluster, e.g. librdkafka's mock cluster.
+    pub fn connect(brokers: &str) -> Self {
+        Self::new(brokers)
+    }
+
     fn new(brokers: &str) -> Self {
         let consumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
@@ -228,6 +233,18 @@ impl KafkaReader {
             assert!(Instant::now() < deadline, "topic {topic} never appeared");
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Whether the cluster has `topic` right now.
+    pub fn has_topic(&self, topic: &str) -> bool {
+        self.consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map(|md| {
+                md.topics()
+                    .iter()
+                    .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            })
+            .unwrap_or(false)
     }
 
     /// Reads until `count` messages arrived or `timeout` passed.
