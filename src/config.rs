@@ -153,7 +153,7 @@ pub struct RunArgs {
     )]
     pub kafka_properties: Vec<(String, String)>,
 
-    /// What to do with an event Kafka rejects for good, a NULL route-by value or an unmappable row.
+    /// What to do with a poison event: one Kafka rejects for good, a NULL route-by value, an unmappable row, a topic walrelay may not use.
     #[arg(long, env = "WALRELAY_ON_POISON", value_enum, default_value_t = OnPoison::Halt)]
     pub on_poison: OnPoison,
 

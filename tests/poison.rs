@@ -188,3 +188,69 @@ async fn poison_events_are_dead_lettered_with_their_reason_and_the_relay_goes_on
         .log()
         .contains("poison event sent to the dead-letter topic"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_ascii_timestamp_in_a_row_is_dead_lettered_instead_of_crashing_walrelay() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("ALTER TABLE outbox ADD COLUMN happened_at text")
+        .await
+        .unwrap();
+    let relay = Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--on-poison",
+            "dead-letter",
+            "--field-timestamp",
+            "happened_at",
+        ],
+    );
+    relay.wait_ready(WAIT);
+
+    let insert = |id: &'static str, at: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .execute(
+                    "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, happened_at) \
+                     VALUES ($1::text::uuid, 'order', 'order-1', 'Fine', '{}', $2)",
+                    &[&id, &at],
+                )
+                .await
+                .unwrap();
+            current_lsn(client).await
+        }
+    };
+    // A multi-byte character where the milliseconds are cut used to panic.
+    let bad = "00000000-0000-0000-0000-0000000000e1";
+    insert(bad, "2026-11-29 22:10:00.12é+00").await;
+    let end = insert(
+        "00000000-0000-0000-0000-0000000000e2",
+        "2026-11-29 22:10:00.123+00",
+    )
+    .await;
+
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Fine", "walrelay.dead-letter"]);
+    let got = reader.read(2, WAIT);
+    assert_eq!(got.len(), 2, "{got:?}\n{}", relay.log());
+    let dead = got
+        .iter()
+        .find(|m| m.topic == "walrelay.dead-letter")
+        .expect("the bad row is dead-lettered");
+    assert_eq!(dead.header("id"), Some(bad));
+    assert!(dead
+        .header("walrelay.reason")
+        .unwrap()
+        .contains("timestamp column"));
+    let fine = got.iter().find(|m| m.topic == "outbox.event.Fine").unwrap();
+    assert_eq!(fine.timestamp, Some(1_795_990_200_123));
+    eventually(WAIT, "the slot to pass every event", || async {
+        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+    assert!(!relay.log().contains("panicked"), "{}", relay.log());
+}
