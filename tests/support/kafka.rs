@@ -150,6 +150,27 @@ impl Broker {
         );
     }
 
+    /// Creates a topic with topic-level configuration (e.g. max.message.bytes)
+    /// through the admin API.
+    pub async fn create_topic_with(&self, topic: &str, partitions: i32, config: &[(&str, &str)]) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<_> = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .unwrap();
+        let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        for (key, value) in config {
+            new_topic = new_topic.set(key, value);
+        }
+        let results = admin
+            .create_topics([&new_topic], &AdminOptions::new())
+            .await
+            .unwrap();
+        for result in results {
+            result.unwrap();
+        }
+    }
+
     pub fn consumer(&self) -> KafkaReader {
         KafkaReader::new(&self.brokers())
     }
