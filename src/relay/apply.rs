@@ -85,7 +85,7 @@ pub struct ApplyLoop<'a> {
     confirmable_since: Option<Instant>,
     pub(super) inflight_events: usize,
     pub(super) inflight_bytes: usize,
-    /// Events Kafka rejected for good, waiting to be dead-lettered.
+    /// Deliveries Kafka refused as poison, waiting for the poison policy.
     pub(super) rejected: VecDeque<Poisoned>,
     /// Topics by route-by value, already checked (and created).
     topics_by_route: HashMap<Bytes, (Arc<str>, TopicInfo)>,
