@@ -64,12 +64,12 @@ async fn a_partition_beyond_the_topic_is_dead_lettered_instead_of_retried_foreve
     let second = "00000000-0000-0000-0000-0000000000f2";
     insert_on_shard(&client, first, 7).await;
     insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a1", 1).await;
-    insert_on_shard(&client, second, 9).await;
-    let end = insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a2", 0).await;
-
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Sharded", DLQ]);
-    let got = reader.read(4, WAIT);
+    let mut got = reader.read(2, WAIT);
+    insert_on_shard(&client, second, 9).await;
+    let end = insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a2", 0).await;
+    got.extend(reader.read(2, WAIT));
     let dead: Vec<_> = got.iter().filter(|m| m.topic == DLQ).collect();
     let good: Vec<_> = got.iter().filter(|m| m.topic != DLQ).collect();
     assert_eq!(good.len(), 2, "{got:?}\n{}", relay.log());
@@ -87,6 +87,13 @@ async fn a_partition_beyond_the_topic_is_dead_lettered_instead_of_retried_foreve
         (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
     })
     .await;
+    // Only delivery reports count publish errors: the first took that path,
+    // the second was refused at send time.
+    let (_, metrics) = relay.http_get("/metrics").unwrap();
+    assert!(
+        metrics.contains(r#"walrelay_publish_errors_total{reason="UnknownPartition"} 1"#),
+        "{metrics}"
+    );
     assert!(
         !relay.log().contains("session ended; reconnecting"),
         "{}",
