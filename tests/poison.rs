@@ -190,6 +190,14 @@ async fn poison_events_are_dead_lettered_whole_with_their_reason_and_the_relay_g
     })
     .await;
     assert_eq!(relay.metric("walrelay_dead_letter_events_total"), Some(3.0));
+    assert_eq!(
+        broker
+            .topic_config("walrelay.dead-letter", "max.message.bytes")
+            .await
+            .as_deref(),
+        Some("8388608"),
+        "walrelay creates the dead-letter topic with --dead-letter-max-message-bytes"
+    );
     assert!(relay
         .log()
         .contains("poison event sent to the dead-letter topic"));

@@ -171,6 +171,22 @@ impl Broker {
         }
     }
 
+    /// A topic-level configuration value, through DescribeConfigs.
+    pub async fn topic_config(&self, topic: &str, key: &str) -> Option<String> {
+        use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+        let admin: AdminClient<_> = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .unwrap();
+        let results = admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+            .await
+            .unwrap();
+        results
+            .into_iter()
+            .find_map(|r| r.ok()?.get(key)?.value.clone())
+    }
+
     pub fn consumer(&self) -> KafkaReader {
         KafkaReader::new(&self.brokers())
     }
