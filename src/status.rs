@@ -3,6 +3,7 @@
 use crate::config::StatusArgs;
 use crate::error::{Error, Result};
 use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::slot_history;
 use crate::postgres::{describe_target, setup, PgTarget};
 use crate::watchdog::human_bytes;
 
@@ -12,6 +13,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let client = setup::connect(&pg).await?;
     let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;
+    let history = slot_history::read(&client, &args.conn.publication, slot_name).await?;
     let tables: Vec<String> = client
         .query(
             "SELECT schemaname || '.' || tablename FROM pg_catalog.pg_publication_tables \
@@ -36,6 +38,12 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         let doc = serde_json::json!({
             "database": describe_target(&pg.config),
             "slot": report.as_ref().map(SlotReport::to_json),
+            "slot_history": history.as_ref().map(|h| serde_json::json!({
+                "created_lsn": h.created_lsn.to_string(),
+                "created_at": h.created_at,
+                "confirmed_lsn": h.confirmed.as_ref().map(|(lsn, _)| lsn.to_string()),
+                "confirmed_at": h.confirmed.as_ref().map(|(_, at)| at.clone()),
+            })),
             "publication": {
                 "name": args.conn.publication,
                 "exists": publication_exists,
@@ -45,16 +53,27 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         print_table(&pg, &args, report.as_ref(), publication_exists, &tables);
+        if let Some(h) = &history {
+            println!(
+                "history: walrelay has streamed from this slot since {} (created at LSN {}; last \
+                 recorded confirmed LSN {})",
+                h.created_at,
+                h.created_lsn,
+                h.last_confirmed()
+            );
+        }
     }
 
-    match report {
-        None => Err(Error::permanent(format!(
-            "replication slot {slot_name:?} does not exist; walrelay run creates it"
+    match (report, history) {
+        (None, Some(history)) => Err(slot_history::missing_slot_error(slot_name, &history)),
+        (None, None) => Err(Error::permanent(format!(
+            "replication slot {slot_name:?} does not exist; walrelay run creates it on its \
+             first start"
         ))),
-        Some(r) if r.wal_status.as_deref() == Some("lost") => Err(Error::permanent(format!(
+        (Some(r), _) if r.wal_status.as_deref() == Some("lost") => Err(Error::permanent(format!(
             "replication slot {slot_name:?} is lost: see docs/operations.md, \"The slot is lost\""
         ))),
-        Some(_) => Ok(()),
+        (Some(_), _) => Ok(()),
     }
 }
 
