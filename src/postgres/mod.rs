@@ -1,6 +1,7 @@
 //! Everything that talks to Postgres: start-up checks and slot management over
 //! an ordinary SQL connection, and the replication stream with its pgoutput codec.
 
+pub mod failover;
 pub mod lsn;
 pub mod names;
 pub mod pgoutput;
