@@ -272,3 +272,42 @@ async fn a_slot_that_is_not_a_failover_slot_is_reported_with_the_command_that_fi
     fixed.wait_ready(Duration::from_secs(60));
     assert!(!fixed.log().contains("is not a failover slot"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_standby_listed_first_both_connections_go_to_the_primary() {
+    if !failover_slots_available() {
+        return;
+    }
+    let mut primary = Postgres::start();
+    primary.client_with_outbox().await;
+    let standby = primary.start_standby(PHYSICAL_SLOT).await;
+    let broker = Broker::start();
+    // The SQL connection (tokio-postgres) and the replication connection
+    // (walrelay's own) must both skip the read-only standby.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port, primary.port
+    );
+    let relay = Relay::start_raw(&url, &broker.brokers(), &[]);
+    relay.wait_ready(Duration::from_secs(60));
+    let client = primary.client().await;
+    insert_batch(&client, "ReadWrite", 20).await;
+    let expected = committed_ids(&client, "ReadWrite").await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.ReadWrite"]);
+    read_until_all_arrive(
+        &reader,
+        &expected,
+        HashSet::new(),
+        &relay,
+        Duration::from_secs(60),
+    );
+    let streaming_from_primary = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'walrelay' AND active",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(streaming_from_primary.is_some(), "log:\n{}", relay.log());
+}

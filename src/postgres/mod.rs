@@ -10,6 +10,7 @@ pub mod replication;
 pub mod setup;
 pub mod slot;
 pub mod slot_history;
+pub mod socket;
 pub mod tls;
 pub mod wire;
 
