@@ -220,9 +220,16 @@ async fn without_a_failover_slot_the_promoted_standby_has_no_slot_for_walrelay()
 
     primary.kill9();
     standby.promote();
-    // After the failover there is no slot to resume from: the events written
-    // between walrelay's last confirmation and a new slot would be skipped.
-    // (What walrelay does then is the slot-loss check's business.)
+    // After the failover there is no slot to resume from: a new slot would
+    // skip the events written since walrelay's last confirmation.
+    assert_eq!(slot_flags(&standby_client).await, None);
+    // walrelay, pointed at the new primary, stops instead of creating one.
+    let mut moved = Relay::start_with(&standby, &broker, &["--failover-slot=false"]);
+    let status = moved
+        .wait(Duration::from_secs(60))
+        .expect("walrelay kept running without its slot");
+    assert!(!status.success());
+    assert!(moved.log().contains("is missing"), "log:\n{}", moved.log());
     assert_eq!(slot_flags(&standby_client).await, None);
 }
 
