@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, insert_batch, read_until_all_arrive, try_insert_batch};
+use support::standby::ServerSettings;
 use support::{eventually, pg, Broker, Postgres, Relay};
 use tokio_postgres::Client;
 
@@ -53,11 +54,8 @@ async fn walrelay_resumes_on_a_promoted_standby_without_skipping_an_event() {
     // acknowledged is on the standby too: the test can then hold walrelay to
     // "every committed event", not just "every event the standby got".
     primary_client
-        .batch_execute(&format!(
-            "ALTER SYSTEM SET synchronous_standby_names = '{PHYSICAL_SLOT}'; SELECT pg_reload_conf();"
-        ))
-        .await
-        .unwrap();
+        .set_and_reload("synchronous_standby_names", PHYSICAL_SLOT)
+        .await;
     let broker = Broker::start();
     // Both servers in one URL: walrelay follows whichever accepts writes.
     let url = format!(

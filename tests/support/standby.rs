@@ -48,11 +48,8 @@ impl Postgres {
         // it does not have.
         let client = self.client().await;
         client
-            .batch_execute(&format!(
-                "ALTER SYSTEM SET synchronized_standby_slots = '{slot}'; SELECT pg_reload_conf();"
-            ))
-            .await
-            .unwrap();
+            .set_and_reload("synchronized_standby_slots", slot)
+            .await;
         let mut standby = Postgres {
             port: free_port(),
             dir,
@@ -108,4 +105,19 @@ fn parent_of(pid: i32) -> Option<i32> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// `ALTER SYSTEM SET` and a reload: two statements, as ALTER SYSTEM cannot
+/// run in the implicit transaction of a multi-statement query.
+pub trait ServerSettings {
+    async fn set_and_reload(&self, name: &str, value: &str);
+}
+
+impl ServerSettings for tokio_postgres::Client {
+    async fn set_and_reload(&self, name: &str, value: &str) {
+        self.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'"))
+            .await
+            .unwrap();
+        self.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    }
 }
