@@ -93,9 +93,9 @@ async fn walrelay_resumes_on_a_promoted_standby_without_skipping_an_event() {
     });
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.BeforeCrash"]);
-    let early = reader.read(300, Duration::from_secs(60));
+    let early = reader.read(1000, Duration::from_secs(60));
     assert!(
-        early.len() >= 300,
+        early.len() >= 1000,
         "events did not flow before the crash; log:\n{}",
         relay.log()
     );
