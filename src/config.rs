@@ -165,6 +165,18 @@ pub struct RunArgs {
     )]
     pub dead_letter_topic: String,
 
+    /// On PostgreSQL 17+, create the slot with failover = true so a standby can take it over (--failover-slot=false: off).
+    #[arg(
+        long,
+        env = "WALRELAY_FAILOVER_SLOT",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub failover_slot: bool,
+
     /// Partitions for topics walrelay creates.
     #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
     pub topic_partitions: i32,
@@ -504,7 +516,15 @@ mod tests {
         assert_eq!(a.topic_replacement, "outbox.event.${routedByValue}");
         assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:9187");
         assert_eq!(a.topic_partitions, 3);
+        assert!(a.failover_slot);
         a.validate().unwrap();
+    }
+
+    #[test]
+    fn failover_slot_is_on_unless_turned_off_explicitly() {
+        assert!(args(&["--failover-slot"]).failover_slot);
+        assert!(!args(&["--failover-slot=false"]).failover_slot);
+        assert!(!args(&["--failover-slot", "false"]).failover_slot);
     }
 
     #[test]

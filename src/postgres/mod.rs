@@ -1,6 +1,7 @@
 //! Everything that talks to Postgres: start-up checks and slot management over
 //! an ordinary SQL connection, and the replication stream with its pgoutput codec.
 
+pub mod failover;
 pub mod lsn;
 pub mod names;
 pub mod pgoutput;
@@ -9,6 +10,7 @@ pub mod replication;
 pub mod setup;
 pub mod slot;
 pub mod slot_history;
+pub mod socket;
 pub mod tls;
 pub mod wire;
 

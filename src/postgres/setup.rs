@@ -138,6 +138,8 @@ pub struct SlotOptions<'a> {
     pub publication: &'a str,
     /// Create a new slot although the database remembers an old one.
     pub recreate_missing: bool,
+    /// Create a slot a standby can take over (PostgreSQL 17+).
+    pub failover: bool,
 }
 
 /// Returns the slot's state, creating it on the first start. An existing
@@ -153,6 +155,7 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
                 let history = SlotHistory::new(slot, state.confirmed_flush);
                 slot_history::write(client, options.publication, &history).await;
             }
+            super::failover::check_existing_slot(client, slot, options.failover).await?;
             return Ok(state);
         }
         if let Some(old) = &history {
@@ -160,7 +163,7 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
                 return Err(slot_history::missing_slot_error(slot, old));
             }
         }
-        let Some(lsn) = create_slot(client, slot).await? else {
+        let Some(lsn) = create_slot(client, slot, options.failover).await? else {
             // Another walrelay created it a moment ago: use theirs.
             continue;
         };
@@ -186,13 +189,9 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
 }
 
 /// Creates the slot; None if another process created it first.
-async fn create_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
-    let created = client
-        .query_one(
-            "SELECT lsn::text FROM pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&slot],
-        )
-        .await;
+async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Option<Lsn>> {
+    let statement = super::failover::create_slot_statement(client, failover).await?;
+    let created = client.query_one(statement, &[&slot]).await;
     match created {
         Ok(row) => {
             let lsn: String = row.get(0);

@@ -10,11 +10,9 @@ use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::{backend::Message, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::{TcpStream, UnixStream};
-use tokio_openssl::SslStream;
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
 
-use super::{classify_sqlstate, describe_target, tls, PgTarget};
+use super::{classify_sqlstate, describe_target, socket, PgTarget};
 use crate::error::{Error, Result};
 
 /// Postgres never sends a message larger than 1 GiB; a bigger length is corruption.
@@ -92,22 +90,105 @@ pub struct WireWriter {
 }
 
 impl WireConnection {
+    /// Connects to the first host of `--pg-url` that answers and, like
+    /// tokio-postgres on the SQL connection, has the `target_session_attrs`
+    /// asked for, so both connections end up on the same server.
     pub async fn connect(target: &PgTarget) -> Result<Self> {
         let config = &target.config;
-        let socket = open_socket(target).await?;
-        let (read_half, write_half) = tokio::io::split(socket);
-        let mut conn = WireConnection {
-            reader: WireReader {
-                socket: read_half,
-                buf: BytesMut::with_capacity(64 * 1024),
-            },
-            writer: WireWriter {
-                socket: write_half,
-                buf: BytesMut::with_capacity(1024),
-            },
-        };
-        conn.startup(config).await?;
-        Ok(conn)
+        let hosts = config.get_hosts();
+        if hosts.is_empty() {
+            return Err(Error::permanent(
+                "--pg-url names no host: add host=... (or postgres://user@HOST/db)",
+            ));
+        }
+        let ports = config.get_ports();
+        let wanted = config.get_target_session_attrs();
+        let mut last_error = None;
+        for (i, host) in hosts.iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let socket = match socket::open(target, host, port).await? {
+                Ok(socket) => socket,
+                Err(e) => {
+                    last_error = Some(
+                        Error::transient(format!(
+                            "cannot reach Postgres at {}",
+                            describe_target(config)
+                        ))
+                        .with_source(e),
+                    );
+                    continue;
+                }
+            };
+            let (read_half, write_half) = tokio::io::split(socket);
+            let mut conn = WireConnection {
+                reader: WireReader {
+                    socket: read_half,
+                    buf: BytesMut::with_capacity(64 * 1024),
+                },
+                writer: WireWriter {
+                    socket: write_half,
+                    buf: BytesMut::with_capacity(1024),
+                },
+            };
+            // A host that is starting up or shutting down is skipped, as
+            // libpq does; a refused login is not.
+            let fits = match conn.startup(config).await {
+                Ok(()) => match wanted {
+                    TargetSessionAttrs::ReadWrite => conn.read_only().await.map(|ro| !ro),
+                    TargetSessionAttrs::ReadOnly => conn.read_only().await,
+                    _ => Ok(true),
+                },
+                Err(e) => Err(e),
+            };
+            match fits {
+                Ok(true) => return Ok(conn),
+                Ok(false) => {}
+                Err(e) if e.is_transient() => {
+                    last_error = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            conn.writer.terminate().await;
+            last_error = Some(Error::transient(format!(
+                "Postgres host {} (port {port}) is not {} (target_session_attrs); \
+                 no host of --pg-url is",
+                host_name(host),
+                if wanted == TargetSessionAttrs::ReadWrite {
+                    "read-write"
+                } else {
+                    "read-only"
+                }
+            )));
+        }
+        Err(last_error.expect("at least one host was tried"))
+    }
+
+    /// `SHOW transaction_read_only`, the test tokio-postgres and libpq use;
+    /// a replication connection accepts SHOW.
+    async fn read_only(&mut self) -> Result<bool> {
+        frontend::query("SHOW transaction_read_only", &mut self.writer.buf)
+            .map_err(protocol_error)?;
+        self.writer.flush().await?;
+        let mut value = None;
+        loop {
+            match self.reader.read_message().await? {
+                Message::DataRow(row) => {
+                    let mut ranges = row.ranges();
+                    if let Some(Some(range)) = ranges.next().map_err(protocol_error)? {
+                        value = Some(row.buffer()[range] == *b"on");
+                    }
+                }
+                Message::ErrorResponse(body) => {
+                    return Err(ServerError::from_fields(body.fields())
+                        .into_error("cannot read transaction_read_only"));
+                }
+                Message::ReadyForQuery(_) => {
+                    return value.ok_or_else(|| unexpected("the value of transaction_read_only"))
+                }
+                _ => {}
+            }
+        }
     }
 
     async fn startup(&mut self, config: &tokio_postgres::Config) -> Result<()> {
@@ -308,129 +389,19 @@ impl WireWriter {
     }
 }
 
-async fn open_socket(target: &PgTarget) -> Result<Box<dyn Socket>> {
-    let config = &target.config;
-    let hosts = config.get_hosts();
-    if hosts.is_empty() {
-        return Err(Error::permanent(
-            "--pg-url names no host: add host=... (or postgres://user@HOST/db)",
-        ));
-    }
-    let ports = config.get_ports();
-    let timeout = config
-        .get_connect_timeout()
-        .copied()
-        .unwrap_or(Duration::from_secs(10));
-    let mut last_error = None;
-    for (i, host) in hosts.iter().enumerate() {
-        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-        let attempt = async {
-            match host {
-                Host::Tcp(name) => {
-                    let stream = TcpStream::connect((name.as_str(), port)).await?;
-                    stream.set_nodelay(true)?;
-                    watch_for_dead_peer(&stream, config)?;
-                    Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name)))
-                }
-                // Like libpq, no TLS over a Unix socket.
-                Host::Unix(dir) => {
-                    let path = dir.join(format!(".s.PGSQL.{port}"));
-                    Ok((
-                        Box::new(UnixStream::connect(path).await?) as Box<dyn Socket>,
-                        None,
-                    ))
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((socket, Some(name)))) => return negotiate_tls(socket, name, target).await,
-            Ok(Ok((socket, None))) => return Ok(socket),
-            Ok(Err(e)) => last_error = Some(e),
-            Err(_) => {
-                last_error = Some(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {timeout:?}"),
-                ))
-            }
-        }
-    }
-    Err(Error::transient(format!(
-        "cannot reach Postgres at {}",
-        describe_target(config)
-    ))
-    .with_source(last_error.expect("at least one host was tried")))
-}
-
-/// The same TCP keepalive and user timeout as the SQL connection.
-fn watch_for_dead_peer(stream: &TcpStream, config: &tokio_postgres::Config) -> std::io::Result<()> {
-    let socket = socket2::SockRef::from(stream);
-    if config.get_keepalives() {
-        let mut keepalive = socket2::TcpKeepalive::new().with_time(config.get_keepalives_idle());
-        if let Some(interval) = config.get_keepalives_interval() {
-            keepalive = keepalive.with_interval(interval);
-        }
-        if let Some(retries) = config.get_keepalives_retries() {
-            keepalive = keepalive.with_retries(retries);
-        }
-        socket.set_tcp_keepalive(&keepalive)?;
-    }
-    socket.set_tcp_user_timeout(config.get_tcp_user_timeout().copied())
-}
-
-/// Asks for TLS (SSLRequest) as `sslmode` says, and wraps the socket.
-async fn negotiate_tls(
-    mut socket: Box<dyn Socket>,
-    host: &str,
-    target: &PgTarget,
-) -> Result<Box<dyn Socket>> {
-    let Some(config) = target.tls.configure()? else {
-        return Ok(socket);
-    };
-    let mut request = BytesMut::new();
-    frontend::ssl_request(&mut request);
-    socket.write_all(&request).await.map_err(connection_lost)?;
-    let mut answer = [0u8; 1];
-    socket
-        .read_exact(&mut answer)
-        .await
-        .map_err(connection_lost)?;
-    if answer[0] != b'S' {
-        if target.tls.required() {
-            return Err(Error::permanent(format!(
-                "Postgres at {} does not accept TLS, but --pg-url asks for sslmode={:?}: \
-                 turn on ssl in postgresql.conf or lower sslmode",
-                describe_target(&target.config),
-                target.tls.mode()
-            )));
-        }
-        return Ok(socket);
-    }
-    let handshake_failed = |e: &dyn std::fmt::Display| {
-        let text = e.to_string();
-        Error::new(
-            tls::handshake_error_kind(&text),
-            format!(
-                "TLS handshake with Postgres at {} failed: {e}; check sslmode and sslrootcert \
-             (verify-full needs a certificate that names the host)",
-                describe_target(&target.config)
-            ),
-        )
-    };
-    let ssl = config.into_ssl(host).map_err(|e| handshake_failed(&e))?;
-    let mut stream = SslStream::new(ssl, socket).map_err(|e| handshake_failed(&e))?;
-    std::pin::Pin::new(&mut stream)
-        .connect()
-        .await
-        .map_err(|e| handshake_failed(&e))?;
-    Ok(Box::new(stream))
-}
-
 fn protocol_error(e: std::io::Error) -> Error {
     Error::transient("Postgres protocol error on the replication connection").with_source(e)
 }
 
 fn connection_lost(e: std::io::Error) -> Error {
     Error::transient("lost the replication connection to Postgres").with_source(e)
+}
+
+fn host_name(host: &Host) -> String {
+    match host {
+        Host::Tcp(name) => name.clone(),
+        Host::Unix(dir) => dir.display().to_string(),
+    }
 }
 
 fn unexpected(what: &str) -> Error {

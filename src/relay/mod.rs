@@ -53,6 +53,7 @@ pub struct Settings {
     pub on_update: OnUpdate,
     pub dead_letter_topic: String,
     pub recreate_missing_slot: bool,
+    pub failover_slot: bool,
     pub replication_timeout: Option<Duration>,
     pub setup_timeout: Duration,
     pub max_pending_transactions: usize,
@@ -89,6 +90,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         on_poison: args.on_poison,
         dead_letter_topic: args.dead_letter_topic.clone(),
         recreate_missing_slot: args.recreate_missing_slot,
+        failover_slot: args.failover_slot,
         replication_timeout: args.replication_timeout,
         setup_timeout: args.setup_timeout,
         max_pending_transactions: args.max_pending_transactions,
@@ -305,6 +307,7 @@ async fn open(
             slot: &settings.slot,
             publication: &settings.publication,
             recreate_missing: settings.recreate_missing_slot,
+            failover: settings.failover_slot,
         },
     )
     .await?;

@@ -7,6 +7,7 @@ pub mod kafka;
 pub mod outbox;
 pub mod pg;
 pub mod relay;
+pub mod standby;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

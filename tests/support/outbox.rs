@@ -32,6 +32,26 @@ pub async fn insert_batch_at(
     count: i32,
     created_at: Option<&str>,
 ) {
+    try_insert_batch_at(client, event_type, count, created_at)
+        .await
+        .unwrap();
+}
+
+/// `insert_batch` for a server that may go away: the error instead of a panic.
+pub async fn try_insert_batch(
+    client: &Client,
+    event_type: &str,
+    count: i32,
+) -> Result<u64, tokio_postgres::Error> {
+    try_insert_batch_at(client, event_type, count, None).await
+}
+
+async fn try_insert_batch_at(
+    client: &Client,
+    event_type: &str,
+    count: i32,
+    created_at: Option<&str>,
+) -> Result<u64, tokio_postgres::Error> {
     client
         .execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at) \
@@ -41,7 +61,6 @@ pub async fn insert_batch_at(
             &[&event_type, &count, &created_at],
         )
         .await
-        .unwrap();
 }
 
 /// Every event id of a type committed to the outbox.

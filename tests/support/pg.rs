@@ -11,12 +11,27 @@ use super::{free_port, TempDir};
 
 pub struct Postgres {
     pub port: u16,
-    dir: TempDir,
-    bin: PathBuf,
-    running: bool,
+    pub(super) dir: TempDir,
+    pub(super) bin: PathBuf,
+    pub(super) running: bool,
 }
 
-fn bin_dir() -> PathBuf {
+/// The major version of the server binaries the tests use (15, 17, …).
+pub fn major_version() -> u32 {
+    let out = Command::new(bin_dir().join("postgres"))
+        .arg("--version")
+        .output()
+        .expect("cannot run postgres --version");
+    // "postgres (PostgreSQL) 17.10"
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .last()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read the version from {text:?}"))
+}
+
+pub(super) fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("WALRELAY_PG_BIN") {
         return dir.into();
     }
@@ -31,7 +46,7 @@ fn bin_dir() -> PathBuf {
     );
 }
 
-fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
@@ -290,7 +305,7 @@ impl Drop for Postgres {
     }
 }
 
-fn pg_command(bin: &Path, tool: &str) -> Command {
+pub(super) fn pg_command(bin: &Path, tool: &str) -> Command {
     if is_root() {
         let mut cmd = Command::new("runuser");
         cmd.args(["-u", "postgres", "--"]).arg(bin.join(tool));
@@ -300,7 +315,7 @@ fn pg_command(bin: &Path, tool: &str) -> Command {
     }
 }
 
-fn run(cmd: &mut Command) {
+pub(super) fn run(cmd: &mut Command) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
