@@ -10,6 +10,9 @@
 
 mod support;
 
+#[path = "debezium_router/partitioning.rs"]
+mod partitioning;
+
 use std::time::Duration;
 
 use serde_json::{json, Value};

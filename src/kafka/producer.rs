@@ -33,6 +33,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
     ("client.id", "walrelay"),
+    // The Java producer's partitioner (murmur2 of the key bytes), so a keyed
+    // event lands where Debezium would have put it; librdkafka's own default
+    // (consistent_random, CRC32) places keys elsewhere.
+    ("partitioner", "murmur2_random"),
 ];
 
 /// What a default Kafka broker accepts (its message.max.bytes): the client's
