@@ -10,6 +10,8 @@
 
 mod support;
 
+#[path = "debezium_router/binary.rs"]
+mod binary;
 #[path = "debezium_router/partitioning.rs"]
 mod partitioning;
 

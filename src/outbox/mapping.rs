@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 
+use super::column::bytea_from_hex;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
@@ -187,7 +188,21 @@ impl OutboxSchema {
         event.key = read!(self.key);
         event.event_type = read!(self.event_type);
         event.route_value = read!(self.route_by);
-        let payload = read!(self.payload);
+        let mut payload = read!(self.payload);
+        // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
+        // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
+        if self.key.type_oid == placement::oid::BYTEA {
+            match event.key.as_deref().map(bytea_from_hex).transpose() {
+                Ok(key) => event.key = key,
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        }
+        if self.payload.type_oid == placement::oid::BYTEA {
+            match payload.as_deref().map(bytea_from_hex).transpose() {
+                Ok(raw) => payload = raw,
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            }
+        }
 
         let mut envelope_fields = Vec::new();
         for (col, target) in &self.placements {
