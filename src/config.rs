@@ -106,7 +106,7 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_FIELD_EVENT_KEY", default_value = "aggregate_id")]
     pub field_event_key: String,
 
-    /// The column copied into the Kafka header "event_type".
+    /// The column copied into the Kafka header "event_type"; '' for none (Debezium sends no such header).
     #[arg(long, env = "WALRELAY_FIELD_EVENT_TYPE", default_value = "event_type")]
     pub field_event_type: String,
 
@@ -319,7 +319,7 @@ impl RunArgs {
         MappingConfig {
             id: self.field_event_id.clone(),
             key: self.field_event_key.clone(),
-            event_type: self.field_event_type.clone(),
+            event_type: Some(self.field_event_type.clone()).filter(|c| !c.is_empty()),
             payload: self.field_payload.clone(),
             route_by: self.route_by_field.clone(),
             timestamp: self.field_timestamp.clone(),

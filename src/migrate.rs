@@ -21,7 +21,6 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
         "--field-event-key",
         Some("aggregateid"),
     ),
-    ("table.field.event.type", "--field-event-type", Some("type")),
     (
         "table.field.event.payload",
         "--field-payload",
@@ -214,11 +213,19 @@ pub fn migrate(text: &str) -> Result<Migration> {
             (None, None) => {}
         }
     }
-    notes.push(
-        "walrelay also sends the event type as the header \"event_type\" (from --field-event-type); \
-         Debezium sends it only through table.fields.additional.placement"
-            .into(),
-    );
+    // Debezium's router never reads table.field.event.type and sends no
+    // event-type header (EventRouterDelegate.apply adds only "id"): neither
+    // does walrelay with an empty --field-event-type.
+    flag(&mut args, "--field-event-type", Some(String::new()));
+    let type_key = format!("{prefix}table.field.event.type");
+    if let Some(column) = get(&type_key) {
+        notes.push(format!(
+            "{type_key}={column}: Debezium's router does not read it and sends no event-type \
+             header; to send one, place the column, e.g. {column}:header:eventType in \
+             --fields-additional-placement"
+        ));
+    }
+    used.push(type_key);
     let flag_on = |key: &str| get(&format!("{prefix}{key}")) == Some("true");
     if flag_on("table.expand.json.payload") {
         flag(&mut args, "--expand-json-payload", None);
@@ -348,9 +355,10 @@ fn parse(text: &str) -> Result<BTreeMap<String, String>> {
 }
 
 fn shell_quote(value: &str) -> String {
-    if value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./:@,=".contains(c))
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@,=".contains(c))
     {
         value.to_string()
     } else {

@@ -17,7 +17,8 @@ use crate::postgres::pgoutput::{Datum, Relation, Tuple};
 pub struct MappingConfig {
     pub id: String,
     pub key: String,
-    pub event_type: String,
+    /// None: no event-type column and no `event_type` header, as in Debezium.
+    pub event_type: Option<String>,
     pub payload: String,
     pub route_by: String,
     pub timestamp: Option<String>,
@@ -33,7 +34,7 @@ impl MappingConfig {
         MappingConfig {
             id: "id".into(),
             key: "aggregate_id".into(),
-            event_type: "event_type".into(),
+            event_type: Some("event_type".into()),
             payload: "payload".into(),
             route_by: "event_type".into(),
             timestamp: None,
@@ -45,13 +46,8 @@ impl MappingConfig {
 
     /// Every column the mapping reads, for the start-up check.
     pub fn column_names(&self) -> Vec<&str> {
-        let mut names = vec![
-            self.id.as_str(),
-            &self.key,
-            &self.event_type,
-            &self.payload,
-            &self.route_by,
-        ];
+        let mut names = vec![self.id.as_str(), &self.key, &self.payload, &self.route_by];
+        names.extend(self.event_type.as_deref());
         names.extend(self.timestamp.as_deref());
         names.extend(self.placements.iter().map(|p| p.column.as_str()));
         names
@@ -70,7 +66,7 @@ struct Col {
 pub struct OutboxSchema {
     id: Col,
     key: Col,
-    event_type: Col,
+    event_type: Option<Col>,
     payload: Col,
     route_by: Col,
     timestamp: Option<Col>,
@@ -141,7 +137,7 @@ impl OutboxSchema {
         Ok(OutboxSchema {
             id: find(&config.id)?,
             key: find(&config.key)?,
-            event_type: find(&config.event_type)?,
+            event_type: config.event_type.as_deref().map(find).transpose()?,
             payload: find(&config.payload)?,
             route_by: find(&config.route_by)?,
             timestamp: config.timestamp.as_deref().map(find).transpose()?,
@@ -186,7 +182,9 @@ impl OutboxSchema {
         }
         event.id = read!(self.id);
         event.key = read!(self.key);
-        event.event_type = read!(self.event_type);
+        if let Some(col) = self.event_type {
+            event.event_type = read!(col);
+        }
         event.route_value = read!(self.route_by);
         let mut payload = read!(self.payload);
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
