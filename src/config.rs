@@ -130,6 +130,10 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
 
+    /// How numeric columns are written in headers and envelopes (Debezium: decimal.handling.mode).
+    #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = crate::outbox::column::DecimalMode::Precise)]
+    pub decimal_handling_mode: crate::outbox::column::DecimalMode,
+
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
     pub tombstone_on_empty_payload: bool,
@@ -326,6 +330,7 @@ impl RunArgs {
             placements: self.fields_additional_placement.clone(),
             expand_json_payload: self.expand_json_payload,
             tombstone_on_empty_payload: self.tombstone_on_empty_payload,
+            decimals: self.decimal_handling_mode,
         }
     }
 

@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 
-use super::column::bytea_from_hex;
+use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
+use super::connect::json_object;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
@@ -25,6 +26,8 @@ pub struct MappingConfig {
     pub placements: Vec<Placement>,
     pub expand_json_payload: bool,
     pub tombstone_on_empty_payload: bool,
+    /// How numeric columns become header and envelope values.
+    pub decimals: DecimalMode,
 }
 
 impl MappingConfig {
@@ -41,6 +44,7 @@ impl MappingConfig {
             placements: Vec::new(),
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
+            decimals: DecimalMode::Precise,
         }
     }
 
@@ -59,6 +63,7 @@ impl MappingConfig {
 struct Col {
     index: usize,
     type_oid: u32,
+    type_modifier: i32,
 }
 
 /// The outbox table as the mapping needs it, from its latest Relation message.
@@ -73,6 +78,7 @@ pub struct OutboxSchema {
     placements: Vec<(Col, Target)>,
     expand_json_payload: bool,
     tombstone_on_empty_payload: bool,
+    decimals: DecimalMode,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -125,6 +131,7 @@ impl OutboxSchema {
                 .map(|index| Col {
                     index,
                     type_oid: relation.columns[index].type_oid,
+                    type_modifier: relation.columns[index].type_modifier,
                 })
                 .ok_or_else(|| {
                     Error::permanent(format!(
@@ -148,6 +155,7 @@ impl OutboxSchema {
                 .collect::<Result<_, Error>>()?,
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
+            decimals: config.decimals,
         })
     }
 
@@ -189,9 +197,15 @@ impl OutboxSchema {
         let mut payload = read!(self.payload);
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
         // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
+        // Other typed keys are written as StringConverter writes them (toString).
         if self.key.type_oid == placement::oid::BYTEA {
             match event.key.as_deref().map(bytea_from_hex).transpose() {
                 Ok(key) => event.key = key,
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        } else if !is_text(self.key.type_oid) {
+            match self.typed(self.key, event.key.as_deref()) {
+                Ok(value) => event.key = value.header_text().map(Bytes::from),
                 Err(e) => return Err(fail(event, format!("key column: {e}"))),
             }
         }
@@ -205,12 +219,21 @@ impl OutboxSchema {
         let mut envelope_fields = Vec::new();
         for (col, target) in &self.placements {
             let value = read!(*col);
+            let typed = || match self.typed(*col, value.as_deref()) {
+                Ok(typed) => Ok(typed),
+                Err(e) => Err(format!("an additional placement's column: {e}")),
+            };
             match target {
-                Target::Header(name) => event.headers.push((name.clone(), value)),
-                Target::Envelope(alias) => envelope_fields.push((
-                    alias.clone(),
-                    placement::to_json(value.as_ref(), col.type_oid, false),
-                )),
+                Target::Header(name) => match typed() {
+                    Ok(typed) => event
+                        .headers
+                        .push((name.clone(), typed.header_text().map(Bytes::from))),
+                    Err(reason) => return Err(fail(event, reason)),
+                },
+                Target::Envelope(alias) => match typed() {
+                    Ok(typed) => envelope_fields.push((alias.as_str(), typed.json_text())),
+                    Err(reason) => return Err(fail(event, reason)),
+                },
                 Target::Partition => {
                     let Some(value) = value else { continue };
                     match std::str::from_utf8(&value)
@@ -251,17 +274,86 @@ impl OutboxSchema {
             .iter()
             .any(|(_, t)| matches!(t, Target::Envelope(_)))
         {
-            let payload = placement::to_json(
-                payload.as_ref(),
-                self.payload.type_oid,
-                self.expand_json_payload,
-            );
-            Some(placement::envelope(payload, envelope_fields))
+            let payload = match self.envelope_payload(payload.as_ref()) {
+                Ok(json) => json,
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            };
+            envelope_fields.insert(0, ("payload", payload));
+            Some(Bytes::from(json_object(&envelope_fields)))
         } else {
             payload
         };
         Ok(event)
     }
+
+    fn typed(&self, col: Col, text: Option<&[u8]>) -> Result<ConnectValue, String> {
+        ConnectValue::from_pg(text, col.type_oid, col.type_modifier, self.decimals)
+    }
+
+    /// The payload inside an envelope, as JsonConverter writes it: a string
+    /// (json and jsonb are strings to Debezium), unless --expand-json-payload
+    /// finds a JSON object or array in it (EventRouterDelegate.parseJsonPayload
+    /// expands only text starting with '{' or '[').
+    fn envelope_payload(&self, payload: Option<&Bytes>) -> Result<String, String> {
+        if self.payload.type_oid == placement::oid::BYTEA {
+            // Already raw bytes.
+            return Ok(payload
+                .map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()))
+                .json_text());
+        }
+        let typed = self.typed(self.payload, payload.map(|p| &p[..]))?;
+        if let (true, ConnectValue::String(text)) = (self.expand_json_payload, &typed) {
+            if text.starts_with(['{', '[']) {
+                if let Some(compact) = compact_json(text) {
+                    return Ok(compact);
+                }
+            }
+        }
+        Ok(typed.json_text())
+    }
+}
+
+/// Types whose text is already what Debezium's StringConverter would write.
+fn is_text(type_oid: u32) -> bool {
+    !matches!(
+        type_oid,
+        placement::oid::BOOL
+            | placement::oid::INT2
+            | placement::oid::INT4
+            | placement::oid::INT8
+            | placement::oid::FLOAT4
+            | placement::oid::FLOAT8
+            | more_oid::NUMERIC
+            | more_oid::DATE
+            | more_oid::TIMESTAMP
+            | more_oid::TIMESTAMPTZ
+    )
+}
+
+/// A JSON text without insignificant whitespace, keys in their order, as
+/// Jackson writes a parsed document back; None if it is not JSON.
+fn compact_json(text: &str) -> Option<String> {
+    serde_json::from_str::<&serde_json::value::RawValue>(text).ok()?;
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_ascii_whitespace() {
+            out.push(c);
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]

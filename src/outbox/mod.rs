@@ -2,6 +2,7 @@
 //! placed, and which topic an event goes to (Debezium's outbox event router).
 
 pub mod column;
+pub mod connect;
 pub mod mapping;
 pub mod message;
 pub mod placement;
