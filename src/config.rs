@@ -130,6 +130,14 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
 
+    /// What --expand-json-payload does with null fields (table.json.payload.null.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_NULL_BEHAVIOR", value_enum, default_value_t = crate::outbox::expansion::NullBehavior::Ignore)]
+    pub json_payload_null_behavior: crate::outbox::expansion::NullBehavior,
+
+    /// What --expand-json-payload does with empty arrays (table.json.payload.empty.array.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_EMPTY_ARRAY_BEHAVIOR", value_enum, default_value_t = crate::outbox::expansion::EmptyArrayBehavior::Ignore)]
+    pub json_payload_empty_array_behavior: crate::outbox::expansion::EmptyArrayBehavior,
+
     /// How numeric columns are written in headers and envelopes (Debezium: decimal.handling.mode).
     #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = crate::outbox::column::DecimalMode::Precise)]
     pub decimal_handling_mode: crate::outbox::column::DecimalMode,
@@ -331,6 +339,12 @@ impl RunArgs {
             expand_json_payload: self.expand_json_payload,
             tombstone_on_empty_payload: self.tombstone_on_empty_payload,
             decimals: self.decimal_handling_mode,
+            expansion: crate::outbox::expansion::Behaviour {
+                keep_null_fields: self.json_payload_null_behavior
+                    == crate::outbox::expansion::NullBehavior::OptionalBytes,
+                keep_empty_arrays: self.json_payload_empty_array_behavior
+                    == crate::outbox::expansion::EmptyArrayBehavior::OptionalString,
+            },
         }
     }
 

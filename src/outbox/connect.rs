@@ -194,6 +194,11 @@ fn java_float(value: f64, shortest: &str) -> String {
     }
 }
 
+/// `Double.toString` of a double.
+pub fn java_double(value: f64) -> String {
+    java_float(value, &format!("{value:e}"))
+}
+
 /// A JSON document whose field texts are already what JsonConverter writes.
 pub fn json_object(fields: &[(&str, String)]) -> String {
     let mut out = String::from("{");

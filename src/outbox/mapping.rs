@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
+use super::expansion::{expand, Behaviour};
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
@@ -28,6 +29,8 @@ pub struct MappingConfig {
     pub tombstone_on_empty_payload: bool,
     /// How numeric columns become header and envelope values.
     pub decimals: DecimalMode,
+    /// What --expand-json-payload keeps of null fields and empty arrays.
+    pub expansion: Behaviour,
 }
 
 impl MappingConfig {
@@ -45,6 +48,7 @@ impl MappingConfig {
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
             decimals: DecimalMode::Precise,
+            expansion: Behaviour::default(),
         }
     }
 
@@ -79,6 +83,7 @@ pub struct OutboxSchema {
     expand_json_payload: bool,
     tombstone_on_empty_payload: bool,
     decimals: DecimalMode,
+    expansion: Behaviour,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -156,6 +161,7 @@ impl OutboxSchema {
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
             decimals: config.decimals,
+            expansion: config.expansion,
         })
     }
 
@@ -303,10 +309,8 @@ impl OutboxSchema {
         }
         let typed = self.typed(self.payload, payload.map(|p| &p[..]))?;
         if let (true, ConnectValue::String(text)) = (self.expand_json_payload, &typed) {
-            if text.starts_with(['{', '[']) {
-                if let Some(compact) = compact_json(text) {
-                    return Ok(compact);
-                }
+            if let Some(expanded) = expand(text, self.expansion) {
+                return Ok(expanded);
             }
         }
         Ok(typed.json_text())
@@ -328,32 +332,6 @@ fn is_text(type_oid: u32) -> bool {
             | more_oid::TIMESTAMP
             | more_oid::TIMESTAMPTZ
     )
-}
-
-/// A JSON text without insignificant whitespace, keys in their order, as
-/// Jackson writes a parsed document back; None if it is not JSON.
-fn compact_json(text: &str) -> Option<String> {
-    serde_json::from_str::<&serde_json::value::RawValue>(text).ok()?;
-    let mut out = String::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if c == '"' {
-            in_string = true;
-            out.push(c);
-        } else if !c.is_ascii_whitespace() {
-            out.push(c);
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 pub mod column;
 pub mod connect;
+pub mod expansion;
 pub mod mapping;
 pub mod message;
 pub mod placement;
