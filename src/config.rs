@@ -142,6 +142,14 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = crate::outbox::column::DecimalMode::Precise)]
     pub decimal_handling_mode: crate::outbox::column::DecimalMode,
 
+    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = crate::outbox::format::Format::String)]
+    pub key_format: crate::outbox::format::Format,
+
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = crate::outbox::format::Format::String)]
+    pub value_format: crate::outbox::format::Format,
+
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
     pub tombstone_on_empty_payload: bool,
@@ -339,6 +347,8 @@ impl RunArgs {
             expand_json_payload: self.expand_json_payload,
             tombstone_on_empty_payload: self.tombstone_on_empty_payload,
             decimals: self.decimal_handling_mode,
+            key_format: self.key_format,
+            value_format: self.value_format,
             expansion: crate::outbox::expansion::Behaviour {
                 keep_null_fields: self.json_payload_null_behavior
                     == crate::outbox::expansion::NullBehavior::OptionalBytes,

@@ -233,6 +233,15 @@ pub fn migrate(text: &str) -> Result<Migration> {
     if flag_on("route.tombstone.on.empty.payload") {
         flag(&mut args, "--tombstone-on-empty-payload", None);
     }
+    for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
+        let (format, note) = converter_format(
+            side,
+            get(&format!("{side}.converter")),
+            get(&format!("{side}.converter.schemas.enable")),
+        );
+        flag(&mut args, flag_name, Some(format.into()));
+        notes.extend(note);
+    }
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
     used.push(format!("{prefix}type"));
@@ -263,28 +272,10 @@ pub fn migrate(text: &str) -> Result<Migration> {
             "tombstones.on.delete" => {
                 "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
             }
-            "key.converter" | "value.converter" => {
-                if value.ends_with("JsonConverter") {
-                    format!(
-                        "{key}=JsonConverter: walrelay writes the key and the payload's JSON text as \
-                         they are, like JsonConverter with schemas.enable=false and \
-                         table.expand.json.payload=true (see docs/migrating-from-debezium.md)"
-                    )
-                } else {
-                    format!(
-                        "{key}={value}: walrelay writes the key and the payload text as they are"
-                    )
-                }
-            }
-            "value.converter.schemas.enable" | "key.converter.schemas.enable"
-                if value == "true" =>
-            {
-                format!(
-                    "{key}=true: walrelay writes no schema envelope; consumers that read \
-                 {{\"schema\", \"payload\"}} must read the payload directly"
-                )
-            }
-            "value.converter.schemas.enable" | "key.converter.schemas.enable" => return None,
+            "key.converter"
+            | "value.converter"
+            | "key.converter.schemas.enable"
+            | "value.converter.schemas.enable" => return None,
             "transforms" | "name" => return None,
             _ if key.starts_with("transforms.") => {
                 format!("{key}: walrelay applies no transform besides the outbox router")
@@ -300,6 +291,51 @@ pub fn migrate(text: &str) -> Result<Migration> {
         }
     }
     Ok(Migration { args, notes })
+}
+
+/// The walrelay format for a side's converter, and a note when it differs.
+fn converter_format(
+    side: &str,
+    converter: Option<&str>,
+    schemas_enable: Option<&str>,
+) -> (&'static str, Option<String>) {
+    let Some(converter) = converter else {
+        return (
+            "string",
+            Some(format!(
+                "no {side}.converter: the Connect worker's default applies; --{side}-format string \
+                 matches StringConverter, json matches JsonConverter with schemas.enable=false"
+            )),
+        );
+    };
+    let class = converter.rsplit('.').next().unwrap_or(converter);
+    match class {
+        "StringConverter" | "BinaryDataConverter" | "ByteArrayConverter" => ("string", None),
+        "JsonConverter" => {
+            // JsonConverterConfig.SCHEMAS_ENABLE_DEFAULT is true.
+            let schemas = schemas_enable.is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
+            if schemas {
+                (
+                    "json",
+                    Some(format!(
+                        "{side}.converter=JsonConverter with schemas.enable=true (its default): \
+                         walrelay does not write the {{\"schema\", \"payload\"}} envelope; it \
+                         writes the payload part alone, as schemas.enable=false would. Consumers \
+                         that read .payload must read the whole value"
+                    )),
+                )
+            } else {
+                ("json", None)
+            }
+        }
+        _ => (
+            "string",
+            Some(format!(
+                "{side}.converter={converter}: walrelay writes no such format; it writes the \
+                 column's bytes as they are (--{side}-format string)"
+            )),
+        ),
+    }
 }
 
 /// Kafka Connect JSON (`{"name", "config": {…}}` or a flat object) or .properties.
@@ -397,6 +433,8 @@ mod tests {
             Some("${routedByValue}.events")
         );
         assert_eq!(flag(&m, "--on-update"), Some("error"));
+        assert_eq!(flag(&m, "--value-format"), Some("json"));
+        assert_eq!(flag(&m, "--key-format"), Some("string"));
         assert_eq!(
             flag(&m, "--fields-additional-placement"),
             Some("type:header:eventType,tenant_id:envelope:tenantId")
@@ -449,5 +487,40 @@ mod tests {
                 .err()
                 .unwrap();
         assert!(err.to_string().contains("EventRouter"), "{err}");
+    }
+
+    #[test]
+    fn converters_map_to_formats_and_schemas_enable_defaults_to_true() {
+        let json = "org.apache.kafka.connect.json.JsonConverter";
+        let string = "org.apache.kafka.connect.storage.StringConverter";
+        assert_eq!(
+            converter_format("key", Some(string), None),
+            ("string", None)
+        );
+        assert_eq!(
+            converter_format("value", Some(json), Some("false")),
+            ("json", None)
+        );
+        assert_eq!(
+            converter_format("value", Some(json), Some("FALSE ")),
+            ("json", None)
+        );
+        // JsonConverterConfig.SCHEMAS_ENABLE_DEFAULT = true (apache/kafka
+        // connect/json/.../JsonConverterConfig.java): unset means schemas.
+        let (format, note) = converter_format("value", Some(json), None);
+        assert_eq!(format, "json");
+        assert!(note.unwrap().contains("schemas.enable=true"));
+        let (format, note) = converter_format(
+            "value",
+            Some("io.debezium.converters.BinaryDataConverter"),
+            None,
+        );
+        assert_eq!((format, note), ("string", None));
+        let (_, note) = converter_format(
+            "value",
+            Some("io.confluent.connect.avro.AvroConverter"),
+            None,
+        );
+        assert!(note.unwrap().contains("AvroConverter"));
     }
 }

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
 use super::expansion::{expand, Behaviour};
+use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
@@ -29,6 +30,8 @@ pub struct MappingConfig {
     pub tombstone_on_empty_payload: bool,
     /// How numeric columns become header and envelope values.
     pub decimals: DecimalMode,
+    pub key_format: Format,
+    pub value_format: Format,
     /// What --expand-json-payload keeps of null fields and empty arrays.
     pub expansion: Behaviour,
 }
@@ -48,6 +51,8 @@ impl MappingConfig {
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
             decimals: DecimalMode::Precise,
+            key_format: Format::String,
+            value_format: Format::String,
             expansion: Behaviour::default(),
         }
     }
@@ -83,6 +88,8 @@ pub struct OutboxSchema {
     expand_json_payload: bool,
     tombstone_on_empty_payload: bool,
     decimals: DecimalMode,
+    key_format: Format,
+    value_format: Format,
     expansion: Behaviour,
 }
 
@@ -161,6 +168,8 @@ impl OutboxSchema {
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
             decimals: config.decimals,
+            key_format: config.key_format,
+            value_format: config.value_format,
             expansion: config.expansion,
         })
     }
@@ -204,7 +213,12 @@ impl OutboxSchema {
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
         // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
         // Other typed keys are written as StringConverter writes them (toString).
-        if self.key.type_oid == placement::oid::BYTEA {
+        if self.key_format == Format::Json {
+            match self.typed(self.key, event.key.as_deref()) {
+                Ok(value) => event.key = Some(Bytes::from(value.json_text())),
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        } else if self.key.type_oid == placement::oid::BYTEA {
             match event.key.as_deref().map(bytea_from_hex).transpose() {
                 Ok(key) => event.key = key,
                 Err(e) => return Err(fail(event, format!("key column: {e}"))),
@@ -286,6 +300,11 @@ impl OutboxSchema {
             };
             envelope_fields.insert(0, ("payload", payload));
             Some(Bytes::from(json_object(&envelope_fields)))
+        } else if self.value_format == Format::Json {
+            match self.envelope_payload(payload.as_ref()) {
+                Ok(json) => Some(Bytes::from(json)),
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            }
         } else {
             payload
         };
@@ -296,7 +315,7 @@ impl OutboxSchema {
         ConnectValue::from_pg(text, col.type_oid, col.type_modifier, self.decimals)
     }
 
-    /// The payload inside an envelope, as JsonConverter writes it: a string
+    /// The payload as JsonConverter writes it (inside an envelope or alone): a string
     /// (json and jsonb are strings to Debezium), unless --expand-json-payload
     /// finds a JSON object or array in it (EventRouterDelegate.parseJsonPayload
     /// expands only text starting with '{' or '[').

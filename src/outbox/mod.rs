@@ -4,6 +4,7 @@
 pub mod column;
 pub mod connect;
 pub mod expansion;
+pub mod format;
 pub mod mapping;
 pub mod message;
 pub mod placement;
