@@ -126,6 +126,10 @@ pub struct RunArgs {
     )]
     pub fields_additional_placement: Vec<crate::outbox::placement::Placement>,
 
+    /// What a --fields-additional-placement column missing from the table does (table.field.additional.missing).
+    #[arg(long, env = "WALRELAY_FIELDS_ADDITIONAL_MISSING", value_enum, default_value_t = MissingField::Error)]
+    pub fields_additional_missing: MissingField,
+
     /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
@@ -349,6 +353,7 @@ impl RunArgs {
             decimals: self.decimal_handling_mode,
             key_format: self.key_format,
             value_format: self.value_format,
+            ignore_missing_placements: self.fields_additional_missing == MissingField::Ignore,
             expansion: crate::outbox::expansion::Behaviour {
                 keep_null_fields: self.json_payload_null_behavior
                     == crate::outbox::expansion::NullBehavior::OptionalBytes,
@@ -450,6 +455,14 @@ pub enum OnUpdate {
     Error,
     /// Stop walrelay.
     Fatal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MissingField {
+    /// Stop with an error naming the column.
+    Error,
+    /// Leave the header or envelope field out.
+    Ignore,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -34,6 +34,9 @@ pub struct MappingConfig {
     pub value_format: Format,
     /// What --expand-json-payload keeps of null fields and empty arrays.
     pub expansion: Behaviour,
+    /// `table.field.additional.missing=ignore`: a placed column that is not
+    /// in the table is left out instead of stopping walrelay.
+    pub ignore_missing_placements: bool,
 }
 
 impl MappingConfig {
@@ -54,6 +57,7 @@ impl MappingConfig {
             key_format: Format::String,
             value_format: Format::String,
             expansion: Behaviour::default(),
+            ignore_missing_placements: false,
         }
     }
 
@@ -62,7 +66,9 @@ impl MappingConfig {
         let mut names = vec![self.id.as_str(), &self.key, &self.payload, &self.route_by];
         names.extend(self.event_type.as_deref());
         names.extend(self.timestamp.as_deref());
-        names.extend(self.placements.iter().map(|p| p.column.as_str()));
+        if !self.ignore_missing_placements {
+            names.extend(self.placements.iter().map(|p| p.column.as_str()));
+        }
         names
     }
 }
@@ -85,6 +91,9 @@ pub struct OutboxSchema {
     route_by: Col,
     timestamp: Option<Col>,
     placements: Vec<(Col, Target)>,
+    /// Any envelope placement configured, present in the table or not: the
+    /// value is then an envelope (EventRouterDelegate.onlyHeadersInOutputMessage).
+    envelope: bool,
     expand_json_payload: bool,
     tombstone_on_empty_payload: bool,
     decimals: DecimalMode,
@@ -163,8 +172,16 @@ impl OutboxSchema {
             placements: config
                 .placements
                 .iter()
+                .filter(|p| {
+                    !config.ignore_missing_placements
+                        || relation.columns.iter().any(|c| c.name == p.column)
+                })
                 .map(|p| Ok((find(&p.column)?, p.target.clone())))
                 .collect::<Result<_, Error>>()?,
+            envelope: config
+                .placements
+                .iter()
+                .any(|p| matches!(p.target, Target::Envelope(_))),
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
             decimals: config.decimals,
@@ -286,14 +303,9 @@ impl OutboxSchema {
             }
         }
 
-        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
-        event.payload = if self.tombstone_on_empty_payload && empty {
+        event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
             None
-        } else if self
-            .placements
-            .iter()
-            .any(|(_, t)| matches!(t, Target::Envelope(_)))
-        {
+        } else if self.envelope {
             let payload = match self.envelope_payload(payload.as_ref()) {
                 Ok(json) => json,
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
@@ -313,6 +325,18 @@ impl OutboxSchema {
 
     fn typed(&self, col: Col, text: Option<&[u8]>) -> Result<ConnectValue, String> {
         ConnectValue::from_pg(text, col.type_oid, col.type_modifier, self.decimals)
+    }
+
+    /// Debezium's tombstone test, `payload == null ||
+    /// payload.toString().trim().isEmpty()` (EventRouterDelegate.apply):
+    /// Java's trim drops every character up to ' '; a byte array's toString
+    /// is never empty, so a bytea payload is empty only when NULL.
+    fn is_empty(&self, payload: Option<&Bytes>) -> bool {
+        match payload {
+            None => true,
+            Some(_) if self.payload.type_oid == placement::oid::BYTEA => false,
+            Some(p) => p.iter().all(|b| *b <= b' '),
+        }
     }
 
     /// The payload as JsonConverter writes it (inside an envelope or alone): a string
