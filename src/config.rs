@@ -32,6 +32,9 @@ pub enum Command {
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.
         config: std::path::PathBuf,
+        /// Take over Debezium's pgoutput slot after it stopped, instead of a new slot.
+        #[arg(long)]
+        reuse_slot: bool,
     },
 }
 

@@ -43,10 +43,17 @@ pub struct Migration {
     pub notes: Vec<String>,
 }
 
-pub fn run(path: &Path) -> Result<()> {
+/// Choices the connector configuration cannot tell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Take over Debezium's own slot instead of creating a new one.
+    pub reuse_slot: bool,
+}
+
+pub fn run(path: &Path, options: Options) -> Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
-    let migration = migrate(&text)?;
+    let migration = migrate(&text, options)?;
     println!("{}", migration.command());
     if !migration.notes.is_empty() {
         println!("\nNotes:");
@@ -73,7 +80,7 @@ impl Migration {
     }
 }
 
-pub fn migrate(text: &str) -> Result<Migration> {
+pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     let config = parse(text)?;
     let get = |key: &str| config.get(key).map(String::as_str);
     let mut args: Vec<(String, Option<String>)> = Vec::new();
@@ -147,51 +154,109 @@ pub fn migrate(text: &str) -> Result<Migration> {
     }
     used.push("bootstrap.servers".into());
 
-    match get("table.include.list") {
-        Some(list) if list.split(',').count() == 1 => {
-            let table = list.trim().replace("\\.", ".");
-            flag(&mut args, "--table", Some(table));
-        }
-        Some(list) => notes.push(format!(
-            "table.include.list names several tables ({list}); walrelay reads one outbox table: \
-             run one walrelay per outbox table, each with its own --slot"
-        )),
+    match get("table.include.list").map(outbox_table) {
+        Some(Ok(table)) => flag(&mut args, "--table", Some(table)),
+        Some(Err(note)) => notes.push(note),
         None => notes.push(
-            "no table.include.list: pass --table with your outbox table (default public.outbox)"
+            "no table.include.list: walrelay reads public.outbox unless you pass --table \
+             schema.table"
                 .into(),
         ),
     }
     used.push("table.include.list".into());
-    if let Some(slot) = get("slot.name") {
-        flag(&mut args, "--slot", Some(slot.into()));
-        notes.push(format!(
-            "slot {slot:?}: walrelay can reuse Debezium's pgoutput slot only after Debezium is \
-             stopped for good; it resumes from the slot's confirmed position, so events Debezium \
-             read but had not confirmed are published again (consumers dedupe by id)"
-        ));
-    } else {
-        flag(&mut args, "--slot", Some("debezium".into()));
-        notes.push("no slot.name: Debezium's default slot is \"debezium\"".into());
+
+    // The slot: a new pgoutput slot unless reuse is asked for and possible.
+    // Debezium's plugin.name defaults to decoderbufs, whose slot walrelay cannot read.
+    let plugin =
+        get("plugin.name").map_or("decoderbufs".to_string(), |p| p.trim().to_ascii_lowercase());
+    let dbz_slot = get("slot.name").unwrap_or("debezium");
+    let dbz_publication = get("publication.name").unwrap_or("dbz_publication");
+    let flushes_lsn = get("flush.lsn.source")
+        .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"))
+        && get("lsn.flush.mode").is_none_or(|v| !v.trim().eq_ignore_ascii_case("manual"));
+    match (options.reuse_slot, plugin.as_str(), flushes_lsn) {
+        (true, "pgoutput", true) => {
+            flag(&mut args, "--slot", Some(dbz_slot.into()));
+            flag(&mut args, "--publication", Some(dbz_publication.into()));
+            notes.push(format!(
+                "reusing slot {dbz_slot:?}: stop the Debezium connector for good first; walrelay \
+                 resumes from the slot's confirmed position, so events Debezium published after its \
+                 last offset flush are published again (consumers dedupe by id)"
+            ));
+        }
+        (reuse, _, _) => {
+            if reuse && plugin != "pgoutput" {
+                notes.push(format!(
+                    "--reuse-slot is not possible: slot {dbz_slot:?} uses the {plugin} plugin \
+                     (plugin.name{}), walrelay reads pgoutput only; a new slot is proposed instead",
+                    if get("plugin.name").is_none() {
+                        " unset: Debezium's default"
+                    } else {
+                        ""
+                    }
+                ));
+            } else if reuse {
+                notes.push(format!(
+                    "--reuse-slot is not possible: Debezium does not confirm its position to slot \
+                     {dbz_slot:?} (flush.lsn.source=false or lsn.flush.mode=manual), so resuming \
+                     from it could replay or skip events; a new slot is proposed instead"
+                ));
+            }
+            flag(&mut args, "--slot", Some("walrelay".into()));
+            flag(&mut args, "--publication", Some("walrelay".into()));
+            notes.push(format!(
+                "switch-over on a new slot (walrelay creates slot \"walrelay\" and a publication for \
+                 the outbox table): 1. start walrelay while Debezium still runs; from then on both \
+                 publish every event and consumers dedupe by id; 2. check `walrelay status` and \
+                 /metrics; 3. stop the connector and drop its slot: SELECT \
+                 pg_drop_replication_slot('{dbz_slot}');{}",
+                if plugin == "pgoutput" {
+                    " (or run this command with --reuse-slot after stopping Debezium)"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
-    used.push("slot.name".into());
-    flag(
-        &mut args,
-        "--publication",
-        Some(
-            get("publication.name")
-                .unwrap_or("dbz_publication")
-                .to_string(),
-        ),
+    used.extend(
+        [
+            "slot.name",
+            "publication.name",
+            "plugin.name",
+            "flush.lsn.source",
+            "lsn.flush.mode",
+            "publication.autocreate.mode",
+        ]
+        .map(String::from),
     );
-    used.push("publication.name".into());
-    match get("plugin.name") {
-        None | Some("pgoutput") => {}
-        Some(other) => notes.push(format!(
-            "plugin.name is {other}: walrelay needs a pgoutput slot; create a new --slot (walrelay \
-             does it) after Debezium has published everything"
-        )),
+    if let Some(partitions) = get("topic.creation.default.partitions")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p >= 1)
+    {
+        flag(
+            &mut args,
+            "--topic-partitions",
+            Some(partitions.to_string()),
+        );
     }
-    used.push("plugin.name".into());
+    if let Some(factor) = get("topic.creation.default.replication.factor")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p >= 1)
+    {
+        flag(
+            &mut args,
+            "--topic-replication-factor",
+            Some(factor.to_string()),
+        );
+    }
+    used.extend(
+        [
+            "topic.creation.default.partitions",
+            "topic.creation.default.replication.factor",
+            "topic.creation.groups",
+        ]
+        .map(String::from),
+    );
 
     // The outbox event router.
     let prefix = config
@@ -207,6 +272,17 @@ pub fn migrate(text: &str) -> Result<Migration> {
     for (option, walrelay_flag, debezium_default) in ROUTER_FLAGS {
         let key = format!("{prefix}{option}");
         used.push(key.clone());
+        if *option == "table.op.invalid.behavior" {
+            // Debezium reads its enum values case-insensitively.
+            match get(&key).map(|v| v.trim().to_ascii_lowercase()) {
+                Some(v) if matches!(v.as_str(), "warn" | "error" | "fatal") => {
+                    flag(&mut args, walrelay_flag, Some(v))
+                }
+                Some(v) => notes.push(format!("{key}={v} is not warn, error or fatal; ignored")),
+                None => {}
+            }
+            continue;
+        }
         match (get(&key), debezium_default) {
             (Some(value), _) => flag(&mut args, walrelay_flag, Some(value.to_string())),
             (None, Some(default)) => flag(&mut args, walrelay_flag, Some(default.to_string())),
@@ -226,7 +302,43 @@ pub fn migrate(text: &str) -> Result<Migration> {
         ));
     }
     used.push(type_key);
-    let flag_on = |key: &str| get(&format!("{prefix}{key}")) == Some("true");
+    // Enumerations, read case-insensitively as Debezium reads them; `_` in
+    // Debezium's values is `-` in walrelay's.
+    let enums: [(String, &str, &[&str]); 4] = [
+        (
+            format!("{prefix}table.field.additional.missing"),
+            "--fields-additional-missing",
+            &["error", "ignore"],
+        ),
+        (
+            format!("{prefix}table.json.payload.null.behavior"),
+            "--json-payload-null-behavior",
+            &["ignore", "optional_bytes"],
+        ),
+        (
+            format!("{prefix}table.json.payload.empty.array.behavior"),
+            "--json-payload-empty-array-behavior",
+            &["ignore", "optional_string"],
+        ),
+        (
+            "decimal.handling.mode".to_string(),
+            "--decimal-handling-mode",
+            &["precise", "string", "double"],
+        ),
+    ];
+    for (key, walrelay_flag, allowed) in enums {
+        if let Some(value) = get(&key).map(|v| v.trim().to_ascii_lowercase()) {
+            if allowed.contains(&value.as_str()) {
+                flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
+            } else {
+                notes.push(format!("{key}={value} is not one of {allowed:?}; ignored"));
+            }
+        }
+        used.push(key);
+    }
+    let flag_on = |key: &str| {
+        get(&format!("{prefix}{key}")).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    };
     if flag_on("table.expand.json.payload") {
         flag(&mut args, "--expand-json-payload", None);
     }
@@ -291,6 +403,35 @@ pub fn migrate(text: &str) -> Result<Migration> {
         }
     }
     Ok(Migration { args, notes })
+}
+
+/// The outbox table named by `table.include.list`, a comma-separated list
+/// of regular expressions matched against `schema.table`; or why not.
+fn outbox_table(list: &str) -> std::result::Result<String, String> {
+    let entries: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let [entry] = entries[..] else {
+        return Err(format!(
+            "table.include.list names several tables ({list}); walrelay reads one outbox table: \
+             run one walrelay per outbox table, each with its own --slot, and pass --table"
+        ));
+    };
+    // `public\.outbox` and `public.outbox` name the same table; anything
+    // else with regex syntax matches tables walrelay cannot guess.
+    let literal = entry.replace("\\.", ".");
+    let plain = literal
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '$');
+    match literal.split('.').collect::<Vec<_>>()[..] {
+        [schema, table] if plain && !schema.is_empty() && !table.is_empty() => Ok(literal),
+        _ => Err(format!(
+            "table.include.list {entry:?} is a pattern, not one schema.table: pass --table with \
+             the outbox table it matches (walrelay reads public.outbox otherwise)"
+        )),
+    }
 }
 
 /// The walrelay format for a side's converter, and a note when it differs.
@@ -415,17 +556,25 @@ mod tests {
 
     #[test]
     fn kafka_connect_json_becomes_a_command_without_the_password() {
-        let m = migrate(include_str!(
-            "../tests/fixtures/debezium/outbox-connector.json"
-        ))
+        let m = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.json"),
+            Options::default(),
+        )
         .unwrap();
         assert_eq!(
             flag(&m, "--pg-url"),
             Some("postgres://debezium@orders-db.internal:5432/orders?sslmode=verify-full")
         );
         assert_eq!(flag(&m, "--table"), Some("public.outbox_events"));
-        assert_eq!(flag(&m, "--slot"), Some("orders_outbox"));
-        assert_eq!(flag(&m, "--publication"), Some("orders_outbox_pub"));
+        // A new slot by default, with the switch-over steps.
+        assert_eq!(flag(&m, "--slot"), Some("walrelay"));
+        assert_eq!(flag(&m, "--publication"), Some("walrelay"));
+        assert!(m
+            .notes
+            .iter()
+            .any(|n| n.contains("pg_drop_replication_slot('orders_outbox')")));
+        assert_eq!(flag(&m, "--value-format"), Some("json"));
+        assert_eq!(flag(&m, "--key-format"), Some("string"));
         assert_eq!(flag(&m, "--field-event-key"), Some("aggregate_id"));
         assert_eq!(flag(&m, "--route-by-field"), Some("aggregate_type"));
         assert_eq!(
@@ -433,8 +582,6 @@ mod tests {
             Some("${routedByValue}.events")
         );
         assert_eq!(flag(&m, "--on-update"), Some("error"));
-        assert_eq!(flag(&m, "--value-format"), Some("json"));
-        assert_eq!(flag(&m, "--key-format"), Some("string"));
         assert_eq!(
             flag(&m, "--fields-additional-placement"),
             Some("type:header:eventType,tenant_id:envelope:tenantId")
@@ -452,9 +599,10 @@ mod tests {
 
     #[test]
     fn properties_files_and_debezium_defaults_are_honoured() {
-        let m = migrate(include_str!(
-            "../tests/fixtures/debezium/outbox-connector.properties"
-        ))
+        let m = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.properties"),
+            Options::default(),
+        )
         .unwrap();
         assert_eq!(
             flag(&m, "--pg-url"),
@@ -463,8 +611,13 @@ mod tests {
         // Debezium's defaults, written out because walrelay's differ.
         assert_eq!(flag(&m, "--field-event-key"), Some("aggregateid"));
         assert_eq!(flag(&m, "--route-by-field"), Some("aggregatetype"));
-        assert_eq!(flag(&m, "--slot"), Some("debezium"));
-        assert_eq!(flag(&m, "--publication"), Some("dbz_publication"));
+        let reused = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.properties"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&reused, "--slot"), Some("debezium"));
+        assert_eq!(flag(&reused, "--publication"), Some("dbz_publication"));
         assert_eq!(flag(&m, "--field-timestamp"), Some("created_at"));
         assert_eq!(
             flag(&m, "--topic-replacement"),
@@ -482,10 +635,12 @@ mod tests {
 
     #[test]
     fn a_configuration_without_the_event_router_is_refused() {
-        let err =
-            migrate(r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}"#)
-                .err()
-                .unwrap();
+        let err = migrate(
+            r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}"#,
+            Options::default(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("EventRouter"), "{err}");
     }
 
@@ -522,5 +677,94 @@ mod tests {
             None,
         );
         assert!(note.unwrap().contains("AvroConverter"));
+    }
+
+    fn with_router(extra: &str) -> String {
+        format!(
+            "connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+             transforms=outbox\n\
+             transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n{extra}"
+        )
+    }
+
+    #[test]
+    fn an_unset_plugin_name_is_decoderbufs_so_its_slot_is_never_reused() {
+        // PostgresConnectorConfig: plugin.name defaults to decoderbufs.
+        let m = migrate(
+            &with_router("slot.name=orders\n"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--slot"), Some("walrelay"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("decoderbufs"), "{notes}");
+        // Values are read case-insensitively.
+        let m = migrate(
+            &with_router("plugin.name=PGOUTPUT\nslot.name=orders\n"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--slot"), Some("orders"));
+    }
+
+    #[test]
+    fn a_slot_debezium_does_not_flush_to_is_not_reused() {
+        for setting in ["flush.lsn.source=false", "lsn.flush.mode=MANUAL"] {
+            let m = migrate(
+                &with_router(&format!("plugin.name=pgoutput\n{setting}\n")),
+                Options { reuse_slot: true },
+            )
+            .unwrap();
+            assert_eq!(flag(&m, "--slot"), Some("walrelay"), "{setting}");
+        }
+    }
+
+    #[test]
+    fn topic_creation_and_enum_values_translate() {
+        let m = migrate(
+            &with_router(
+                "topic.creation.default.partitions=12\n\
+                 topic.creation.default.replication.factor=-1\n\
+                 transforms.outbox.table.op.invalid.behavior=FATAL\n\
+                 transforms.outbox.table.expand.json.payload=True\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--topic-partitions"), Some("12"));
+        assert_eq!(flag(&m, "--topic-replication-factor"), None);
+        assert_eq!(flag(&m, "--on-update"), Some("fatal"));
+        assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+    }
+
+    #[test]
+    fn table_include_list_regexes_name_one_table_or_a_note() {
+        assert_eq!(outbox_table("public\\.outbox").unwrap(), "public.outbox");
+        assert_eq!(
+            outbox_table(" inventory.outbox_events ").unwrap(),
+            "inventory.outbox_events"
+        );
+        assert!(outbox_table("public\\.outbox.*").is_err());
+        assert!(outbox_table("public.outbox,public.other").is_err());
+        assert!(outbox_table("outbox").is_err());
+    }
+
+    #[test]
+    fn router_enumerations_translate_case_insensitively() {
+        let m = migrate(
+            &with_router(
+                "decimal.handling.mode=String\n\
+                 transforms.outbox.table.field.additional.missing=IGNORE\n\
+                 transforms.outbox.table.json.payload.null.behavior=optional_bytes\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--decimal-handling-mode"), Some("string"));
+        assert_eq!(flag(&m, "--fields-additional-missing"), Some("ignore"));
+        assert_eq!(
+            flag(&m, "--json-payload-null-behavior"),
+            Some("optional-bytes")
+        );
     }
 }
