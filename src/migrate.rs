@@ -38,6 +38,11 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
     ("table.op.invalid.behavior", "--on-update", None),
 ];
 
+/// A shell expansion that stops with a message when the variable is unset,
+/// so the printed command never runs with a placeholder.
+const BROKERS_FROM_ENVIRONMENT: &str =
+    "${KAFKA_BROKERS:?set KAFKA_BROKERS to the bootstrap.servers of the Connect worker}";
+
 pub struct Migration {
     pub args: Vec<(String, Option<String>)>,
     pub notes: Vec<String>,
@@ -141,14 +146,15 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         "--kafka-brokers",
         Some(
             get("bootstrap.servers")
-                .unwrap_or("BROKER:9092")
+                .unwrap_or(BROKERS_FROM_ENVIRONMENT)
                 .to_string(),
         ),
     );
     if get("bootstrap.servers").is_none() {
         notes.push(
             "the Kafka brokers live in the Connect worker's configuration, not the connector's: \
-             replace BROKER:9092 with its bootstrap.servers"
+             set KAFKA_BROKERS to its bootstrap.servers before running the command (the shell \
+             stops with that message if it is unset)"
                 .into(),
         );
     }
@@ -532,6 +538,9 @@ fn parse(text: &str) -> Result<BTreeMap<String, String>> {
 }
 
 fn shell_quote(value: &str) -> String {
+    if value == BROKERS_FROM_ENVIRONMENT {
+        return format!("\"{value}\"");
+    }
     if !value.is_empty()
         && value
             .chars()
@@ -630,7 +639,13 @@ mod tests {
         let notes = m.notes.join("\n");
         assert!(notes.contains("transforms.unwrap.type"), "{notes}");
         assert!(notes.contains("offset.flush.interval.ms"), "{notes}");
-        assert!(notes.contains("BROKER:9092"), "{notes}");
+        assert!(notes.contains("KAFKA_BROKERS"), "{notes}");
+        assert!(
+            m.command()
+                .contains("--kafka-brokers \"${KAFKA_BROKERS:?set KAFKA_BROKERS"),
+            "{}",
+            m.command()
+        );
     }
 
     #[test]
