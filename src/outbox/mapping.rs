@@ -261,6 +261,13 @@ impl OutboxSchema {
                 Err(e) => Err(format!("an additional placement's column: {e}")),
             };
             match target {
+                // Text is its own header text (Values.convertToString of a
+                // String): pass its bytes on untouched, whatever the encoding.
+                Target::Header(name)
+                    if is_text(col.type_oid) && col.type_oid != placement::oid::BYTEA =>
+                {
+                    event.headers.push((name.clone(), value))
+                }
                 Target::Header(name) => match typed() {
                     Ok(typed) => event
                         .headers
