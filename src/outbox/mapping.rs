@@ -569,4 +569,84 @@ mod tests {
             }
         }
     }
+
+    /// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
+    fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+        let mut c = MappingConfig::defaults();
+        c.key = "aggregateid".into();
+        c.route_by = "aggregatetype".into();
+        c.event_type = None;
+        config(&mut c);
+        let rel = relation(&[
+            ("id", 2950),
+            ("aggregatetype", 25),
+            ("aggregateid", 25),
+            ("type", 25),
+            ("payload", 3802),
+        ]);
+        OutboxSchema::from_relation(&rel, &c, &table()).unwrap()
+    }
+
+    fn row(payload: Option<&str>) -> Tuple {
+        vec![
+            text("e-1"),
+            text("order"),
+            text("1"),
+            text("OrderCreated"),
+            payload.map_or(Datum::Null, text),
+        ]
+    }
+
+    #[test]
+    fn without_an_event_type_column_the_event_has_no_type() {
+        let event = debezium(|_| {}).event(row(Some("{}"))).unwrap();
+        assert_eq!(event.event_type, None);
+        assert_eq!(event.key.as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn json_formats_quote_the_key_and_the_payload_string() {
+        let schema = debezium(|c| {
+            c.key_format = Format::Json;
+            c.value_format = Format::Json;
+        });
+        let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
+        assert_eq!(event.key.as_deref(), Some(&b"\"1\""[..]));
+        assert_eq!(event.payload.as_deref(), Some(&br#""{\"a\": 1}""#[..]));
+        let null = schema.event(row(None)).unwrap();
+        assert_eq!(null.payload.as_deref(), Some(&b"null"[..]));
+    }
+
+    #[test]
+    fn an_envelope_placement_of_a_missing_column_still_makes_an_envelope() {
+        let schema = debezium(|c| {
+            c.placements.push("region:envelope".parse().unwrap());
+            c.ignore_missing_placements = true;
+        });
+        let event = schema.event(row(Some("{}"))).unwrap();
+        assert_eq!(event.payload.as_deref(), Some(&br#"{"payload":"{}"}"#[..]));
+    }
+
+    #[test]
+    fn bytea_keys_and_payloads_are_decoded_and_bad_hex_names_the_event() {
+        let mut c = MappingConfig::defaults();
+        c.event_type = None;
+        let rel = relation(&[
+            ("id", 25),
+            ("aggregate_id", 17),
+            ("event_type", 25),
+            ("payload", 17),
+        ]);
+        let schema = OutboxSchema::from_relation(&rel, &c, &table()).unwrap();
+        let event = schema
+            .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
+            .unwrap();
+        assert_eq!(event.key.as_deref(), Some(&[0x00, 0xff][..]));
+        assert_eq!(event.payload.as_deref(), Some(&b"\\"[..]));
+        let err = schema
+            .event(vec![text("e-2"), text("\\x0"), text("T"), text("\\x")])
+            .unwrap_err();
+        assert_eq!(err.event.id_text(), "e-2");
+        assert!(err.reason.contains("key column"), "{}", err.reason);
+    }
 }
