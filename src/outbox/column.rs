@@ -140,7 +140,12 @@ fn numeric(text: &str, type_modifier: i32, decimals: DecimalMode) -> Result<Conn
 /// `YYYY-MM-DD` as days since 1970-01-01 (io.debezium.time.Date).
 fn parse_date(text: &str) -> Option<i64> {
     let mut parts = text.splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
+    // Postgres's last date is in 5874897; a bound keeps the arithmetic from overflowing.
+    let y: i64 = parts
+        .next()?
+        .parse()
+        .ok()
+        .filter(|y| (0..=5_874_897).contains(y))?;
     let m: i64 = parts.next()?.parse().ok()?;
     let d: i64 = parts.next()?.parse().ok()?;
     ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| days_from_civil(y, m, d))
@@ -229,6 +234,20 @@ mod tests {
             &[0x00, 0xff, 0x7f, 0x80]
         );
         assert_eq!(&bytea_from_hex(b"\\x").unwrap()[..], b"");
+    }
+
+    #[test]
+    fn dates_beyond_postgres_are_an_error_not_a_panic() {
+        let date = |text: &str| {
+            ConnectValue::from_pg(
+                Some(text.as_bytes()),
+                more_oid::DATE,
+                -1,
+                DecimalMode::Precise,
+            )
+        };
+        assert!(date("99999999999999999-01-01").is_err());
+        assert_eq!(date("1970-01-02").unwrap(), ConnectValue::Int(1));
     }
 
     #[test]
