@@ -32,6 +32,9 @@ pub enum Command {
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.
         config: std::path::PathBuf,
+        /// Take over Debezium's pgoutput slot after it stopped, instead of a new slot.
+        #[arg(long)]
+        reuse_slot: bool,
     },
 }
 
@@ -106,7 +109,7 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_FIELD_EVENT_KEY", default_value = "aggregate_id")]
     pub field_event_key: String,
 
-    /// The column copied into the Kafka header "event_type".
+    /// The column copied into the Kafka header "event_type"; '' for none (Debezium sends no such header).
     #[arg(long, env = "WALRELAY_FIELD_EVENT_TYPE", default_value = "event_type")]
     pub field_event_type: String,
 
@@ -126,9 +129,33 @@ pub struct RunArgs {
     )]
     pub fields_additional_placement: Vec<crate::outbox::placement::Placement>,
 
+    /// What a --fields-additional-placement column missing from the table does (table.field.additional.missing).
+    #[arg(long, env = "WALRELAY_FIELDS_ADDITIONAL_MISSING", value_enum, default_value_t = MissingField::Error)]
+    pub fields_additional_missing: MissingField,
+
     /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
+
+    /// What --expand-json-payload does with null fields (table.json.payload.null.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_NULL_BEHAVIOR", value_enum, default_value_t = crate::outbox::expansion::NullBehavior::Ignore)]
+    pub json_payload_null_behavior: crate::outbox::expansion::NullBehavior,
+
+    /// What --expand-json-payload does with empty arrays (table.json.payload.empty.array.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_EMPTY_ARRAY_BEHAVIOR", value_enum, default_value_t = crate::outbox::expansion::EmptyArrayBehavior::Ignore)]
+    pub json_payload_empty_array_behavior: crate::outbox::expansion::EmptyArrayBehavior,
+
+    /// How numeric columns are written in headers and envelopes (Debezium: decimal.handling.mode).
+    #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = crate::outbox::column::DecimalMode::Precise)]
+    pub decimal_handling_mode: crate::outbox::column::DecimalMode,
+
+    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = crate::outbox::format::Format::String)]
+    pub key_format: crate::outbox::format::Format,
+
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = crate::outbox::format::Format::String)]
+    pub value_format: crate::outbox::format::Format,
 
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
@@ -331,13 +358,23 @@ impl RunArgs {
         MappingConfig {
             id: self.field_event_id.clone(),
             key: self.field_event_key.clone(),
-            event_type: self.field_event_type.clone(),
+            event_type: Some(self.field_event_type.clone()).filter(|c| !c.is_empty()),
             payload: self.field_payload.clone(),
             route_by: self.route_by_field.clone(),
             timestamp: self.field_timestamp.clone(),
             placements: self.fields_additional_placement.clone(),
             expand_json_payload: self.expand_json_payload,
             tombstone_on_empty_payload: self.tombstone_on_empty_payload,
+            decimals: self.decimal_handling_mode,
+            key_format: self.key_format,
+            value_format: self.value_format,
+            ignore_missing_placements: self.fields_additional_missing == MissingField::Ignore,
+            expansion: crate::outbox::expansion::Behaviour {
+                keep_null_fields: self.json_payload_null_behavior
+                    == crate::outbox::expansion::NullBehavior::OptionalBytes,
+                keep_empty_arrays: self.json_payload_empty_array_behavior
+                    == crate::outbox::expansion::EmptyArrayBehavior::OptionalString,
+            },
         }
     }
 
@@ -433,6 +470,14 @@ pub enum OnUpdate {
     Error,
     /// Stop walrelay.
     Fatal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MissingField {
+    /// Stop with an error naming the column.
+    Error,
+    /// Leave the header or envelope field out.
+    Ignore,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -56,7 +56,9 @@ fn main() -> ExitCode {
                 result
             }
             Command::Status(args) => status::run(args).await,
-            Command::MigrateFromDebezium { config } => migrate::run(&config),
+            Command::MigrateFromDebezium { config, reuse_slot } => {
+                migrate::run(&config, migrate::Options { reuse_slot })
+            }
         }
     });
     match result {

@@ -4,10 +4,12 @@
 //! with a note for every option that has no equivalent or behaves
 //! differently. Passwords are never printed.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+
+mod connector;
+use connector::{converter_format, outbox_table, parse};
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 const POSTGRES_CONNECTOR: &str = "io.debezium.connector.postgresql.PostgresConnector";
@@ -21,7 +23,6 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
         "--field-event-key",
         Some("aggregateid"),
     ),
-    ("table.field.event.type", "--field-event-type", Some("type")),
     (
         "table.field.event.payload",
         "--field-payload",
@@ -39,15 +40,27 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
     ("table.op.invalid.behavior", "--on-update", None),
 ];
 
+/// A shell expansion that stops with a message when the variable is unset,
+/// so the printed command never runs with a placeholder.
+const BROKERS_FROM_ENVIRONMENT: &str =
+    "${KAFKA_BROKERS:?set KAFKA_BROKERS to the bootstrap.servers of the Connect worker}";
+
 pub struct Migration {
     pub args: Vec<(String, Option<String>)>,
     pub notes: Vec<String>,
 }
 
-pub fn run(path: &Path) -> Result<()> {
+/// Choices the connector configuration cannot tell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Take over Debezium's own slot instead of creating a new one.
+    pub reuse_slot: bool,
+}
+
+pub fn run(path: &Path, options: Options) -> Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
-    let migration = migrate(&text)?;
+    let migration = migrate(&text, options)?;
     println!("{}", migration.command());
     if !migration.notes.is_empty() {
         println!("\nNotes:");
@@ -74,7 +87,7 @@ impl Migration {
     }
 }
 
-pub fn migrate(text: &str) -> Result<Migration> {
+pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     let config = parse(text)?;
     let get = |key: &str| config.get(key).map(String::as_str);
     let mut args: Vec<(String, Option<String>)> = Vec::new();
@@ -135,64 +148,123 @@ pub fn migrate(text: &str) -> Result<Migration> {
         "--kafka-brokers",
         Some(
             get("bootstrap.servers")
-                .unwrap_or("BROKER:9092")
+                .unwrap_or(BROKERS_FROM_ENVIRONMENT)
                 .to_string(),
         ),
     );
     if get("bootstrap.servers").is_none() {
         notes.push(
             "the Kafka brokers live in the Connect worker's configuration, not the connector's: \
-             replace BROKER:9092 with its bootstrap.servers"
+             set KAFKA_BROKERS to its bootstrap.servers before running the command (the shell \
+             stops with that message if it is unset)"
                 .into(),
         );
     }
     used.push("bootstrap.servers".into());
 
-    match get("table.include.list") {
-        Some(list) if list.split(',').count() == 1 => {
-            let table = list.trim().replace("\\.", ".");
-            flag(&mut args, "--table", Some(table));
-        }
-        Some(list) => notes.push(format!(
-            "table.include.list names several tables ({list}); walrelay reads one outbox table: \
-             run one walrelay per outbox table, each with its own --slot"
-        )),
+    match get("table.include.list").map(outbox_table) {
+        Some(Ok(table)) => flag(&mut args, "--table", Some(table)),
+        Some(Err(note)) => notes.push(note),
         None => notes.push(
-            "no table.include.list: pass --table with your outbox table (default public.outbox)"
+            "no table.include.list: walrelay reads public.outbox unless you pass --table \
+             schema.table"
                 .into(),
         ),
     }
     used.push("table.include.list".into());
-    if let Some(slot) = get("slot.name") {
-        flag(&mut args, "--slot", Some(slot.into()));
-        notes.push(format!(
-            "slot {slot:?}: walrelay can reuse Debezium's pgoutput slot only after Debezium is \
-             stopped for good; it resumes from the slot's confirmed position, so events Debezium \
-             read but had not confirmed are published again (consumers dedupe by id)"
-        ));
-    } else {
-        flag(&mut args, "--slot", Some("debezium".into()));
-        notes.push("no slot.name: Debezium's default slot is \"debezium\"".into());
+
+    // The slot: a new pgoutput slot unless reuse is asked for and possible.
+    // Debezium's plugin.name defaults to decoderbufs, whose slot walrelay cannot read.
+    let plugin =
+        get("plugin.name").map_or("decoderbufs".to_string(), |p| p.trim().to_ascii_lowercase());
+    let dbz_slot = get("slot.name").unwrap_or("debezium");
+    let dbz_publication = get("publication.name").unwrap_or("dbz_publication");
+    let flushes_lsn = get("flush.lsn.source")
+        .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"))
+        && get("lsn.flush.mode").is_none_or(|v| !v.trim().eq_ignore_ascii_case("manual"));
+    match (options.reuse_slot, plugin.as_str(), flushes_lsn) {
+        (true, "pgoutput", true) => {
+            flag(&mut args, "--slot", Some(dbz_slot.into()));
+            flag(&mut args, "--publication", Some(dbz_publication.into()));
+            notes.push(format!(
+                "reusing slot {dbz_slot:?}: stop the Debezium connector for good first; walrelay \
+                 resumes from the slot's confirmed position, so events Debezium published after its \
+                 last offset flush are published again (consumers dedupe by id)"
+            ));
+        }
+        (reuse, _, _) => {
+            if reuse && plugin != "pgoutput" {
+                notes.push(format!(
+                    "--reuse-slot is not possible: slot {dbz_slot:?} uses the {plugin} plugin \
+                     (plugin.name{}), walrelay reads pgoutput only; a new slot is proposed instead",
+                    if get("plugin.name").is_none() {
+                        " unset: Debezium's default"
+                    } else {
+                        ""
+                    }
+                ));
+            } else if reuse {
+                notes.push(format!(
+                    "--reuse-slot is not possible: Debezium does not confirm its position to slot \
+                     {dbz_slot:?} (flush.lsn.source=false or lsn.flush.mode=manual), so resuming \
+                     from it could replay or skip events; a new slot is proposed instead"
+                ));
+            }
+            flag(&mut args, "--slot", Some("walrelay".into()));
+            flag(&mut args, "--publication", Some("walrelay".into()));
+            notes.push(format!(
+                "switch-over on a new slot (walrelay creates slot \"walrelay\" and a publication for \
+                 the outbox table): 1. start walrelay while Debezium still runs; from then on both \
+                 publish every event and consumers dedupe by id; 2. check `walrelay status` and \
+                 /metrics; 3. stop the connector and drop its slot: SELECT \
+                 pg_drop_replication_slot('{dbz_slot}');{}",
+                if plugin == "pgoutput" {
+                    " (or run this command with --reuse-slot after stopping Debezium)"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
-    used.push("slot.name".into());
-    flag(
-        &mut args,
-        "--publication",
-        Some(
-            get("publication.name")
-                .unwrap_or("dbz_publication")
-                .to_string(),
-        ),
+    used.extend(
+        [
+            "slot.name",
+            "publication.name",
+            "plugin.name",
+            "flush.lsn.source",
+            "lsn.flush.mode",
+            "publication.autocreate.mode",
+        ]
+        .map(String::from),
     );
-    used.push("publication.name".into());
-    match get("plugin.name") {
-        None | Some("pgoutput") => {}
-        Some(other) => notes.push(format!(
-            "plugin.name is {other}: walrelay needs a pgoutput slot; create a new --slot (walrelay \
-             does it) after Debezium has published everything"
-        )),
+    if let Some(partitions) = get("topic.creation.default.partitions")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p >= 1)
+    {
+        flag(
+            &mut args,
+            "--topic-partitions",
+            Some(partitions.to_string()),
+        );
     }
-    used.push("plugin.name".into());
+    if let Some(factor) = get("topic.creation.default.replication.factor")
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p >= 1)
+    {
+        flag(
+            &mut args,
+            "--topic-replication-factor",
+            Some(factor.to_string()),
+        );
+    }
+    used.extend(
+        [
+            "topic.creation.default.partitions",
+            "topic.creation.default.replication.factor",
+            "topic.creation.groups",
+        ]
+        .map(String::from),
+    );
 
     // The outbox event router.
     let prefix = config
@@ -208,23 +280,87 @@ pub fn migrate(text: &str) -> Result<Migration> {
     for (option, walrelay_flag, debezium_default) in ROUTER_FLAGS {
         let key = format!("{prefix}{option}");
         used.push(key.clone());
+        if *option == "table.op.invalid.behavior" {
+            // Debezium reads its enum values case-insensitively.
+            match get(&key).map(|v| v.trim().to_ascii_lowercase()) {
+                Some(v) if matches!(v.as_str(), "warn" | "error" | "fatal") => {
+                    flag(&mut args, walrelay_flag, Some(v))
+                }
+                Some(v) => notes.push(format!("{key}={v} is not warn, error or fatal; ignored")),
+                None => {}
+            }
+            continue;
+        }
         match (get(&key), debezium_default) {
             (Some(value), _) => flag(&mut args, walrelay_flag, Some(value.to_string())),
             (None, Some(default)) => flag(&mut args, walrelay_flag, Some(default.to_string())),
             (None, None) => {}
         }
     }
-    notes.push(
-        "walrelay also sends the event type as the header \"event_type\" (from --field-event-type); \
-         Debezium sends it only through table.fields.additional.placement"
-            .into(),
-    );
-    let flag_on = |key: &str| get(&format!("{prefix}{key}")) == Some("true");
+    // Debezium's router never reads table.field.event.type and sends no
+    // event-type header (EventRouterDelegate.apply adds only "id"): neither
+    // does walrelay with an empty --field-event-type.
+    flag(&mut args, "--field-event-type", Some(String::new()));
+    let type_key = format!("{prefix}table.field.event.type");
+    if let Some(column) = get(&type_key) {
+        notes.push(format!(
+            "{type_key}={column}: Debezium's router does not read it and sends no event-type \
+             header; to send one, place the column, e.g. {column}:header:eventType in \
+             --fields-additional-placement"
+        ));
+    }
+    used.push(type_key);
+    // Enumerations, read case-insensitively as Debezium reads them; `_` in
+    // Debezium's values is `-` in walrelay's.
+    let enums: [(String, &str, &[&str]); 4] = [
+        (
+            format!("{prefix}table.field.additional.missing"),
+            "--fields-additional-missing",
+            &["error", "ignore"],
+        ),
+        (
+            format!("{prefix}table.json.payload.null.behavior"),
+            "--json-payload-null-behavior",
+            &["ignore", "optional_bytes"],
+        ),
+        (
+            format!("{prefix}table.json.payload.empty.array.behavior"),
+            "--json-payload-empty-array-behavior",
+            &["ignore", "optional_string"],
+        ),
+        (
+            "decimal.handling.mode".to_string(),
+            "--decimal-handling-mode",
+            &["precise", "string", "double"],
+        ),
+    ];
+    for (key, walrelay_flag, allowed) in enums {
+        if let Some(value) = get(&key).map(|v| v.trim().to_ascii_lowercase()) {
+            if allowed.contains(&value.as_str()) {
+                flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
+            } else {
+                notes.push(format!("{key}={value} is not one of {allowed:?}; ignored"));
+            }
+        }
+        used.push(key);
+    }
+    let flag_on = |key: &str| {
+        get(&format!("{prefix}{key}")).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    };
     if flag_on("table.expand.json.payload") {
         flag(&mut args, "--expand-json-payload", None);
     }
     if flag_on("route.tombstone.on.empty.payload") {
         flag(&mut args, "--tombstone-on-empty-payload", None);
+    }
+    for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
+        let (format, note) = converter_format(
+            side,
+            get(&format!("{side}.converter")),
+            get(&format!("{side}.converter.schemas.enable")),
+        );
+        flag(&mut args, flag_name, Some(format.into()));
+        notes.extend(note);
     }
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
@@ -256,28 +392,10 @@ pub fn migrate(text: &str) -> Result<Migration> {
             "tombstones.on.delete" => {
                 "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
             }
-            "key.converter" | "value.converter" => {
-                if value.ends_with("JsonConverter") {
-                    format!(
-                        "{key}=JsonConverter: walrelay writes the key and the payload's JSON text as \
-                         they are, like JsonConverter with schemas.enable=false and \
-                         table.expand.json.payload=true (see docs/migrating-from-debezium.md)"
-                    )
-                } else {
-                    format!(
-                        "{key}={value}: walrelay writes the key and the payload text as they are"
-                    )
-                }
-            }
-            "value.converter.schemas.enable" | "key.converter.schemas.enable"
-                if value == "true" =>
-            {
-                format!(
-                    "{key}=true: walrelay writes no schema envelope; consumers that read \
-                 {{\"schema\", \"payload\"}} must read the payload directly"
-                )
-            }
-            "value.converter.schemas.enable" | "key.converter.schemas.enable" => return None,
+            "key.converter"
+            | "value.converter"
+            | "key.converter.schemas.enable"
+            | "value.converter.schemas.enable" => return None,
             "transforms" | "name" => return None,
             _ if key.starts_with("transforms.") => {
                 format!("{key}: walrelay applies no transform besides the outbox router")
@@ -295,62 +413,14 @@ pub fn migrate(text: &str) -> Result<Migration> {
     Ok(Migration { args, notes })
 }
 
-/// Kafka Connect JSON (`{"name", "config": {…}}` or a flat object) or .properties.
-fn parse(text: &str) -> Result<BTreeMap<String, String>> {
-    if text.trim_start().starts_with('{') {
-        let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            Error::permanent("the connector configuration is not valid JSON").with_source(e)
-        })?;
-        let object = doc
-            .get("config")
-            .unwrap_or(&doc)
-            .as_object()
-            .ok_or_else(|| {
-                Error::permanent("expected a JSON object with the connector's options")
-            })?;
-        return Ok(object
-            .iter()
-            .map(|(k, v)| {
-                let value = v
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string());
-                (k.clone(), value)
-            })
-            .collect());
-    }
-    let mut map = BTreeMap::new();
-    let mut pending = String::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
-        {
-            continue;
-        }
-        // A trailing backslash continues the line.
-        if let Some(start) = line.strip_suffix('\\') {
-            pending.push_str(start);
-            continue;
-        }
-        pending.push_str(line);
-        let entry = std::mem::take(&mut pending);
-        let split = entry.find(['=', ':']).ok_or_else(|| {
-            Error::permanent(format!(
-                "cannot read the properties line {entry:?}: expected key=value"
-            ))
-        })?;
-        map.insert(
-            entry[..split].trim().to_string(),
-            entry[split + 1..].trim().to_string(),
-        );
-    }
-    Ok(map)
-}
-
 fn shell_quote(value: &str) -> String {
-    if value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-_./:@,=".contains(c))
+    if value == BROKERS_FROM_ENVIRONMENT {
+        return format!("\"{value}\"");
+    }
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@,=".contains(c))
     {
         value.to_string()
     } else {
@@ -371,17 +441,25 @@ mod tests {
 
     #[test]
     fn kafka_connect_json_becomes_a_command_without_the_password() {
-        let m = migrate(include_str!(
-            "../tests/fixtures/debezium/outbox-connector.json"
-        ))
+        let m = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.json"),
+            Options::default(),
+        )
         .unwrap();
         assert_eq!(
             flag(&m, "--pg-url"),
             Some("postgres://debezium@orders-db.internal:5432/orders?sslmode=verify-full")
         );
         assert_eq!(flag(&m, "--table"), Some("public.outbox_events"));
-        assert_eq!(flag(&m, "--slot"), Some("orders_outbox"));
-        assert_eq!(flag(&m, "--publication"), Some("orders_outbox_pub"));
+        // A new slot by default, with the switch-over steps.
+        assert_eq!(flag(&m, "--slot"), Some("walrelay"));
+        assert_eq!(flag(&m, "--publication"), Some("walrelay"));
+        assert!(m
+            .notes
+            .iter()
+            .any(|n| n.contains("pg_drop_replication_slot('orders_outbox')")));
+        assert_eq!(flag(&m, "--value-format"), Some("json"));
+        assert_eq!(flag(&m, "--key-format"), Some("string"));
         assert_eq!(flag(&m, "--field-event-key"), Some("aggregate_id"));
         assert_eq!(flag(&m, "--route-by-field"), Some("aggregate_type"));
         assert_eq!(
@@ -406,9 +484,10 @@ mod tests {
 
     #[test]
     fn properties_files_and_debezium_defaults_are_honoured() {
-        let m = migrate(include_str!(
-            "../tests/fixtures/debezium/outbox-connector.properties"
-        ))
+        let m = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.properties"),
+            Options::default(),
+        )
         .unwrap();
         assert_eq!(
             flag(&m, "--pg-url"),
@@ -417,8 +496,13 @@ mod tests {
         // Debezium's defaults, written out because walrelay's differ.
         assert_eq!(flag(&m, "--field-event-key"), Some("aggregateid"));
         assert_eq!(flag(&m, "--route-by-field"), Some("aggregatetype"));
-        assert_eq!(flag(&m, "--slot"), Some("debezium"));
-        assert_eq!(flag(&m, "--publication"), Some("dbz_publication"));
+        let reused = migrate(
+            include_str!("../tests/fixtures/debezium/outbox-connector.properties"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&reused, "--slot"), Some("debezium"));
+        assert_eq!(flag(&reused, "--publication"), Some("dbz_publication"));
         assert_eq!(flag(&m, "--field-timestamp"), Some("created_at"));
         assert_eq!(
             flag(&m, "--topic-replacement"),
@@ -431,15 +515,100 @@ mod tests {
         let notes = m.notes.join("\n");
         assert!(notes.contains("transforms.unwrap.type"), "{notes}");
         assert!(notes.contains("offset.flush.interval.ms"), "{notes}");
-        assert!(notes.contains("BROKER:9092"), "{notes}");
+        assert!(notes.contains("KAFKA_BROKERS"), "{notes}");
+        assert!(
+            m.command()
+                .contains("--kafka-brokers \"${KAFKA_BROKERS:?set KAFKA_BROKERS"),
+            "{}",
+            m.command()
+        );
     }
 
     #[test]
     fn a_configuration_without_the_event_router_is_refused() {
-        let err =
-            migrate(r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}"#)
-                .err()
-                .unwrap();
+        let err = migrate(
+            r#"{"connector.class": "io.debezium.connector.postgresql.PostgresConnector"}"#,
+            Options::default(),
+        )
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("EventRouter"), "{err}");
+    }
+
+    fn with_router(extra: &str) -> String {
+        format!(
+            "connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+             transforms=outbox\n\
+             transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n{extra}"
+        )
+    }
+
+    #[test]
+    fn an_unset_plugin_name_is_decoderbufs_so_its_slot_is_never_reused() {
+        // PostgresConnectorConfig: plugin.name defaults to decoderbufs.
+        let m = migrate(
+            &with_router("slot.name=orders\n"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--slot"), Some("walrelay"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("decoderbufs"), "{notes}");
+        // Values are read case-insensitively.
+        let m = migrate(
+            &with_router("plugin.name=PGOUTPUT\nslot.name=orders\n"),
+            Options { reuse_slot: true },
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--slot"), Some("orders"));
+    }
+
+    #[test]
+    fn a_slot_debezium_does_not_flush_to_is_not_reused() {
+        for setting in ["flush.lsn.source=false", "lsn.flush.mode=MANUAL"] {
+            let m = migrate(
+                &with_router(&format!("plugin.name=pgoutput\n{setting}\n")),
+                Options { reuse_slot: true },
+            )
+            .unwrap();
+            assert_eq!(flag(&m, "--slot"), Some("walrelay"), "{setting}");
+        }
+    }
+
+    #[test]
+    fn topic_creation_and_enum_values_translate() {
+        let m = migrate(
+            &with_router(
+                "topic.creation.default.partitions=12\n\
+                 topic.creation.default.replication.factor=-1\n\
+                 transforms.outbox.table.op.invalid.behavior=FATAL\n\
+                 transforms.outbox.table.expand.json.payload=True\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--topic-partitions"), Some("12"));
+        assert_eq!(flag(&m, "--topic-replication-factor"), None);
+        assert_eq!(flag(&m, "--on-update"), Some("fatal"));
+        assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+    }
+
+    #[test]
+    fn router_enumerations_translate_case_insensitively() {
+        let m = migrate(
+            &with_router(
+                "decimal.handling.mode=String\n\
+                 transforms.outbox.table.field.additional.missing=IGNORE\n\
+                 transforms.outbox.table.json.payload.null.behavior=optional_bytes\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--decimal-handling-mode"), Some("string"));
+        assert_eq!(flag(&m, "--fields-additional-missing"), Some("ignore"));
+        assert_eq!(
+            flag(&m, "--json-payload-null-behavior"),
+            Some("optional-bytes")
+        );
     }
 }

@@ -33,6 +33,10 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
     ("client.id", "walrelay"),
+    // The Java producer's partitioner (murmur2 of the key bytes), so a keyed
+    // event lands where Debezium would have put it; librdkafka's own default
+    // (consistent_random, CRC32) places keys elsewhere.
+    ("partitioner", "murmur2_random"),
 ];
 
 /// What a default Kafka broker accepts (its message.max.bytes): the client's
@@ -155,6 +159,7 @@ pub struct Outgoing<'a> {
     pub key: Option<&'a Bytes>,
     pub payload: Option<&'a Bytes>,
     pub event_id: Option<&'a Bytes>,
+    /// The `event_type` header; None sends no such header.
     pub event_type: Option<&'a Bytes>,
     /// Headers beyond `id` and `event_type`.
     pub extra_headers: &'a [(&'a str, Option<&'a [u8]>)],
@@ -223,10 +228,14 @@ impl Producer {
             key: "id",
             value: event.event_id.map(|v| &v[..]),
         });
-        headers = headers.insert(Header {
-            key: "event_type",
-            value: event.event_type.map(|v| &v[..]),
-        });
+        // Only when there is an event type: Debezium's router sends no such
+        // header, and `--field-event-type ''` reproduces that.
+        if let Some(event_type) = event.event_type {
+            headers = headers.insert(Header {
+                key: "event_type",
+                value: Some(&event_type[..]),
+            });
+        }
         for (key, value) in event.extra_headers {
             headers = headers.insert(Header { key, value: *value });
         }

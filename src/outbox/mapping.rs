@@ -5,6 +5,10 @@
 
 use bytes::Bytes;
 
+use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
+use super::connect::json_object;
+use super::expansion::{expand, Behaviour};
+use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
 use crate::config::TableName;
@@ -16,13 +20,23 @@ use crate::postgres::pgoutput::{Datum, Relation, Tuple};
 pub struct MappingConfig {
     pub id: String,
     pub key: String,
-    pub event_type: String,
+    /// None: no event-type column and no `event_type` header, as in Debezium.
+    pub event_type: Option<String>,
     pub payload: String,
     pub route_by: String,
     pub timestamp: Option<String>,
     pub placements: Vec<Placement>,
     pub expand_json_payload: bool,
     pub tombstone_on_empty_payload: bool,
+    /// How numeric columns become header and envelope values.
+    pub decimals: DecimalMode,
+    pub key_format: Format,
+    pub value_format: Format,
+    /// What --expand-json-payload keeps of null fields and empty arrays.
+    pub expansion: Behaviour,
+    /// `table.field.additional.missing=ignore`: a placed column that is not
+    /// in the table is left out instead of stopping walrelay.
+    pub ignore_missing_placements: bool,
 }
 
 impl MappingConfig {
@@ -32,27 +46,29 @@ impl MappingConfig {
         MappingConfig {
             id: "id".into(),
             key: "aggregate_id".into(),
-            event_type: "event_type".into(),
+            event_type: Some("event_type".into()),
             payload: "payload".into(),
             route_by: "event_type".into(),
             timestamp: None,
             placements: Vec::new(),
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
+            decimals: DecimalMode::Precise,
+            key_format: Format::String,
+            value_format: Format::String,
+            expansion: Behaviour::default(),
+            ignore_missing_placements: false,
         }
     }
 
     /// Every column the mapping reads, for the start-up check.
     pub fn column_names(&self) -> Vec<&str> {
-        let mut names = vec![
-            self.id.as_str(),
-            &self.key,
-            &self.event_type,
-            &self.payload,
-            &self.route_by,
-        ];
+        let mut names = vec![self.id.as_str(), &self.key, &self.payload, &self.route_by];
+        names.extend(self.event_type.as_deref());
         names.extend(self.timestamp.as_deref());
-        names.extend(self.placements.iter().map(|p| p.column.as_str()));
+        if !self.ignore_missing_placements {
+            names.extend(self.placements.iter().map(|p| p.column.as_str()));
+        }
         names
     }
 }
@@ -62,6 +78,7 @@ impl MappingConfig {
 struct Col {
     index: usize,
     type_oid: u32,
+    type_modifier: i32,
 }
 
 /// The outbox table as the mapping needs it, from its latest Relation message.
@@ -69,13 +86,20 @@ struct Col {
 pub struct OutboxSchema {
     id: Col,
     key: Col,
-    event_type: Col,
+    event_type: Option<Col>,
     payload: Col,
     route_by: Col,
     timestamp: Option<Col>,
     placements: Vec<(Col, Target)>,
+    /// Any envelope placement configured, present in the table or not: the
+    /// value is then an envelope (EventRouterDelegate.onlyHeadersInOutputMessage).
+    envelope: bool,
     expand_json_payload: bool,
     tombstone_on_empty_payload: bool,
+    decimals: DecimalMode,
+    key_format: Format,
+    value_format: Format,
+    expansion: Behaviour,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -128,6 +152,7 @@ impl OutboxSchema {
                 .map(|index| Col {
                     index,
                     type_oid: relation.columns[index].type_oid,
+                    type_modifier: relation.columns[index].type_modifier,
                 })
                 .ok_or_else(|| {
                     Error::permanent(format!(
@@ -140,17 +165,29 @@ impl OutboxSchema {
         Ok(OutboxSchema {
             id: find(&config.id)?,
             key: find(&config.key)?,
-            event_type: find(&config.event_type)?,
+            event_type: config.event_type.as_deref().map(find).transpose()?,
             payload: find(&config.payload)?,
             route_by: find(&config.route_by)?,
             timestamp: config.timestamp.as_deref().map(find).transpose()?,
             placements: config
                 .placements
                 .iter()
+                .filter(|p| {
+                    !config.ignore_missing_placements
+                        || relation.columns.iter().any(|c| c.name == p.column)
+                })
                 .map(|p| Ok((find(&p.column)?, p.target.clone())))
                 .collect::<Result<_, Error>>()?,
+            envelope: config
+                .placements
+                .iter()
+                .any(|p| matches!(p.target, Target::Envelope(_))),
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
+            decimals: config.decimals,
+            key_format: config.key_format,
+            value_format: config.value_format,
+            expansion: config.expansion,
         })
     }
 
@@ -185,19 +222,62 @@ impl OutboxSchema {
         }
         event.id = read!(self.id);
         event.key = read!(self.key);
-        event.event_type = read!(self.event_type);
+        if let Some(col) = self.event_type {
+            event.event_type = read!(col);
+        }
         event.route_value = read!(self.route_by);
-        let payload = read!(self.payload);
+        let mut payload = read!(self.payload);
+        // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
+        // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
+        // Other typed keys are written as StringConverter writes them (toString).
+        if self.key_format == Format::Json {
+            match self.typed(self.key, event.key.as_deref()) {
+                Ok(value) => event.key = Some(Bytes::from(value.json_text())),
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        } else if self.key.type_oid == placement::oid::BYTEA {
+            match event.key.as_deref().map(bytea_from_hex).transpose() {
+                Ok(key) => event.key = key,
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        } else if !is_text(self.key.type_oid) {
+            match self.typed(self.key, event.key.as_deref()) {
+                Ok(value) => event.key = value.header_text().map(Bytes::from),
+                Err(e) => return Err(fail(event, format!("key column: {e}"))),
+            }
+        }
+        if self.payload.type_oid == placement::oid::BYTEA {
+            match payload.as_deref().map(bytea_from_hex).transpose() {
+                Ok(raw) => payload = raw,
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            }
+        }
 
         let mut envelope_fields = Vec::new();
         for (col, target) in &self.placements {
             let value = read!(*col);
+            let typed = || match self.typed(*col, value.as_deref()) {
+                Ok(typed) => Ok(typed),
+                Err(e) => Err(format!("an additional placement's column: {e}")),
+            };
             match target {
-                Target::Header(name) => event.headers.push((name.clone(), value)),
-                Target::Envelope(alias) => envelope_fields.push((
-                    alias.clone(),
-                    placement::to_json(value.as_ref(), col.type_oid, false),
-                )),
+                // Text is its own header text (Values.convertToString of a
+                // String): pass its bytes on untouched, whatever the encoding.
+                Target::Header(name)
+                    if is_text(col.type_oid) && col.type_oid != placement::oid::BYTEA =>
+                {
+                    event.headers.push((name.clone(), value))
+                }
+                Target::Header(name) => match typed() {
+                    Ok(typed) => event
+                        .headers
+                        .push((name.clone(), typed.header_text().map(Bytes::from))),
+                    Err(reason) => return Err(fail(event, reason)),
+                },
+                Target::Envelope(alias) => match typed() {
+                    Ok(typed) => envelope_fields.push((alias.as_str(), typed.json_text())),
+                    Err(reason) => return Err(fail(event, reason)),
+                },
                 Target::Partition => {
                     let Some(value) = value else { continue };
                     match std::str::from_utf8(&value)
@@ -230,25 +310,78 @@ impl OutboxSchema {
             }
         }
 
-        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
-        event.payload = if self.tombstone_on_empty_payload && empty {
+        event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
             None
-        } else if self
-            .placements
-            .iter()
-            .any(|(_, t)| matches!(t, Target::Envelope(_)))
-        {
-            let payload = placement::to_json(
-                payload.as_ref(),
-                self.payload.type_oid,
-                self.expand_json_payload,
-            );
-            Some(placement::envelope(payload, envelope_fields))
+        } else if self.envelope {
+            let payload = match self.envelope_payload(payload.as_ref()) {
+                Ok(json) => json,
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            };
+            envelope_fields.insert(0, ("payload", payload));
+            Some(Bytes::from(json_object(&envelope_fields)))
+        } else if self.value_format == Format::Json {
+            match self.envelope_payload(payload.as_ref()) {
+                Ok(json) => Some(Bytes::from(json)),
+                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
+            }
         } else {
             payload
         };
         Ok(event)
     }
+
+    fn typed(&self, col: Col, text: Option<&[u8]>) -> Result<ConnectValue, String> {
+        ConnectValue::from_pg(text, col.type_oid, col.type_modifier, self.decimals)
+    }
+
+    /// Debezium's tombstone test, `payload == null ||
+    /// payload.toString().trim().isEmpty()` (EventRouterDelegate.apply):
+    /// Java's trim drops every character up to ' '; a byte array's toString
+    /// is never empty, so a bytea payload is empty only when NULL.
+    fn is_empty(&self, payload: Option<&Bytes>) -> bool {
+        match payload {
+            None => true,
+            Some(_) if self.payload.type_oid == placement::oid::BYTEA => false,
+            Some(p) => p.iter().all(|b| *b <= b' '),
+        }
+    }
+
+    /// The payload as JsonConverter writes it (inside an envelope or alone): a string
+    /// (json and jsonb are strings to Debezium), unless --expand-json-payload
+    /// finds a JSON object or array in it (EventRouterDelegate.parseJsonPayload
+    /// expands only text starting with '{' or '[').
+    fn envelope_payload(&self, payload: Option<&Bytes>) -> Result<String, String> {
+        if self.payload.type_oid == placement::oid::BYTEA {
+            // Already raw bytes.
+            return Ok(payload
+                .map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()))
+                .json_text());
+        }
+        let typed = self.typed(self.payload, payload.map(|p| &p[..]))?;
+        if let (true, ConnectValue::String(text)) = (self.expand_json_payload, &typed) {
+            if let Some(expanded) = expand(text, self.expansion) {
+                return Ok(expanded);
+            }
+        }
+        Ok(typed.json_text())
+    }
+}
+
+/// Types whose text is already what Debezium's StringConverter would write.
+fn is_text(type_oid: u32) -> bool {
+    !matches!(
+        type_oid,
+        placement::oid::BOOL
+            | placement::oid::INT2
+            | placement::oid::INT4
+            | placement::oid::INT8
+            | placement::oid::FLOAT4
+            | placement::oid::FLOAT8
+            | more_oid::NUMERIC
+            | more_oid::DATE
+            | more_oid::TIMESTAMP
+            | more_oid::TIMESTAMPTZ
+    )
 }
 
 #[cfg(test)]
@@ -435,5 +568,85 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
+    fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+        let mut c = MappingConfig::defaults();
+        c.key = "aggregateid".into();
+        c.route_by = "aggregatetype".into();
+        c.event_type = None;
+        config(&mut c);
+        let rel = relation(&[
+            ("id", 2950),
+            ("aggregatetype", 25),
+            ("aggregateid", 25),
+            ("type", 25),
+            ("payload", 3802),
+        ]);
+        OutboxSchema::from_relation(&rel, &c, &table()).unwrap()
+    }
+
+    fn row(payload: Option<&str>) -> Tuple {
+        vec![
+            text("e-1"),
+            text("order"),
+            text("1"),
+            text("OrderCreated"),
+            payload.map_or(Datum::Null, text),
+        ]
+    }
+
+    #[test]
+    fn without_an_event_type_column_the_event_has_no_type() {
+        let event = debezium(|_| {}).event(row(Some("{}"))).unwrap();
+        assert_eq!(event.event_type, None);
+        assert_eq!(event.key.as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn json_formats_quote_the_key_and_the_payload_string() {
+        let schema = debezium(|c| {
+            c.key_format = Format::Json;
+            c.value_format = Format::Json;
+        });
+        let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
+        assert_eq!(event.key.as_deref(), Some(&b"\"1\""[..]));
+        assert_eq!(event.payload.as_deref(), Some(&br#""{\"a\": 1}""#[..]));
+        let null = schema.event(row(None)).unwrap();
+        assert_eq!(null.payload.as_deref(), Some(&b"null"[..]));
+    }
+
+    #[test]
+    fn an_envelope_placement_of_a_missing_column_still_makes_an_envelope() {
+        let schema = debezium(|c| {
+            c.placements.push("region:envelope".parse().unwrap());
+            c.ignore_missing_placements = true;
+        });
+        let event = schema.event(row(Some("{}"))).unwrap();
+        assert_eq!(event.payload.as_deref(), Some(&br#"{"payload":"{}"}"#[..]));
+    }
+
+    #[test]
+    fn bytea_keys_and_payloads_are_decoded_and_bad_hex_names_the_event() {
+        let mut c = MappingConfig::defaults();
+        c.event_type = None;
+        let rel = relation(&[
+            ("id", 25),
+            ("aggregate_id", 17),
+            ("event_type", 25),
+            ("payload", 17),
+        ]);
+        let schema = OutboxSchema::from_relation(&rel, &c, &table()).unwrap();
+        let event = schema
+            .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
+            .unwrap();
+        assert_eq!(event.key.as_deref(), Some(&[0x00, 0xff][..]));
+        assert_eq!(event.payload.as_deref(), Some(&b"\\"[..]));
+        let err = schema
+            .event(vec![text("e-2"), text("\\x0"), text("T"), text("\\x")])
+            .unwrap_err();
+        assert_eq!(err.event.id_text(), "e-2");
+        assert!(err.reason.contains("key column"), "{}", err.reason);
     }
 }

@@ -1,6 +1,10 @@
 //! The outbox domain: which columns make an event, how extra columns are
 //! placed, and which topic an event goes to (Debezium's outbox event router).
 
+pub mod column;
+pub mod connect;
+pub mod expansion;
+pub mod format;
 pub mod mapping;
 pub mod message;
 pub mod placement;

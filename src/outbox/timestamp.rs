@@ -1,10 +1,25 @@
 //! Reads a Postgres timestamp column's text (ISO DateStyle, which walrelay
 //! sets on its replication session) as milliseconds since the Unix epoch,
-//! for the Kafka timestamp.
+//! for the Kafka timestamp, or as microseconds for Debezium's MicroTimestamp.
 
 /// `2026-11-29 22:10:00.123456+00`, `…+05:30`, or without offset (UTC).
 /// Any other text is an error, never a panic: the column may hold anything.
 pub fn parse_pg_timestamp_ms(text: &str) -> Result<i64, String> {
+    let us = micros_since_epoch(text)?;
+    i64::try_from(us.div_euclid(1000)).map_err(|_| out_of_range(text))
+}
+
+/// The same, in microseconds since the Unix epoch; Postgres's last years
+/// are beyond an i64 of microseconds since 1970, and an error.
+pub fn parse_pg_timestamp_us(text: &str) -> Result<i64, String> {
+    i64::try_from(micros_since_epoch(text)?).map_err(|_| out_of_range(text))
+}
+
+fn out_of_range(text: &str) -> String {
+    format!("{text:?} is out of range for a timestamp since 1970")
+}
+
+fn micros_since_epoch(text: &str) -> Result<i128, String> {
     let bad =
         || format!("{text:?} is not an ISO timestamp (YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]])");
     // Every field below is ASCII digits; checking that first makes the byte
@@ -48,16 +63,18 @@ pub fn parse_pg_timestamp_ms(text: &str) -> Result<i64, String> {
     if !frac.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    // ASCII digits only, so the first three bytes are the milliseconds.
-    let millis: i64 = format!("{:0<3}", &frac[..frac.len().min(3)])
+    // ASCII digits only, so the first six bytes are the microseconds.
+    let micros: i64 = format!("{:0<6}", &frac[..frac.len().min(6)])
         .parse()
         .map_err(|_| bad())?;
     let days = days_from_civil(y, m, day);
-    Ok(((days * 86_400 + hh * 3600 + mm * 60 + ss) - offset_secs) * 1000 + millis)
+    let secs = (days * 86_400 + hh * 3600 + mm * 60 + ss) - offset_secs;
+    // i128: the largest years overflow an i64 of microseconds.
+    Ok(i128::from(secs) * 1_000_000 + i128::from(micros))
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

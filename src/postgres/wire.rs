@@ -204,9 +204,11 @@ impl WireConnection {
             config.get_application_name().unwrap_or("walrelay"),
         ));
         // pgoutput writes values with the session's output settings: make
-        // timestamps ISO (for --field-timestamp) and floats exact.
+        // timestamps ISO (for --field-timestamp), floats exact, and bytea
+        // in hex whatever the server's default, so it decodes to raw bytes.
         params.push(("DateStyle", "ISO, MDY"));
         params.push(("extra_float_digits", "3"));
+        params.push(("bytea_output", "hex"));
         frontend::startup_message(params, &mut self.writer.buf).map_err(protocol_error)?;
         self.writer.flush().await?;
 

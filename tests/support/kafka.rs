@@ -210,6 +210,9 @@ pub struct Received {
     pub offset: i64,
     pub key: Option<String>,
     pub value: Option<String>,
+    /// The key and value exactly as Kafka holds them, for binary payloads.
+    pub raw_key: Option<Vec<u8>>,
+    pub raw_value: Option<Vec<u8>>,
     pub headers: HashMap<String, Option<String>>,
     pub timestamp: Option<i64>,
 }
@@ -308,6 +311,8 @@ impl KafkaReader {
                     offset: m.offset(),
                     key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                     value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                    raw_key: m.key().map(<[u8]>::to_vec),
+                    raw_value: m.payload().map(<[u8]>::to_vec),
                     headers,
                     timestamp: m.timestamp().to_millis(),
                 });

@@ -1,0 +1,92 @@
+//! `--key-format json` and `--value-format json` write what Kafka Connect's
+//! JsonConverter with schemas.enable=false writes (apache/kafka
+//! connect/json/.../JsonConverter.java `convertToJson`, serialized by
+//! JsonSerializer's default ObjectMapper: compact). The documented examples
+//! are outbox-event-router.adoc's "Expanding escaped JSON String as JSON":
+//! key `"1"`, value the payload as an escaped JSON string, or, with
+//! table.expand.json.payload=true, the JSON itself.
+
+use std::time::Duration;
+
+use crate::support::kafka::Received;
+use crate::support::{Broker, Postgres, Relay};
+
+const TABLE: &str = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
+                     aggregateid text, type text, payload jsonb)";
+
+async fn relay_json(extra: &[&str], inserts: &str, count: usize) -> Vec<Received> {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(TABLE).await.unwrap();
+    let mut args = vec![
+        "--field-event-key",
+        "aggregateid",
+        "--field-event-type",
+        "",
+        "--route-by-field",
+        "aggregatetype",
+        "--key-format",
+        "json",
+        "--value-format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let relay = Relay::start_with(&pg, &broker, &args);
+    relay.wait_ready(Duration::from_secs(60));
+    client.batch_execute(inserts).await.unwrap();
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.order"]);
+    let mut got = reader.read(count, Duration::from_secs(60));
+    assert_eq!(got.len(), count, "log:\n{}", relay.log());
+    got.sort_by(|a, b| a.header("id").cmp(&b.header("id")));
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_converter_without_schemas_quotes_keys_and_payload_strings() {
+    let got = relay_json(
+        &[],
+        "INSERT INTO outbox VALUES \
+           ('00000000-0000-0000-0000-000000000071', 'order', '1', 'OrderCreated', \
+            '{\"id\": 1, \"customerId\": 123}'), \
+           ('00000000-0000-0000-0000-000000000072', 'order', '2', 'OrderCreated', NULL);",
+        2,
+    )
+    .await;
+    assert_eq!(got[0].key.as_deref(), Some("\"1\""));
+    // jsonb is io.debezium.data.Json, a string: the value is its JSON string literal.
+    assert_eq!(
+        got[0].value.as_deref(),
+        Some(r#""{\"id\": 1, \"customerId\": 123}""#)
+    );
+    // A NULL payload of an optional schema is JSON null (a NullNode, which
+    // JsonSerializer writes as the text null), not a Kafka null.
+    assert_eq!(got[1].key.as_deref(), Some("\"2\""));
+    assert_eq!(got[1].value.as_deref(), Some("null"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expanded_payloads_are_compact_json_without_null_fields_or_empty_arrays() {
+    let got = relay_json(
+        &["--expand-json-payload"],
+        "INSERT INTO outbox VALUES \
+           ('00000000-0000-0000-0000-000000000081', 'order', '1', 'OrderCreated', \
+            '{\"id\": 1, \"lineItems\": [{\"id\": 1, \"totalPrice\": 39.98}], \"note\": null, \"tags\": []}'), \
+           ('00000000-0000-0000-0000-000000000082', 'order', '2', 'OrderCreated', \
+            '{\"mixed\": [1, \"a\"]}');",
+        2,
+    )
+    .await;
+    // JsonSchemaData.toConnectSchema leaves out null fields and empty arrays
+    // under the default `ignore` behaviours.
+    assert_eq!(
+        got[0].value.as_deref(),
+        Some(r#"{"id":1,"lineItems":[{"id":1,"totalPrice":39.98}]}"#)
+    );
+    // "Field is not a homogenous array": expansion fails, the string stays.
+    assert_eq!(
+        got[1].value.as_deref(),
+        Some(r#""{\"mixed\": [1, \"a\"]}""#)
+    );
+}
