@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::sql_error;
+use super::{server_version, sql_error};
 use crate::error::Result;
 
 /// `pg_create_logical_replication_slot`'s `failover` argument and the
@@ -23,14 +23,6 @@ const CREATE_FAILOVER: &str = "SELECT lsn::text FROM \
 
 /// The warning about an existing slot is worth reading once, not on every reconnect.
 static WARNED_NOT_FAILOVER: AtomicBool = AtomicBool::new(false);
-
-async fn server_version(client: &Client) -> Result<i32> {
-    let row = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .map_err(|e| sql_error("cannot read server_version_num", e))?;
-    Ok(row.get(0))
-}
 
 /// The statement that creates the slot (one parameter: its name): a failover
 /// slot when asked for and the server has them.

@@ -121,6 +121,15 @@ pub fn sql_error(context: impl Into<String>, e: tokio_postgres::Error) -> Error 
     Error::new(kind, context).with_source(e)
 }
 
+/// The server's version as a number, e.g. 170002 for 17.2.
+pub async fn server_version(client: &tokio_postgres::Client) -> Result<i32> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(|e| sql_error("cannot read server_version_num", e))?;
+    Ok(row.get(0))
+}
+
 /// `host:port/db as user`, for messages and logs. Never includes the password.
 pub fn describe_target(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {

@@ -13,7 +13,7 @@ use tracing::info;
 
 use super::names::{quote_ident, TableName};
 use super::pgoutput::Relation;
-use super::sql_error;
+use super::{server_version, sql_error};
 use crate::error::{Error, Result};
 
 /// The first release with `publish_via_partition_root`.
@@ -119,14 +119,6 @@ impl Binding {
         }
         None
     }
-}
-
-async fn server_version(client: &Client) -> Result<i32> {
-    let row = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .map_err(|e| sql_error("cannot read server_version_num", e))?;
-    Ok(row.get(0))
 }
 
 /// Reads the table and the publication as they are now, in one snapshot: a

@@ -9,7 +9,7 @@ use tracing::{error, info, warn};
 use super::lsn::Lsn;
 use super::names::TableName;
 use super::slot_history::{self, SlotHistory};
-use super::{describe_target, sql_error, PgTarget};
+use super::{describe_target, server_version, sql_error, PgTarget};
 use crate::error::{Error, Result};
 
 /// Where the slot stands when streaming starts.
@@ -115,11 +115,7 @@ pub async fn wal_sender_timeout(client: &Client) -> Result<Option<std::time::Dur
 
 /// The table-less outbox needs pgoutput's `messages` option.
 pub async fn check_messages_supported(client: &Client) -> Result<()> {
-    let row = client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .map_err(|e| sql_error("cannot read server_version_num", e))?;
-    let version: i32 = row.get(0);
+    let version = server_version(client).await?;
     if version < 140000 {
         return Err(Error::permanent(format!(
             "--source messages needs PostgreSQL 14 or later (this server is {}): \
