@@ -20,6 +20,10 @@ use crate::postgres::PgTarget;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log lines on stderr: text for people, json for log pipelines (one object per line).
+    #[arg(long, global = true, env = "WALRELAY_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[derive(Subcommand)]

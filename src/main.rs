@@ -6,6 +6,7 @@ mod checkpoint;
 mod config;
 mod error;
 mod kafka;
+mod logging;
 mod metrics;
 mod migrate;
 mod outbox;
@@ -14,26 +15,18 @@ mod relay;
 mod status;
 mod watchdog;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
 use config::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    logging::init(cli.log_format, logging::secrets_of(&cli.command));
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
