@@ -40,6 +40,16 @@ pub enum Command {
         #[arg(long)]
         reuse_slot: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of walrelay or of one subcommand.
+    Man {
+        /// A subcommand, e.g. run, for its own page walrelay-run(1).
+        subcommand: Option<String>,
+    },
 }
 
 /// The database, slot and publication: shared by `run` and `status`.

@@ -61,7 +61,9 @@ pub fn secrets_of(command: &Command) -> Vec<String> {
     let (pg_url, properties): (Option<&str>, &[(String, String)]) = match command {
         Command::Run(args) => (Some(&args.conn.pg_url), &args.kafka_properties),
         Command::Status(args) => (Some(&args.conn.pg_url), &[]),
-        Command::MigrateFromDebezium { .. } => (None, &[]),
+        Command::MigrateFromDebezium { .. } | Command::Completions { .. } | Command::Man { .. } => {
+            (None, &[])
+        }
     };
     let mut secrets = Vec::new();
     if let Some(url) = pg_url {

@@ -3,6 +3,7 @@
 //! Kafka has acknowledged its events.
 
 mod checkpoint;
+mod completions;
 mod config;
 mod error;
 mod kafka;
@@ -52,6 +53,8 @@ fn main() -> ExitCode {
             Command::MigrateFromDebezium { config, reuse_slot } => {
                 migrate::run(&config, migrate::Options { reuse_slot })
             }
+            Command::Completions { shell } => completions::completions(shell),
+            Command::Man { subcommand } => completions::man(subcommand.as_deref()),
         }
     });
     match result {
