@@ -22,6 +22,8 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # promtool checks the shipped Prometheus alert rules.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# docker-compose (Compose v1, from Debian) validates docker-compose.yml without a Docker engine.
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 # groff renders the man pages in tests/completions.rs.
 command -v groff >/dev/null || need_apt+=(groff-base)
 if [ ${#need_apt[@]} -gt 0 ]; then
