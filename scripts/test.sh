@@ -9,6 +9,8 @@ scripts/install-deps.sh
 # The compose file must stay valid: Debian's docker-compose parses and
 # validates it against the Compose schema without a Docker engine.
 docker-compose -f docker-compose.yml config -q
+# The Kubernetes manifests against the Kubernetes and prometheus-operator schemas.
+scripts/validate-kubernetes.sh
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
