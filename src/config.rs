@@ -30,6 +30,8 @@ pub struct Cli {
 pub enum Command {
     /// Stream outbox inserts to Kafka until stopped (SIGTERM or SIGINT).
     Run(Box<RunArgs>),
+    /// Check Postgres and Kafka are ready for `run` (same flags) and print each failure's fix.
+    Check(Box<CheckArgs>),
     /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
     Status(StatusArgs),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
@@ -75,6 +77,16 @@ pub struct StatusArgs {
 
     /// Print JSON instead of a table.
     #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Print JSON (name, status, detail, fix of each check) instead of a checklist.
+    #[arg(long, env = "WALRELAY_CHECK_JSON")]
     pub json: bool,
 }
 

@@ -60,6 +60,7 @@ pub fn init(format: LogFormat, secrets: Vec<String>) {
 pub fn secrets_of(command: &Command) -> Vec<String> {
     let (pg_url, properties): (Option<&str>, &[(String, String)]) = match command {
         Command::Run(args) => (Some(&args.conn.pg_url), &args.kafka_properties),
+        Command::Check(args) => (Some(&args.run.conn.pg_url), &args.run.kafka_properties),
         Command::Status(args) => (Some(&args.conn.pg_url), &[]),
         Command::MigrateFromDebezium { .. } | Command::Completions { .. } | Command::Man { .. } => {
             (None, &[])

@@ -2,6 +2,7 @@
 //! pgoutput logical replication slot, confirming each commit only after
 //! Kafka has acknowledged its events.
 
+mod check;
 mod checkpoint;
 mod completions;
 mod config;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
                 }
                 result
             }
+            Command::Check(args) => check::run(*args).await,
             Command::Status(args) => status::run(args).await,
             Command::MigrateFromDebezium { config, reuse_slot } => {
                 migrate::run(&config, migrate::Options { reuse_slot })

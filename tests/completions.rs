@@ -59,7 +59,7 @@ fn every_shell_gets_a_script_naming_the_subcommands() {
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let (ok, script, err) = walrelay(&["completions", shell]);
         assert!(ok, "{shell}: {err}");
-        for word in ["run", "status", "log-format"] {
+        for word in ["run", "check", "status", "log-format"] {
             assert!(script.contains(word), "{shell} script lacks {word}");
         }
     }
