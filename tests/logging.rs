@@ -57,7 +57,7 @@ async fn json_logs_have_stable_fields_and_no_secret_during_a_real_run() {
     client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ('e-1', 'order', 'o-1', 'Logged', '{}')",
+             VALUES (gen_random_uuid(), 'order', 'o-1', 'Logged', '{}')",
         )
         .await
         .unwrap();
