@@ -16,3 +16,6 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+# The TypeScript writer examples: tsc against the real packages, and the
+# Drizzle one end to end (node_modules cached in examples/writers/).
+scripts/test-writers.sh
