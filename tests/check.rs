@@ -259,8 +259,8 @@ async fn table_role_publication_and_slot_problems_fail_with_their_fixes() {
     assert_check(
         &doc,
         "postgres.partitioning",
-        "fail",
-        "publish_via_partition_root = true);",
+        "pass",
+        "creates publication \"absent\" with publish_via_partition_root = true",
     );
     let (ok, doc) = check(&url, &brokers, &[&partitioned[..], &["pub_root"]].concat());
     assert_check(

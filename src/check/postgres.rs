@@ -6,7 +6,8 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{RunArgs, Source};
-use crate::postgres::replication::quote_ident;
+use crate::postgres::names::quote_ident;
+use crate::postgres::publication::{self, Binding};
 use crate::postgres::{describe_target, setup, slot, PgTarget};
 use crate::watchdog::human_bytes;
 
@@ -16,15 +17,6 @@ struct TableInfo {
     can_select: bool,
     /// The current user owns it (or is a member of the owning role).
     owned: bool,
-}
-
-/// What the catalog says about the publication.
-struct PublicationInfo {
-    inserts: bool,
-    all_tables: bool,
-    /// None before PostgreSQL 13, which has no publish_via_partition_root.
-    via_root: Option<bool>,
-    covers_table: bool,
 }
 
 pub async fn checks(args: &RunArgs, pg: &PgTarget) -> Vec<Check> {
@@ -94,7 +86,8 @@ impl<'a> Probe<'a> {
         out.push(self.or_fail("postgres.max_slot_wal_keep_size", self.wal_keep().await));
         out.push(self.or_fail("postgres.role", self.role().await));
 
-        let publication = self.publication().await;
+        let binding =
+            publication::inspect(self.client, &self.args.conn.publication, &self.args.table).await;
         match self.args.source {
             Source::Table => {
                 out.push(
@@ -116,11 +109,11 @@ impl<'a> Probe<'a> {
                         Err(e) => Check::from_error("postgres.table", &e),
                     },
                 );
-                match (self.table().await.as_ref(), publication.as_ref()) {
-                    (Ok(Some(table)), Ok(publication)) => {
-                        out.push(self.table_select(table));
-                        out.push(self.partitioning(table, publication.as_ref()));
-                        out.push(self.publication_check(Some(table), publication.as_ref()));
+                match (self.table().await, &binding) {
+                    (Ok(Some(table)), Ok(binding)) => {
+                        out.push(self.table_select(&table));
+                        out.push(self.partitioning(&table, binding));
+                        out.push(self.publication_check(Some(&table), binding));
                     }
                     (Ok(None), _) => {
                         for name in [
@@ -131,7 +124,8 @@ impl<'a> Probe<'a> {
                             out.push(Check::skip(name, "needs the table"));
                         }
                     }
-                    (Err(e), _) | (_, Err(e)) => out.push(self.query_failed("postgres.table", e)),
+                    (Err(e), _) => out.push(self.query_failed("postgres.table", &e)),
+                    (_, Err(e)) => out.push(Check::from_error("postgres.publication", e)),
                 }
             }
             Source::Messages => {
@@ -142,9 +136,9 @@ impl<'a> Probe<'a> {
                     ),
                     Err(e) => Check::from_error("postgres.messages", &e),
                 });
-                out.push(match &publication {
-                    Ok(p) => self.publication_check(None, p.as_ref()),
-                    Err(e) => self.query_failed("postgres.publication", e),
+                out.push(match &binding {
+                    Ok(binding) => self.publication_check(None, binding),
+                    Err(e) => Check::from_error("postgres.publication", e),
                 });
             }
         }
@@ -350,49 +344,12 @@ impl<'a> Probe<'a> {
         }
     }
 
-    async fn publication(&self) -> Result<Option<PublicationInfo>, tokio_postgres::Error> {
-        let via_root = if self.version >= 130000 {
-            "p.pubviaroot"
-        } else {
-            "NULL::bool"
-        };
-        let row = self
-            .client
-            .query_opt(
-                &format!(
-                    "SELECT p.pubinsert, p.puballtables, {via_root}, \
-                            EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t \
-                                    WHERE t.pubname = p.pubname AND t.schemaname = $2 \
-                                      AND t.tablename = $3) \
-                     FROM pg_catalog.pg_publication p WHERE p.pubname = $1"
-                ),
-                &[
-                    &self.args.conn.publication,
-                    &self.args.table.schema,
-                    &self.args.table.name,
-                ],
-            )
-            .await?;
-        Ok(row.map(|r| PublicationInfo {
-            inserts: r.get(0),
-            all_tables: r.get(1),
-            via_root: r.get(2),
-            covers_table: r.get(3),
-        }))
-    }
-
-    fn publication_check(
-        &self,
-        table: Option<&TableInfo>,
-        publication: Option<&PublicationInfo>,
-    ) -> Check {
+    fn publication_check(&self, table: Option<&TableInfo>, binding: &Binding) -> Check {
         let name = &self.args.conn.publication;
-        let quoted = quote_ident(name);
-        let Some(p) = publication else {
+        if binding.publication.is_none() {
             // `run` creates it; that needs the table's owner (or, without a
             // table, CREATE on the database).
-            let can_create = table.is_none_or(|t| t.owned);
-            return if can_create {
+            return if table.is_none_or(|t| t.owned) {
                 Check::pass(
                     "postgres.publication",
                     format!("publication {name:?} is absent; walrelay run creates it"),
@@ -406,43 +363,44 @@ impl<'a> Probe<'a> {
                         self.user, self.args.table
                     ),
                     format!(
-                        "as the table's owner: CREATE PUBLICATION {quoted} FOR TABLE {} WITH \
-                         (publish = 'insert');",
-                        self.args.table.quoted()
+                        "as the table's owner: CREATE PUBLICATION {} FOR TABLE {} WITH \
+                         (publish = 'insert'{});",
+                        quote_ident(name),
+                        self.args.table.quoted(),
+                        if table.is_some_and(|t| t.partitioned) {
+                            ", publish_via_partition_root = true"
+                        } else {
+                            ""
+                        }
                     ),
                 )
             };
-        };
-        if !p.inserts {
-            return Check::fail(
+        }
+        if table.is_none() {
+            return Check::pass(
                 "postgres.publication",
-                format!("publication {name:?} does not publish inserts"),
-                format!("ALTER PUBLICATION {quoted} SET (publish = 'insert');"),
+                format!("publication {name:?} exists"),
             );
         }
-        if table.is_some() && !p.covers_table && !p.all_tables {
-            return Check::fail(
+        // The same reading of the catalog that run and the watchdog judge.
+        match binding.problem(name, &self.args.table, None) {
+            Some(problem) => Check {
+                name: "postgres.publication",
+                status: super::Status::Fail,
+                detail: problem,
+                fix: None,
+            },
+            None => Check::pass(
                 "postgres.publication",
-                format!("publication {name:?} does not include {}", self.args.table),
                 format!(
-                    "ALTER PUBLICATION {quoted} ADD TABLE {}; or choose another --publication",
-                    self.args.table.quoted()
-                ),
-            );
-        }
-        Check::pass(
-            "postgres.publication",
-            match table {
-                Some(_) => format!(
                     "publication {name:?} publishes inserts into {}",
                     self.args.table
                 ),
-                None => format!("publication {name:?} exists"),
-            },
-        )
+            ),
+        }
     }
 
-    fn partitioning(&self, table: &TableInfo, publication: Option<&PublicationInfo>) -> Check {
+    fn partitioning(&self, table: &TableInfo, binding: &Binding) -> Check {
         if !table.partitioned {
             return Check::pass(
                 "postgres.partitioning",
@@ -450,9 +408,26 @@ impl<'a> Probe<'a> {
             );
         }
         let name = &self.args.conn.publication;
-        let quoted = quote_ident(name);
-        match publication.map(|p| p.via_root) {
-            Some(Some(true)) => Check::pass(
+        if self.version < 130000 {
+            return Check::fail(
+                "postgres.partitioning",
+                format!(
+                    "{} is partitioned, and PostgreSQL before 13 cannot publish it through its root",
+                    self.args.table
+                ),
+                "upgrade to PostgreSQL 13 or later, or use a plain outbox table",
+            );
+        }
+        match binding.publication {
+            None => Check::pass(
+                "postgres.partitioning",
+                format!(
+                    "{} is partitioned; walrelay run creates publication {name:?} with \
+                     publish_via_partition_root = true",
+                    self.args.table
+                ),
+            ),
+            Some(p) if p.via_root => Check::pass(
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned and publication {name:?} publishes via the partition root",
@@ -463,22 +438,12 @@ impl<'a> Probe<'a> {
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned but publication {name:?} publishes its partitions under \
-                     their own names, which walrelay does not read",
-                    self.args.table
-                ),
-                format!("ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);"),
-            ),
-            None => Check::fail(
-                "postgres.partitioning",
-                format!(
-                    "{} is partitioned and publication {name:?} is absent: walrelay would \
-                     create it without publish_via_partition_root",
+                     their own names, so a partition attached later could be missed",
                     self.args.table
                 ),
                 format!(
-                    "create it first: CREATE PUBLICATION {quoted} FOR TABLE {} WITH \
-                     (publish = 'insert', publish_via_partition_root = true);",
-                    self.args.table.quoted()
+                    "ALTER PUBLICATION {} SET (publish_via_partition_root = true);",
+                    quote_ident(name)
                 ),
             ),
         }
