@@ -24,7 +24,11 @@ const DEFAULT_MESSAGE_MAX_BYTES: i64 = 1_048_588;
 
 pub async fn checks(args: &RunArgs) -> Vec<Check> {
     let mut out = Vec::new();
-    let mut config = Producer::client_config(&args.kafka_brokers, &args.kafka_properties);
+    let mut config = Producer::client_config(
+        &args.kafka_brokers,
+        &args.kafka_properties,
+        args.dead_letter_max_message_bytes,
+    );
     // A metadata request for a topic must never create it.
     config.set("allow.auto.create.topics", "false");
     let admin: AdminClient<DefaultClientContext> = match config.create() {
