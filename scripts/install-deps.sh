@@ -22,6 +22,13 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # promtool checks the shipped Prometheus alert rules.
 command -v promtool >/dev/null || need_apt+=(prometheus)
+# docker-compose (Compose v1, from Debian) validates docker-compose.yml without a Docker engine.
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+# scripts/validate-kubernetes.sh installs its validators with pip (in a venv) and npm.
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+command -v npm >/dev/null || need_apt+=(npm)
+# groff renders the man pages in tests/completions.rs.
+command -v groff >/dev/null || need_apt+=(groff-base)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -6,12 +6,16 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
-# The compose file must stay valid; checked where a Docker client with compose exists.
-if docker compose version >/dev/null 2>&1; then
-  docker compose -f docker-compose.yml config -q
-fi
+# The compose file must stay valid: Debian's docker-compose parses and
+# validates it against the Compose schema without a Docker engine.
+docker-compose -f docker-compose.yml config -q
+# The Kubernetes manifests against the Kubernetes and prometheus-operator schemas.
+scripts/validate-kubernetes.sh
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+# The TypeScript writer examples: tsc against the real packages, and the
+# Drizzle one end to end (node_modules cached in examples/writers/).
+scripts/test-writers.sh

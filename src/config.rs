@@ -20,12 +20,18 @@ use crate::postgres::PgTarget;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log lines on stderr: text for people, json for log pipelines (one object per line).
+    #[arg(long, global = true, env = "WALRELAY_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[derive(Subcommand)]
 pub enum Command {
     /// Stream outbox inserts to Kafka until stopped (SIGTERM or SIGINT).
     Run(Box<RunArgs>),
+    /// Check Postgres and Kafka are ready for `run` (same flags) and print each failure's fix.
+    Check(Box<CheckArgs>),
     /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
     Status(StatusArgs),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
@@ -35,6 +41,16 @@ pub enum Command {
         /// Take over Debezium's pgoutput slot after it stopped, instead of a new slot.
         #[arg(long)]
         reuse_slot: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of walrelay or of one subcommand.
+    Man {
+        /// A subcommand, e.g. run, for its own page walrelay-run(1).
+        subcommand: Option<String>,
     },
 }
 
@@ -61,6 +77,16 @@ pub struct StatusArgs {
 
     /// Print JSON instead of a table.
     #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Print JSON (name, status, detail, fix of each check) instead of a checklist.
+    #[arg(long, env = "WALRELAY_CHECK_JSON")]
     pub json: bool,
 }
 

@@ -2,10 +2,13 @@
 //! pgoutput logical replication slot, confirming each commit only after
 //! Kafka has acknowledged its events.
 
+mod check;
 mod checkpoint;
+mod completions;
 mod config;
 mod error;
 mod kafka;
+mod logging;
 mod metrics;
 mod migrate;
 mod outbox;
@@ -14,26 +17,18 @@ mod relay;
 mod status;
 mod watchdog;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
 
 use config::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    logging::init(cli.log_format, logging::secrets_of(&cli.command));
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -55,10 +50,13 @@ fn main() -> ExitCode {
                 }
                 result
             }
+            Command::Check(args) => check::run(*args).await,
             Command::Status(args) => status::run(args).await,
             Command::MigrateFromDebezium { config, reuse_slot } => {
                 migrate::run(&config, migrate::Options { reuse_slot })
             }
+            Command::Completions { shell } => completions::completions(shell),
+            Command::Man { subcommand } => completions::man(subcommand.as_deref()),
         }
     });
     match result {

@@ -1,0 +1,389 @@
+//! Logs on stderr, as text for people or as JSON lines for log pipelines,
+//! with every secret from the command line masked in both.
+
+use std::fmt;
+use std::io::{self, IsTerminal, Write};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use clap::ValueEnum;
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::config::Command;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line: time, level, target, message and the event's fields.
+    Json,
+}
+
+/// Names the JSON layer sets itself; an event field with one of them is
+/// renamed `field_<name>` so it cannot overwrite them.
+const RESERVED: [&str; 5] = ["time", "level", "target", "message", "span"];
+
+/// Installs the global subscriber. `WALRELAY_LOG` filters (default `info`).
+pub fn init(format: LogFormat, secrets: Vec<String>) {
+    let filter = EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let redactor = Arc::new(Redactor::new(secrets));
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(RedactingStderr(redactor))
+                    .with_ansi(io::stderr().is_terminal()),
+            )
+            .init(),
+        LogFormat::Json => registry
+            .with(JsonLayer {
+                redactor,
+                sink: Arc::new(|line: &str| {
+                    let _ = io::stderr().write_all(line.as_bytes());
+                }),
+            })
+            .init(),
+    }
+}
+
+/// The secrets a command line carries: the Postgres password (as typed and
+/// decoded) and the values of librdkafka properties that hold credentials.
+pub fn secrets_of(command: &Command) -> Vec<String> {
+    let (pg_url, properties): (Option<&str>, &[(String, String)]) = match command {
+        Command::Run(args) => (Some(&args.conn.pg_url), &args.kafka_properties),
+        Command::Check(args) => (Some(&args.run.conn.pg_url), &args.run.kafka_properties),
+        Command::Status(args) => (Some(&args.conn.pg_url), &[]),
+        Command::MigrateFromDebezium { .. } | Command::Completions { .. } | Command::Man { .. } => {
+            (None, &[])
+        }
+    };
+    let mut secrets = Vec::new();
+    if let Some(url) = pg_url {
+        secrets.extend(pg_passwords(url));
+    }
+    for (key, value) in properties {
+        let key = key.to_ascii_lowercase();
+        if ["password", "secret", "jaas", "token", "pem", "credentials"]
+            .iter()
+            .any(|word| key.contains(word))
+        {
+            secrets.push(value.clone());
+        }
+    }
+    secrets
+}
+
+fn pg_passwords(url: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Ok(config) = url.parse::<tokio_postgres::Config>() {
+        if let Some(password) = config.get_password() {
+            found.push(String::from_utf8_lossy(password).into_owned());
+        }
+    }
+    // The percent-encoded form, as it appears in the URL itself.
+    if let Some(rest) = url.split_once("://").map(|(_, rest)| rest) {
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if let Some((_, password)) = userinfo.split_once(':') {
+                found.push(password.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Replaces each secret, in its raw and its JSON-escaped spelling.
+struct Redactor {
+    needles: Vec<String>,
+}
+
+impl Redactor {
+    // Shorter values are not secrets worth masking, and masking them would
+    // garble ordinary words in every line.
+    const MIN_LEN: usize = 3;
+
+    fn new(secrets: Vec<String>) -> Self {
+        let mut needles = Vec::new();
+        for s in secrets.into_iter().filter(|s| s.len() >= Self::MIN_LEN) {
+            let escaped = Value::String(s.clone()).to_string();
+            let escaped = escaped[1..escaped.len() - 1].to_string();
+            if escaped != s {
+                needles.push(escaped);
+            }
+            needles.push(s);
+        }
+        // Longest first, so a secret containing another is masked whole.
+        needles.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+        needles.dedup();
+        Redactor { needles }
+    }
+
+    fn redact(&self, line: String) -> String {
+        self.needles.iter().fold(line, |line, needle| {
+            if line.contains(needle.as_str()) {
+                line.replace(needle.as_str(), "<redacted>")
+            } else {
+                line
+            }
+        })
+    }
+}
+
+/// Stderr behind the redactor: the text formatter writes each event into
+/// one writer, which masks and writes the whole line when dropped.
+struct RedactingStderr(Arc<Redactor>);
+
+struct LineWriter {
+    redactor: Arc<Redactor>,
+    buf: Vec<u8>,
+}
+
+impl<'a> MakeWriter<'a> for RedactingStderr {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter {
+            redactor: self.0.clone(),
+            buf: Vec::with_capacity(256),
+        }
+    }
+}
+
+impl Write for LineWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let line = String::from_utf8_lossy(&self.buf).into_owned();
+        let _ = io::stderr().write_all(self.redactor.redact(line).as_bytes());
+    }
+}
+
+/// Writes one JSON object per event: `time` (RFC 3339, UTC), `level`
+/// (lower case), `target`, `message`, the fields of the enclosing spans
+/// (outermost first) and then the event's own fields, all at the top level.
+struct JsonLayer {
+    redactor: Arc<Redactor>,
+    /// Where finished lines go: stderr, or a buffer in tests.
+    sink: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+struct SpanFields(Map<String, Value>);
+
+impl<S> Layer<S> for JsonLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = Map::new();
+        attrs.record(&mut JsonVisitor(&mut fields));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(fields));
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            if let Some(fields) = span.extensions_mut().get_mut::<SpanFields>() {
+                values.record(&mut JsonVisitor(&mut fields.0));
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        // Written in a fixed order (time, level, target, message, span, the
+        // rest sorted) so lines read the same way every time.
+        let mut head: Vec<(String, Value)> = vec![
+            (
+                "time".into(),
+                humantime::format_rfc3339_micros(SystemTime::now())
+                    .to_string()
+                    .into(),
+            ),
+            (
+                "level".into(),
+                meta.level().as_str().to_ascii_lowercase().into(),
+            ),
+            ("target".into(), meta.target().into()),
+        ];
+        let mut fields = Map::new();
+        let mut span_names = Vec::new();
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                span_names.push(span.name());
+                if let Some(span_fields) = span.extensions().get::<SpanFields>() {
+                    fields.extend(span_fields.0.clone());
+                }
+            }
+        }
+        event.record(&mut JsonVisitor(&mut fields));
+        // `log` records forwarded by tracing-log carry their origin as fields.
+        fields.retain(|k, _| !k.starts_with("log."));
+        head.push((
+            "message".into(),
+            fields.remove("message").unwrap_or(Value::Null),
+        ));
+        if !span_names.is_empty() {
+            head.push(("span".into(), span_names.join(":").into()));
+        }
+        let mut text = String::from("{");
+        let rest = fields.into_iter().map(|(key, value)| {
+            if RESERVED.contains(&key.as_str()) {
+                (format!("field_{key}"), value)
+            } else {
+                (key, value)
+            }
+        });
+        for (i, (key, value)) in head.into_iter().chain(rest).enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&Value::String(key).to_string());
+            text.push(':');
+            text.push_str(&value.to_string());
+        }
+        text.push_str("}\n");
+        (self.sink)(&self.redactor.redact(text));
+    }
+}
+
+struct JsonVisitor<'a>(&'a mut Map<String, Value>);
+
+impl Visit for JsonVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), value.into());
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0.insert(field.name().into(), value.to_string().into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .insert(field.name().into(), format!("{value:?}").into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn secrets(argv: &[&str]) -> Vec<String> {
+        let cli = crate::config::Cli::try_parse_from(argv).unwrap();
+        secrets_of(&cli.command)
+    }
+
+    #[test]
+    fn the_postgres_password_is_a_secret_in_both_spellings() {
+        let found = secrets(&[
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u:p%40ss-word@h:5432/db",
+            "--kafka-brokers",
+            "k:9092",
+        ]);
+        assert!(found.contains(&"p@ss-word".to_string()), "{found:?}");
+        assert!(found.contains(&"p%40ss-word".to_string()), "{found:?}");
+    }
+
+    #[test]
+    fn credential_properties_are_secrets_and_others_are_not() {
+        let found = secrets(&[
+            "walrelay",
+            "status",
+            "--pg-url",
+            "host=h password=kv-secret dbname=db",
+        ]);
+        assert_eq!(found, vec!["kv-secret".to_string()]);
+        let found = secrets(&[
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u@h/db",
+            "--kafka-brokers",
+            "k:9092",
+            "-X",
+            "sasl.password=kafka-secret",
+            "-X",
+            "linger.ms=50",
+        ]);
+        assert_eq!(found, vec!["kafka-secret".to_string()]);
+    }
+
+    #[test]
+    fn json_lines_carry_span_fields_and_rename_reserved_event_fields() {
+        let lines = Arc::new(std::sync::Mutex::new(String::new()));
+        let sink_lines = lines.clone();
+        let layer = JsonLayer {
+            redactor: Arc::new(Redactor::new(vec!["hunter2".into()])),
+            sink: Arc::new(move |line: &str| sink_lines.lock().unwrap().push_str(line)),
+        };
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("session", slot = "walrelay", attempt = 2);
+            let _entered = span.enter();
+            tracing::warn!(lsn = %"0/16B3748", level = "critical", "password hunter2 seen");
+        });
+        let text = lines.lock().unwrap().clone();
+        let line: Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(line["level"], "warn");
+        assert_eq!(line["message"], "password <redacted> seen");
+        assert_eq!(line["span"], "session");
+        assert_eq!(line["slot"], "walrelay");
+        assert_eq!(line["attempt"], 2);
+        assert_eq!(line["lsn"], "0/16B3748");
+        assert_eq!(line["field_level"], "critical");
+        assert!(text.starts_with(r#"{"time":""#), "{text}");
+    }
+
+    #[test]
+    fn redaction_masks_raw_and_json_escaped_secrets() {
+        let r = Redactor::new(vec!["a\"b\\c".into(), "xy".into()]);
+        assert_eq!(r.redact("pw a\"b\\c end".into()), "pw <redacted> end");
+        assert_eq!(
+            r.redact(r#"{"m":"a\"b\\c"}"#.into()),
+            r#"{"m":"<redacted>"}"#
+        );
+        // Too short to be masked without garbling ordinary words.
+        assert_eq!(r.redact("xy".into()), "xy");
+    }
+}

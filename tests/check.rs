@@ -1,0 +1,323 @@
+//! `walrelay check`: each check passes on a prepared set-up and fails, with
+//! its fix, on a broken one. Clusters are shared between scenarios: one
+//! good cluster hosts the table, role, publication and slot scenarios.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use serde_json::Value;
+use support::{free_port, Broker, Postgres, Relay};
+
+/// `walrelay check --json` with `run`'s connection flags: (success, report).
+fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args([
+            "check",
+            "--json",
+            "--pg-url",
+            pg_url,
+            "--kafka-brokers",
+            brokers,
+        ])
+        .args(extra)
+        .env_remove("WALRELAY_PG_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(doc["ok"].as_bool(), Some(out.status.success()), "{doc:#}");
+    (out.status.success(), doc)
+}
+
+fn entry<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
+}
+
+/// Asserts a check's status, and that a failure or warning names `fix`
+/// (in its fix, or in its detail for run's own start-up messages).
+fn assert_check(doc: &Value, name: &str, status: &str, fix: &str) {
+    let c = entry(doc, name);
+    assert_eq!(c["status"], status, "{name}: {c:#}");
+    let text = format!(
+        "{} {}",
+        c["detail"].as_str().unwrap_or(""),
+        c["fix"].as_str().unwrap_or("")
+    );
+    assert!(text.contains(fix), "{name} should mention {fix:?}: {c:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created() {
+    let pg = Postgres::start_with(&["max_slot_wal_keep_size = '1GB'"]);
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+
+    let (ok, doc) = check(&pg.url(), &broker.brokers(), &[]);
+    assert!(ok, "{doc:#}");
+    for (name, detail) in [
+        ("postgres.connect", "connected"),
+        ("postgres.wal_level", "logical"),
+        ("postgres.replication_slots", "free"),
+        ("postgres.wal_senders", "max_wal_senders"),
+        ("postgres.max_slot_wal_keep_size", "1.0 GiB"),
+        ("postgres.role", "SUPERUSER"),
+        ("postgres.table", "aggregate_id"),
+        ("postgres.table_select", "may SELECT"),
+        ("postgres.partitioning", "not partitioned"),
+        ("postgres.publication", "walrelay run creates it"),
+        ("postgres.slot", "walrelay run creates it"),
+        ("kafka.brokers", "broker(s)"),
+        ("kafka.describe_topics", "outbox.event.WalrelayCheck"),
+        ("kafka.create_topics", "validated only"),
+        ("kafka.idempotent_write", "InitProducerId"),
+        ("kafka.topics", "no topic matching"),
+    ] {
+        assert_check(&doc, name, "pass", detail);
+    }
+    // PostgreSQL 15 has no slot failover.
+    assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+
+    // A pre-flight changes nothing.
+    let created: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots) + \
+                    (SELECT count(*) FROM pg_publication)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(created, 0);
+
+    // After a real run: the slot and publication exist, a topic too.
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(Duration::from_secs(60));
+    client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'o-1', 'Checked', '{}')",
+        )
+        .await
+        .unwrap();
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Checked"]);
+    assert_eq!(reader.read(1, Duration::from_secs(60)).len(), 1);
+    // A second walrelay's pre-flight sees the slot held by the first.
+    let (ok, doc) = check(&pg.url(), &broker.brokers(), &[]);
+    assert!(ok, "{doc:#}");
+    assert_check(&doc, "postgres.slot", "pass", "wait as a standby");
+    assert_check(&doc, "postgres.publication", "pass", "publishes inserts");
+    assert_check(
+        &doc,
+        "kafka.topics",
+        "pass",
+        "outbox.event.Checked (3 partitions",
+    );
+    // The create-topic probe was validated only: no such topic exists.
+    let topics = entry(&doc, "kafka.topics")["detail"].as_str().unwrap();
+    assert!(!topics.contains("WalrelayCheck"), "{topics}");
+    relay.terminate(Duration::from_secs(30));
+
+    // The checklist for people: a line per check, exit code 0.
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["check", "--pg-url", &pg.url(), "--kafka-brokers"])
+        .arg(broker.brokers())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ok    postgres.wal_level"), "{text}");
+    assert!(text.contains("0 failing"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_settings_and_an_unreachable_broker_fail_with_their_fixes() {
+    let pg = Postgres::start_with(&[
+        "wal_level = replica",
+        "max_replication_slots = 1",
+        "max_wal_senders = 0",
+    ]);
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("SELECT pg_create_physical_replication_slot('taken')")
+        .await
+        .unwrap();
+    let nobody = format!("127.0.0.1:{}", free_port());
+
+    let (ok, doc) = check(&pg.url(), &nobody, &[]);
+    assert!(!ok);
+    assert_check(
+        &doc,
+        "postgres.wal_level",
+        "fail",
+        "ALTER SYSTEM SET wal_level = logical",
+    );
+    assert_check(
+        &doc,
+        "postgres.replication_slots",
+        "fail",
+        "max_replication_slots = 2",
+    );
+    assert_check(&doc, "postgres.wal_senders", "fail", "max_wal_senders = 2");
+    assert_check(
+        &doc,
+        "postgres.max_slot_wal_keep_size",
+        "warn",
+        "max_slot_wal_keep_size = '10GB'",
+    );
+    assert_check(&doc, "kafka.brokers", "fail", "--kafka-brokers");
+    assert_check(&doc, "kafka.create_topics", "skip", "reachable broker");
+
+    // People get the fix under each failure, and a non-zero exit.
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["check", "--pg-url", &pg.url(), "--kafka-brokers", &nobody])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(text.contains("FAIL  postgres.wal_senders"), "{text}");
+    assert!(text.contains("fix: raise max_wal_senders"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_role_publication_and_slot_problems_fail_with_their_fixes() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute(
+            "CREATE ROLE plain LOGIN;
+             CREATE TABLE events_p (LIKE outbox) PARTITION BY LIST (aggregate_type);
+             CREATE TABLE events_p_order PARTITION OF events_p FOR VALUES IN ('order');
+             CREATE PUBLICATION pub_leaf FOR TABLE events_p WITH (publish = 'insert');
+             CREATE PUBLICATION pub_root FOR TABLE events_p
+               WITH (publish = 'insert', publish_via_partition_root = true);
+             CREATE PUBLICATION pub_updates FOR TABLE outbox WITH (publish = 'update');
+             CREATE TABLE other (id int);
+             CREATE PUBLICATION pub_other FOR TABLE other;
+             SELECT pg_create_physical_replication_slot('physical');",
+        )
+        .await
+        .unwrap();
+    let url = pg.url();
+    let broker = Broker::start();
+    let brokers = broker.brokers();
+
+    // A role with neither REPLICATION nor SELECT, which owns nothing.
+    let (ok, doc) = check(&pg.url_as("plain", "unused"), &brokers, &[]);
+    assert!(!ok);
+    assert_check(
+        &doc,
+        "postgres.role",
+        "fail",
+        r#"ALTER ROLE "plain" REPLICATION;"#,
+    );
+    assert_check(
+        &doc,
+        "postgres.table_select",
+        "fail",
+        r#"GRANT SELECT ON "public"."outbox" TO "plain";"#,
+    );
+    assert_check(
+        &doc,
+        "postgres.publication",
+        "fail",
+        r#"CREATE PUBLICATION "walrelay" FOR TABLE "public"."outbox""#,
+    );
+
+    // The table, and a mapped column.
+    let (_, doc) = check(&url, &brokers, &["--table", "public.missing"]);
+    assert_check(&doc, "postgres.table", "fail", "does not exist");
+    assert_check(&doc, "postgres.table_select", "skip", "needs the table");
+    let (_, doc) = check(&url, &brokers, &["--field-payload", "body"]);
+    assert_check(&doc, "postgres.table", "fail", "no column \"body\"");
+
+    // A partitioned table needs publish_via_partition_root.
+    let partitioned = ["--table", "public.events_p", "--publication"];
+    let (_, doc) = check(&url, &brokers, &[&partitioned[..], &["pub_leaf"]].concat());
+    assert_check(
+        &doc,
+        "postgres.partitioning",
+        "fail",
+        "SET (publish_via_partition_root = true)",
+    );
+    let (_, doc) = check(&url, &brokers, &[&partitioned[..], &["absent"]].concat());
+    assert_check(
+        &doc,
+        "postgres.partitioning",
+        "pass",
+        "creates publication \"absent\" with publish_via_partition_root = true",
+    );
+    let (ok, doc) = check(&url, &brokers, &[&partitioned[..], &["pub_root"]].concat());
+    assert_check(
+        &doc,
+        "postgres.partitioning",
+        "pass",
+        "via the partition root",
+    );
+    assert!(ok, "{doc:#}");
+
+    // The publication must publish inserts of the table.
+    let (_, doc) = check(&url, &brokers, &["--publication", "pub_updates"]);
+    assert_check(
+        &doc,
+        "postgres.publication",
+        "fail",
+        "SET (publish = 'insert')",
+    );
+    let (_, doc) = check(&url, &brokers, &["--publication", "pub_other"]);
+    assert_check(
+        &doc,
+        "postgres.publication",
+        "fail",
+        r#"ADD TABLE "public"."outbox""#,
+    );
+
+    // An existing slot must be a logical pgoutput slot.
+    let (_, doc) = check(&url, &brokers, &["--slot", "physical"]);
+    assert_check(
+        &doc,
+        "postgres.slot",
+        "fail",
+        "pg_drop_replication_slot('physical')",
+    );
+    // Failover exists from PostgreSQL 17 only.
+    assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+
+    // Kafka refusals, from librdkafka's mock cluster (tansu has no ACLs):
+    // describing the topic and getting a producer id.
+    let mock = MockCluster::<DefaultProducerContext>::new(1).unwrap();
+    mock.topic_error(
+        "outbox.event.WalrelayCheck",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED; 20],
+    );
+    let (ok, doc) = check(&url, &mock.bootstrap_servers(), &[]);
+    assert!(!ok);
+    assert_check(&doc, "kafka.brokers", "pass", "broker(s)");
+    assert_check(
+        &doc,
+        "kafka.describe_topics",
+        "fail",
+        "--operation Describe",
+    );
+    assert_check(&doc, "kafka.idempotent_write", "fail", "IDEMPOTENT_WRITE");
+}
