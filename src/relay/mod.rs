@@ -158,7 +158,7 @@ async fn record_history(settings: &Settings) {
         let client = setup::connect(&settings.pg).await?;
         slot_history::record_confirmed(&client, &settings.publication, &settings.slot).await
     };
-    match tokio::time::timeout(Duration::from_secs(3), record).await {
+    match tokio::time::timeout(SHUTDOWN_GRACE, record).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => warn!(error = %e.report(), "cannot record the slot's confirmed LSN"),
         Err(_) => warn!("cannot record the slot's confirmed LSN: Postgres did not answer"),
