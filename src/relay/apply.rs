@@ -36,7 +36,7 @@ const ROUTE_CACHE_LIMIT: usize = 10_000;
 
 /// How soon a moved confirmation is reported: often enough that a crash
 /// re-delivers little, rarely enough to cost the walsender nothing.
-const PROMPT_CONFIRM: Duration = Duration::from_millis(50);
+const PROMPT_CONFIRM: Duration = Duration::from_millis(20);
 
 /// What a session opened, handed to the apply loop.
 pub struct SessionParts {
