@@ -112,6 +112,15 @@ impl Relay {
         }
     }
 
+    /// Waits for walrelay to stop with a failure, and returns its log.
+    pub fn wait_for_failure(&mut self, timeout: Duration) -> String {
+        let status = self
+            .wait(timeout)
+            .unwrap_or_else(|| panic!("walrelay went on; log:\n{}", self.log()));
+        assert!(!status.success(), "walrelay exited 0; log:\n{}", self.log());
+        self.log()
+    }
+
     /// GET a path of the metrics endpoint: (status code, body).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
