@@ -1,21 +1,5 @@
-//! walrelay: publishes a Postgres transactional outbox to Kafka through a
-//! pgoutput logical replication slot, confirming each commit only after
-//! Kafka has acknowledged its events.
-
-mod check;
-mod checkpoint;
-mod completions;
-mod config;
-mod error;
-mod kafka;
-mod logging;
-mod metrics;
-mod migrate;
-mod outbox;
-mod postgres;
-mod relay;
-mod status;
-mod watchdog;
+//! The walrelay command: parses the flags, sets up logging and the async
+//! runtime, and runs one subcommand. Everything else lives in the library.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -24,7 +8,8 @@ use clap::Parser;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use config::{Cli, Command};
+use walrelay::config::{Cli, Command};
+use walrelay::{check, completions, logging, migrate, relay, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,0 +1,22 @@
+//! walrelay: publishes a Postgres transactional outbox to Kafka through a
+//! pgoutput logical replication slot, confirming each commit only after
+//! Kafka has acknowledged its events.
+//!
+//! The binary (`src/main.rs`) only parses flags and picks a command; the
+//! library holds everything else, so the apply path can be tested without a
+//! broker (see `relay` and `sink`).
+
+pub mod check;
+pub mod checkpoint;
+pub mod completions;
+pub mod config;
+pub mod error;
+pub mod kafka;
+pub mod logging;
+pub mod metrics;
+pub mod migrate;
+pub mod outbox;
+pub mod postgres;
+pub mod relay;
+pub mod status;
+pub mod watchdog;
