@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod checkpoint;
+pub mod clock;
 pub mod completions;
 pub mod config;
 pub mod error;

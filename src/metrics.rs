@@ -10,14 +10,11 @@ use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
-use rdkafka::error::KafkaError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
 use crate::error::{Error, Result};
-use crate::kafka::error_reason;
-use crate::kafka::producer::unix_now_us;
 
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
@@ -315,15 +312,14 @@ impl Metrics {
     pub fn record_delivery(&self, topic: &str, commit_time_us: i64) {
         self.0.events_published.with_label_values(&[topic]).inc();
         self.0.acked.fetch_add(1, Ordering::Relaxed);
-        let latency_us = (unix_now_us() - commit_time_us).max(0);
-        self.0.delivery_latency.observe(latency_us as f64 / 1e6);
+        self.0
+            .delivery_latency
+            .observe(crate::clock::since_unix_us(commit_time_us).as_secs_f64());
     }
 
-    pub fn record_publish_error(&self, error: &KafkaError) {
-        self.0
-            .publish_errors
-            .with_label_values(&[&error_reason(error)])
-            .inc();
+    /// A refused delivery, by the sink's short stable reason.
+    pub fn record_publish_error(&self, reason: &str) {
+        self.0.publish_errors.with_label_values(&[reason]).inc();
     }
 
     pub fn record_dead_letter(&self) {

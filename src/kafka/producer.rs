@@ -3,8 +3,6 @@
 //! once; delivery reports come back on a channel, tagged with the
 //! transaction they belong to.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -112,7 +110,7 @@ impl ProducerContext for DeliveryContext {
                 Ok(())
             }
             Err((error, message)) => {
-                self.metrics.record_publish_error(error);
+                self.metrics.record_publish_error(&super::error_reason(error));
                 let header = |name: &str| {
                     message.headers().and_then(|h| {
                         h.iter()
@@ -310,12 +308,4 @@ impl Producer {
         }
         config
     }
-}
-
-/// Microseconds since the Unix epoch, for events whose commit time is unknown.
-pub fn unix_now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_micros() as i64
 }

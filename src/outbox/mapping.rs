@@ -11,7 +11,7 @@ use super::expansion::{expand, Behaviour};
 use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
-use crate::config::TableName;
+use crate::postgres::names::TableName;
 use crate::error::Error;
 use crate::postgres::pgoutput::{Datum, Relation, Tuple};
 

@@ -2,7 +2,6 @@
 //! `replication=database` connection, the XLogData/keepalive framing inside
 //! CopyBoth, and the standby status updates that move the slot.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use postgres_protocol::message::backend::Message;
@@ -12,9 +11,6 @@ pub use super::names::{quote_ident, quote_literal};
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
 use super::PgTarget;
 use crate::error::{Error, Result};
-
-/// Seconds between the Unix epoch and the Postgres epoch (2000-01-01).
-pub const PG_EPOCH_OFFSET_SECS: u64 = 946_684_800;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicationMessage {
@@ -132,7 +128,7 @@ impl StatusSender {
         self.buf.put_u64(received.max(confirmed).0);
         self.buf.put_u64(confirmed.0);
         self.buf.put_u64(confirmed.0);
-        self.buf.put_i64(pg_now_micros());
+        self.buf.put_i64(crate::clock::pg_now_us());
         self.buf.put_u8(u8::from(reply_requested));
         self.writer.queue_copy_data(&self.buf)?;
         self.writer.flush().await
@@ -172,12 +168,6 @@ pub async fn start(
     ))
 }
 
-fn pg_now_micros() -> i64 {
-    let since_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    since_unix.as_micros() as i64 - (PG_EPOCH_OFFSET_SECS as i64) * 1_000_000
-}
 
 #[cfg(test)]
 mod tests {

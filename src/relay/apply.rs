@@ -15,7 +15,8 @@ use tracing::{error, info, warn};
 use crate::checkpoint::{Checkpoint, TxnSeq};
 use crate::config::{OnUpdate, Source};
 use crate::error::{Error, Result};
-use crate::kafka::producer::{unix_now_us, Delivery, Outgoing, Producer, SendError};
+use crate::clock;
+use crate::kafka::producer::{Delivery, Outgoing, Producer, SendError};
 use crate::kafka::topics::{TopicInfo, TopicManager};
 use crate::kafka::{classify, Rejection};
 use crate::metrics::{Metrics, Stage};
@@ -25,7 +26,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
 use crate::postgres::publication::{RelationResolver, RelationRole};
 use crate::postgres::replication::{
-    ReplicationMessage, ReplicationStream, StatusSender, PG_EPOCH_OFFSET_SECS,
+    ReplicationMessage, ReplicationStream, StatusSender,
 };
 
 use super::poison::{configuration_error, Poisoned};
@@ -210,12 +211,9 @@ impl<'a> ApplyLoop<'a> {
                     return Err(protocol("BEGIN inside an open transaction"));
                 }
                 let seq = self.checkpoint.begin();
-                let commit_time_us = pg_to_unix_us(begin.commit_time);
-                let since_commit = unix_now_us().saturating_sub(commit_time_us).max(0);
-                self.metrics.observe_stage(
-                    Stage::CommitToReceived,
-                    Duration::from_micros(since_commit as u64),
-                );
+                let commit_time_us = clock::pg_to_unix_us(begin.commit_time);
+                self.metrics
+                    .observe_stage(Stage::CommitToReceived, clock::since_unix_us(commit_time_us));
                 self.metrics
                     .set_pending_transactions(self.checkpoint.pending());
                 self.open_txn = Some(OpenTxn {
@@ -615,8 +613,4 @@ pub(super) fn text(value: Option<&Bytes>) -> String {
 
 fn protocol(what: &str) -> Error {
     Error::transient(format!("unexpected replication stream: {what}"))
-}
-
-fn pg_to_unix_us(pg_us: i64) -> i64 {
-    pg_us + (PG_EPOCH_OFFSET_SECS as i64) * 1_000_000
 }
