@@ -19,5 +19,6 @@ pub mod migrate;
 pub mod outbox;
 pub mod postgres;
 pub mod relay;
+pub mod sink;
 pub mod status;
 pub mod watchdog;

@@ -17,8 +17,6 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::config::Command;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -53,52 +51,6 @@ pub fn init(format: LogFormat, secrets: Vec<String>) {
             })
             .init(),
     }
-}
-
-/// The secrets a command line carries: the Postgres password (as typed and
-/// decoded) and the values of librdkafka properties that hold credentials.
-pub fn secrets_of(command: &Command) -> Vec<String> {
-    let (pg_url, properties): (Option<&str>, &[(String, String)]) = match command {
-        Command::Run(args) => (Some(&args.conn.pg_url), &args.kafka_properties),
-        Command::Check(args) => (Some(&args.run.conn.pg_url), &args.run.kafka_properties),
-        Command::Status(args) => (Some(&args.conn.pg_url), &[]),
-        Command::MigrateFromDebezium { .. } | Command::Completions { .. } | Command::Man { .. } => {
-            (None, &[])
-        }
-    };
-    let mut secrets = Vec::new();
-    if let Some(url) = pg_url {
-        secrets.extend(pg_passwords(url));
-    }
-    for (key, value) in properties {
-        let key = key.to_ascii_lowercase();
-        if ["password", "secret", "jaas", "token", "pem", "credentials"]
-            .iter()
-            .any(|word| key.contains(word))
-        {
-            secrets.push(value.clone());
-        }
-    }
-    secrets
-}
-
-fn pg_passwords(url: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    if let Ok(config) = url.parse::<tokio_postgres::Config>() {
-        if let Some(password) = config.get_password() {
-            found.push(String::from_utf8_lossy(password).into_owned());
-        }
-    }
-    // The percent-encoded form, as it appears in the URL itself.
-    if let Some(rest) = url.split_once("://").map(|(_, rest)| rest) {
-        let authority = rest.split(['/', '?']).next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                found.push(password.to_string());
-            }
-        }
-    }
-    found
 }
 
 /// Replaces each secret, in its raw and its JSON-escaped spelling.
@@ -304,50 +256,6 @@ impl Visit for JsonVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    fn secrets(argv: &[&str]) -> Vec<String> {
-        let cli = crate::config::Cli::try_parse_from(argv).unwrap();
-        secrets_of(&cli.command)
-    }
-
-    #[test]
-    fn the_postgres_password_is_a_secret_in_both_spellings() {
-        let found = secrets(&[
-            "walrelay",
-            "run",
-            "--pg-url",
-            "postgres://u:p%40ss-word@h:5432/db",
-            "--kafka-brokers",
-            "k:9092",
-        ]);
-        assert!(found.contains(&"p@ss-word".to_string()), "{found:?}");
-        assert!(found.contains(&"p%40ss-word".to_string()), "{found:?}");
-    }
-
-    #[test]
-    fn credential_properties_are_secrets_and_others_are_not() {
-        let found = secrets(&[
-            "walrelay",
-            "status",
-            "--pg-url",
-            "host=h password=kv-secret dbname=db",
-        ]);
-        assert_eq!(found, vec!["kv-secret".to_string()]);
-        let found = secrets(&[
-            "walrelay",
-            "run",
-            "--pg-url",
-            "postgres://u@h/db",
-            "--kafka-brokers",
-            "k:9092",
-            "-X",
-            "sasl.password=kafka-secret",
-            "-X",
-            "linger.ms=50",
-        ]);
-        assert_eq!(found, vec!["kafka-secret".to_string()]);
-    }
 
     #[test]
     fn json_lines_carry_span_fields_and_rename_reserved_event_fields() {

@@ -13,7 +13,7 @@ use walrelay::{check, completions, logging, migrate, relay, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format, logging::secrets_of(&cli.command));
+    logging::init(cli.log_format, cli.command.secrets());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -14,21 +14,13 @@ use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 
 use super::Check;
-use crate::config::{OnPoison, RunArgs};
-use crate::kafka::producer::Producer;
-use crate::outbox::routing::Router;
+use crate::config::{OnPoison, Settings};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// walrelay's own default for message.max.bytes (see kafka::producer).
-const DEFAULT_MESSAGE_MAX_BYTES: i64 = 1_048_588;
 
-pub async fn checks(args: &RunArgs) -> Vec<Check> {
+pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
-    let mut config = Producer::client_config(
-        &args.kafka_brokers,
-        &args.kafka_properties,
-        args.dead_letter_max_message_bytes,
-    );
+    let mut config = settings.kafka.clone();
     // A metadata request for a topic must never create it.
     config.set("allow.auto.create.topics", "false");
     let admin: AdminClient<DefaultClientContext> = match config.create() {
@@ -59,7 +51,7 @@ pub async fn checks(args: &RunArgs) -> Vec<Check> {
                 "kafka.brokers",
                 format!(
                     "no metadata from {} within {TIMEOUT:?}: {reason}",
-                    args.kafka_brokers
+                    settings.kafka_brokers
                 ),
                 "check --kafka-brokers, the network path, and -X security.protocol / sasl.* / \
                  ssl.* against the listener's settings",
@@ -90,10 +82,10 @@ pub async fn checks(args: &RunArgs) -> Vec<Check> {
         ),
     ));
 
-    let probe = probe_topic(args);
+    let probe = probe_topic(settings);
     let (describe, probe_existed) = describe_topics(&admin, &probe).await;
     out.push(describe);
-    let mut create = create_topics(&admin, &probe, args).await;
+    let mut create = create_topics(&admin, &probe, settings).await;
     if !probe_existed && create.status == super::Status::Pass {
         undo_ignored_validate_only(&admin, &probe, &mut create).await;
     }
@@ -110,16 +102,16 @@ pub async fn checks(args: &RunArgs) -> Vec<Check> {
                 )
             }),
     );
-    out.push(topics(&admin, &metadata, args).await);
+    out.push(topics(&admin, &metadata, settings).await);
     out
 }
 
 /// A topic name walrelay's routing could produce, so ACLs on its prefix apply.
-fn probe_topic(args: &RunArgs) -> String {
-    Router::new(&args.topic_regex, &args.topic_replacement)
-        .ok()
-        .and_then(|r| r.topic("WalrelayCheck").ok())
-        .unwrap_or_else(|| "walrelay.check".into())
+fn probe_topic(settings: &Settings) -> String {
+    settings
+        .router
+        .topic("WalrelayCheck")
+        .unwrap_or_else(|_| "walrelay.check".into())
 }
 
 /// Describing a missing topic is answered with "unknown topic" when allowed
@@ -221,12 +213,13 @@ fn code_to_resp(code: RDKafkaErrorCode) -> RDKafkaRespErr {
 async fn create_topics(
     admin: &AdminClient<DefaultClientContext>,
     probe: &str,
-    args: &RunArgs,
+    settings: &Settings,
 ) -> Check {
+    let policy = &settings.topics;
     let topic = NewTopic::new(
         probe,
-        args.topic_partitions,
-        TopicReplication::Fixed(args.topic_replication_factor.unwrap_or(-1)),
+        policy.partitions,
+        TopicReplication::Fixed(policy.replication_factor.unwrap_or(-1)),
     );
     let options = AdminOptions::new()
         .validate_only(true)
@@ -235,8 +228,9 @@ async fn create_topics(
     let results = admin.create_topics([&topic], &options).await;
     let detail = format!(
         "may create topics ({probe}: {} partitions, replication factor {}, validated only)",
-        args.topic_partitions,
-        args.topic_replication_factor
+        policy.partitions,
+        policy
+            .replication_factor
             .map_or("the broker's default".to_string(), |r| r.to_string())
     );
     match results.as_deref() {
@@ -363,15 +357,17 @@ fn idempotent_write(config: &ClientConfig) -> Check {
 async fn topics(
     admin: &AdminClient<DefaultClientContext>,
     metadata: &Metadata,
-    args: &RunArgs,
+    settings: &Settings,
 ) -> Check {
-    let pattern = route_pattern(&args.topic_replacement);
+    let replacement = settings.router.replacement();
+    let pattern = route_pattern(replacement);
     let mut names: Vec<(String, usize)> = metadata
         .topics()
         .iter()
         .filter(|t| {
             pattern.is_match(t.name())
-                || (args.on_poison == OnPoison::DeadLetter && t.name() == args.dead_letter_topic)
+                || (settings.on_poison == OnPoison::DeadLetter
+                    && t.name() == settings.dead_letter_topic())
         })
         .map(|t| (t.name().to_string(), t.partitions().len()))
         .collect();
@@ -381,17 +377,11 @@ async fn topics(
             "kafka.topics",
             format!(
                 "no topic matching {} exists yet; walrelay creates them with {} partitions",
-                args.topic_replacement, args.topic_partitions
+                replacement, settings.topics.partitions
             ),
         );
     }
-    let limit = args
-        .kafka_properties
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "message.max.bytes")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES);
+    let limit = settings.event_max_bytes as i64;
     let specifiers: Vec<ResourceSpecifier<'_>> = names
         .iter()
         .map(|(n, _)| ResourceSpecifier::Topic(n))

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::config::CheckArgs;
+use crate::config::{CheckArgs, Settings};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,9 +95,9 @@ impl Check {
 
 /// Runs every check, prints the list, and fails when any check failed.
 pub async fn run(args: CheckArgs) -> Result<()> {
-    let pg = args.run.validate()?;
-    let mut checks = postgres::checks(&args.run, &pg).await;
-    checks.extend(kafka::checks(&args.run).await);
+    let settings = Settings::from_args(&args.run)?;
+    let mut checks = postgres::checks(&settings).await;
+    checks.extend(kafka::checks(&settings).await);
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if args.json {
         let doc = json!({

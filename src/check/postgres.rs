@@ -5,10 +5,10 @@
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::config::{RunArgs, Source};
+use crate::config::{Settings, Source};
 use crate::postgres::names::quote_ident;
 use crate::postgres::publication::{self, Binding};
-use crate::postgres::{describe_target, setup, slot, PgTarget};
+use crate::postgres::{describe_target, setup, slot};
 use crate::watchdog::human_bytes;
 
 /// What the catalog says about the outbox table.
@@ -19,7 +19,8 @@ struct TableInfo {
     owned: bool,
 }
 
-pub async fn checks(args: &RunArgs, pg: &PgTarget) -> Vec<Check> {
+pub async fn checks(settings: &Settings) -> Vec<Check> {
+    let pg = &settings.pg;
     let mut out = Vec::new();
     let client = match setup::connect(pg).await {
         Ok(client) => {
@@ -39,7 +40,7 @@ pub async fn checks(args: &RunArgs, pg: &PgTarget) -> Vec<Check> {
             return out;
         }
     };
-    match Probe::new(&client, args).await {
+    match Probe::new(&client, settings).await {
         Ok(probe) => probe.run(&mut out).await,
         Err(e) => out.push(Check::fail(
             "postgres.catalog",
@@ -52,14 +53,14 @@ pub async fn checks(args: &RunArgs, pg: &PgTarget) -> Vec<Check> {
 
 struct Probe<'a> {
     client: &'a Client,
-    args: &'a RunArgs,
+    settings: &'a Settings,
     version: i32,
     user: String,
     database: String,
 }
 
 impl<'a> Probe<'a> {
-    async fn new(client: &'a Client, args: &'a RunArgs) -> Result<Self, tokio_postgres::Error> {
+    async fn new(client: &'a Client, settings: &'a Settings) -> Result<Self, tokio_postgres::Error> {
         let row = client
             .query_one(
                 "SELECT current_setting('server_version_num')::int, current_user::text, \
@@ -69,7 +70,7 @@ impl<'a> Probe<'a> {
             .await?;
         Ok(Probe {
             client,
-            args,
+            settings,
             version: row.get(0),
             user: row.get(1),
             database: row.get(2),
@@ -87,14 +88,14 @@ impl<'a> Probe<'a> {
         out.push(self.or_fail("postgres.role", self.role().await));
 
         let binding =
-            publication::inspect(self.client, &self.args.conn.publication, &self.args.table).await;
-        match self.args.source {
+            publication::inspect(self.client, &self.settings.publication, &self.settings.table).await;
+        match self.settings.source {
             Source::Table => {
                 out.push(
                     match setup::check_table(
                         self.client,
-                        &self.args.table,
-                        &self.args.mapping().column_names(),
+                        &self.settings.table,
+                        &self.settings.mapping.column_names(),
                     )
                     .await
                     {
@@ -102,8 +103,8 @@ impl<'a> Probe<'a> {
                             "postgres.table",
                             format!(
                                 "{} has the mapped columns {}",
-                                self.args.table,
-                                self.args.mapping().column_names().join(", ")
+                                self.settings.table,
+                                self.settings.mapping.column_names().join(", ")
                             ),
                         ),
                         Err(e) => Check::from_error("postgres.table", &e),
@@ -166,7 +167,7 @@ impl<'a> Probe<'a> {
     }
 
     fn slot_name(&self) -> &str {
-        &self.args.conn.slot
+        &self.settings.slot
     }
 
     async fn slots(&self) -> Result<Check, tokio_postgres::Error> {
@@ -315,7 +316,7 @@ impl<'a> Probe<'a> {
                  FROM pg_catalog.pg_class c \
                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
-                &[&self.args.table.schema, &self.args.table.name],
+                &[&self.settings.table.schema, &self.settings.table.name],
             )
             .await?;
         Ok(row.map(|r| TableInfo {
@@ -329,15 +330,15 @@ impl<'a> Probe<'a> {
         if table.can_select {
             Check::pass(
                 "postgres.table_select",
-                format!("role {} may SELECT from {}", self.user, self.args.table),
+                format!("role {} may SELECT from {}", self.user, self.settings.table),
             )
         } else {
             Check::fail(
                 "postgres.table_select",
-                format!("role {} may not SELECT from {}", self.user, self.args.table),
+                format!("role {} may not SELECT from {}", self.user, self.settings.table),
                 format!(
                     "as the table's owner: GRANT SELECT ON {} TO {};",
-                    self.args.table.quoted(),
+                    self.settings.table.quoted(),
                     quote_ident(&self.user)
                 ),
             )
@@ -345,7 +346,7 @@ impl<'a> Probe<'a> {
     }
 
     fn publication_check(&self, table: Option<&TableInfo>, binding: &Binding) -> Check {
-        let name = &self.args.conn.publication;
+        let name = &self.settings.publication;
         if binding.publication.is_none() {
             // `run` creates it; that needs the table's owner (or, without a
             // table, CREATE on the database).
@@ -360,13 +361,13 @@ impl<'a> Probe<'a> {
                     format!(
                         "publication {name:?} is absent and role {} cannot create it: it does \
                          not own {}",
-                        self.user, self.args.table
+                        self.user, self.settings.table
                     ),
                     format!(
                         "as the table's owner: CREATE PUBLICATION {} FOR TABLE {} WITH \
                          (publish = 'insert'{});",
                         quote_ident(name),
-                        self.args.table.quoted(),
+                        self.settings.table.quoted(),
                         if table.is_some_and(|t| t.partitioned) {
                             ", publish_via_partition_root = true"
                         } else {
@@ -383,7 +384,7 @@ impl<'a> Probe<'a> {
             );
         }
         // The same reading of the catalog that run and the watchdog judge.
-        match binding.problem(name, &self.args.table, None) {
+        match binding.problem(name, &self.settings.table, None) {
             Some(problem) => Check {
                 name: "postgres.publication",
                 status: super::Status::Fail,
@@ -394,7 +395,7 @@ impl<'a> Probe<'a> {
                 "postgres.publication",
                 format!(
                     "publication {name:?} publishes inserts into {}",
-                    self.args.table
+                    self.settings.table
                 ),
             ),
         }
@@ -404,16 +405,16 @@ impl<'a> Probe<'a> {
         if !table.partitioned {
             return Check::pass(
                 "postgres.partitioning",
-                format!("{} is not partitioned", self.args.table),
+                format!("{} is not partitioned", self.settings.table),
             );
         }
-        let name = &self.args.conn.publication;
+        let name = &self.settings.publication;
         if self.version < 130000 {
             return Check::fail(
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned, and PostgreSQL before 13 cannot publish it through its root",
-                    self.args.table
+                    self.settings.table
                 ),
                 "upgrade to PostgreSQL 13 or later, or use a plain outbox table",
             );
@@ -424,14 +425,14 @@ impl<'a> Probe<'a> {
                 format!(
                     "{} is partitioned; walrelay run creates publication {name:?} with \
                      publish_via_partition_root = true",
-                    self.args.table
+                    self.settings.table
                 ),
             ),
             Some(p) if p.via_root => Check::pass(
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned and publication {name:?} publishes via the partition root",
-                    self.args.table
+                    self.settings.table
                 ),
             ),
             Some(_) => Check::fail(
@@ -439,7 +440,7 @@ impl<'a> Probe<'a> {
                 format!(
                     "{} is partitioned but publication {name:?} publishes its partitions under \
                      their own names, so a partition attached later could be missed",
-                    self.args.table
+                    self.settings.table
                 ),
                 format!(
                     "ALTER PUBLICATION {} SET (publish_via_partition_root = true);",

@@ -1,39 +1,30 @@
-//! Everything that talks to Kafka: the idempotent producer with its delivery
-//! reports, and topic creation through the admin API.
+//! Everything that talks to Kafka: the client configuration, the sink (an
+//! idempotent producer with its delivery reports), and topic creation
+//! through the admin API.
 
+pub mod client;
 pub mod producer;
 pub mod topics;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-/// What a refusal by Kafka (or by librdkafka before sending) means for walrelay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejection {
-    /// The record itself is the problem: no retry can fix it, so it goes to
-    /// the poison policy.
-    Poison,
-    /// Configuration or permissions: every record would fail the same way, so
-    /// walrelay halts even under `--on-poison dead-letter`.
-    Configuration,
-    /// Worth another attempt: the session starts over from the slot.
-    Retriable,
-}
+use crate::sink::{Refusal, Rejection};
 
 /// Sorts a produce or delivery error. An unknown topic is retriable: the next
 /// session creates it again (or, without topic creation, finds it missing).
-pub fn classify(error: &KafkaError) -> Rejection {
+/// `partition` is the one the record asked for, if any.
+pub fn classify(error: &KafkaError, partition: Option<i32>) -> Rejection {
     use RDKafkaErrorCode::*;
     match error.rdkafka_error_code() {
+        // librdkafka's local error for a partition beyond the topic's count,
+        // at send time or, before it knew the topic, in the delivery report.
+        Some(UnknownPartition) => match partition {
+            Some(partition) => Rejection::UnknownPartition(partition),
+            None => Rejection::Poison,
+        },
         Some(
-            MessageSizeTooLarge
-            | InvalidMessageSize
-            | InvalidRecord
-            | InvalidTopic
-            | MessageBatchTooLarge
-            | InvalidTimestamp
-            // librdkafka's local error for a partition beyond the topic's count,
-            // at send time or, before it knew the topic, in the delivery report.
-            | UnknownPartition,
+            MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidTopic
+            | MessageBatchTooLarge | InvalidTimestamp,
         ) => Rejection::Poison,
         Some(
             TopicAuthorizationFailed
@@ -44,6 +35,14 @@ pub fn classify(error: &KafkaError) -> Rejection {
             | InvalidRequiredAcks,
         ) => Rejection::Configuration,
         _ => Rejection::Retriable,
+    }
+}
+
+/// A Kafka error as the sink's refusal.
+pub fn refusal(error: &KafkaError, partition: Option<i32>) -> Refusal {
+    Refusal {
+        rejection: classify(error, partition),
+        message: error.to_string(),
     }
 }
 
@@ -67,14 +66,22 @@ mod tests {
             RDKafkaErrorCode::UnknownPartition,
             RDKafkaErrorCode::MessageSizeTooLarge,
         ] {
-            assert_eq!(classify(&delivery(code)), Rejection::Poison, "{code:?}");
+            assert_eq!(
+                classify(&delivery(code), None),
+                Rejection::Poison,
+                "{code:?}"
+            );
         }
+        assert_eq!(
+            classify(&delivery(RDKafkaErrorCode::UnknownPartition), Some(7)),
+            Rejection::UnknownPartition(7)
+        );
         for code in [
             RDKafkaErrorCode::TopicAuthorizationFailed,
             RDKafkaErrorCode::ClusterAuthorizationFailed,
         ] {
             assert_eq!(
-                classify(&delivery(code)),
+                classify(&delivery(code), None),
                 Rejection::Configuration,
                 "{code:?}"
             );
@@ -84,7 +91,11 @@ mod tests {
             RDKafkaErrorCode::NotEnoughReplicas,
             RDKafkaErrorCode::UnknownTopic,
         ] {
-            assert_eq!(classify(&delivery(code)), Rejection::Retriable, "{code:?}");
+            assert_eq!(
+                classify(&delivery(code), None),
+                Rejection::Retriable,
+                "{code:?}"
+            );
         }
     }
 }

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::sink::{TopicAccess, TopicInfo};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A topic found missing is looked up again after this long, so one created
@@ -25,10 +26,6 @@ const MISSING_TTL: Duration = Duration::from_secs(30);
 const MINUTE: Duration = Duration::from_secs(60);
 /// Reading a topic's configuration is an optional check: do not wait long.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
-/// for length, timestamp and offset deltas, key and value lengths).
-const RECORD_OVERHEAD: usize = 61 + 40;
 
 /// The operator's rules for topics, shared by every session.
 pub struct TopicPolicy {
@@ -102,26 +99,6 @@ impl TopicPolicy {
     }
 }
 
-/// What walrelay knows of a topic it may produce to.
-#[derive(Debug, Clone, Copy)]
-pub struct TopicInfo {
-    /// The topic's `max.message.bytes`, when the broker tells it.
-    pub max_message_bytes: Option<usize>,
-}
-
-impl TopicInfo {
-    /// Why a record of this size cannot go to `topic`, if it cannot.
-    pub fn refuse_size(&self, topic: &str, record_bytes: usize) -> Option<String> {
-        let limit = self.max_message_bytes?;
-        (record_bytes + RECORD_OVERHEAD > limit).then(|| {
-            format!(
-                "the record is {record_bytes} bytes, over max.message.bytes ({limit}) of topic \
-                 {topic}"
-            )
-        })
-    }
-}
-
 /// Topics for one session: per session, so a topic deleted under a running
 /// relay is created (or found missing) again.
 pub struct TopicManager<'a> {
@@ -133,9 +110,6 @@ pub struct TopicManager<'a> {
     /// The broker did not answer DescribeConfigs: do not ask again this session.
     cannot_describe: bool,
 }
-
-/// The outcome for a routed topic: usable, or why the event is poison.
-pub type Placement = std::result::Result<TopicInfo, String>;
 
 impl<'a> TopicManager<'a> {
     pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
@@ -158,14 +132,14 @@ impl<'a> TopicManager<'a> {
     }
 
     /// Makes sure a routed topic may be used and exists. Cheap after the first
-    /// call for a topic. The inner error is why the event is poison.
-    pub async fn ensure(&mut self, topic: &str) -> Result<Placement> {
+    /// call for a topic.
+    pub async fn ensure(&mut self, topic: &str) -> Result<TopicAccess> {
         if let Some(info) = self.known.get(topic) {
-            return Ok(Ok(*info));
+            return Ok(TopicAccess::Open(*info));
         }
         if let Some(allow) = &self.policy.allow {
             if !allow.is_match(topic) {
-                return Ok(Err(format!(
+                return Ok(TopicAccess::Closed(format!(
                     "topic {topic} does not match --topic-allow-regex {:?}",
                     allow.as_str()
                 )));
@@ -173,23 +147,23 @@ impl<'a> TopicManager<'a> {
         }
         if let Some(since) = self.missing.get(topic) {
             if since.elapsed() < MISSING_TTL {
-                return Ok(Err(missing_reason(topic)));
+                return Ok(TopicAccess::Closed(missing_reason(topic)));
             }
         }
         if self.partition_count(topic).await?.is_none() {
             if !self.policy.create {
                 self.missing.insert(topic.to_string(), Instant::now());
-                return Ok(Err(missing_reason(topic)));
+                return Ok(TopicAccess::Closed(missing_reason(topic)));
             }
             if let Err(reason) = self.policy.take_creation(topic) {
-                return Ok(Err(reason));
+                return Ok(TopicAccess::Closed(reason));
             }
             self.create(topic, &[]).await?;
         }
         self.missing.remove(topic);
         let info = self.describe(topic).await;
         self.known.insert(topic.to_string(), info);
-        Ok(Ok(info))
+        Ok(TopicAccess::Open(info))
     }
 
     /// The dead-letter topic, created with room for large events. Exempt from
@@ -214,8 +188,8 @@ impl<'a> TopicManager<'a> {
         // Unknown (the broker does not say): assume the limit walrelay
         // creates it with, so a copy is refused here rather than lost later.
         if self.policy.check_sizes {
-            info.max_message_bytes = info
-                .max_message_bytes
+            info.max_record_bytes = info
+                .max_record_bytes
                 .or(Some(self.policy.dead_letter_max_message_bytes));
         }
         self.known.insert(topic, info);
@@ -307,7 +281,7 @@ impl<'a> TopicManager<'a> {
     /// (then only the broker's verdict at produce time counts).
     async fn describe(&mut self, topic: &str) -> TopicInfo {
         let unknown = TopicInfo {
-            max_message_bytes: None,
+            max_record_bytes: None,
         };
         if !self.policy.check_sizes || self.cannot_describe {
             return unknown;
@@ -338,7 +312,7 @@ impl<'a> TopicManager<'a> {
                 .ok()
         });
         TopicInfo {
-            max_message_bytes: limit,
+            max_record_bytes: limit,
         }
     }
 }
@@ -371,22 +345,5 @@ mod tests {
         }
         assert!(p.take_creation("c").is_ok());
         assert!(policy(0).take_creation("x").is_ok());
-    }
-
-    #[test]
-    fn a_record_over_the_topic_limit_is_refused_with_both_sizes() {
-        let info = TopicInfo {
-            max_message_bytes: Some(1000),
-        };
-        assert!(info.refuse_size("t", 800).is_none());
-        let why = info.refuse_size("t", 1000).unwrap();
-        assert!(
-            why.contains("1000 bytes") && why.contains("(1000)"),
-            "{why}"
-        );
-        let unknown = TopicInfo {
-            max_message_bytes: None,
-        };
-        assert!(unknown.refuse_size("t", usize::MAX / 2).is_none());
     }
 }

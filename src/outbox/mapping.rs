@@ -3,6 +3,8 @@
 //! message, never by position, so column order and added columns do not
 //! matter.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
@@ -11,9 +13,10 @@ use super::expansion::{expand, Behaviour};
 use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
-use crate::postgres::names::TableName;
 use crate::error::Error;
+use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{Datum, Relation, Tuple};
+use crate::sink::{Header, Record};
 
 /// Which columns make an event, and how (the `--field-*` flags).
 #[derive(Debug, Clone)]
@@ -105,20 +108,42 @@ pub struct OutboxSchema {
 /// One outbox event, sharing memory with the replication message it came from.
 #[derive(Debug, Clone, Default)]
 pub struct OutboxEvent {
+    /// The event id, also the `id` header.
     pub id: Option<Bytes>,
     pub key: Option<Bytes>,
-    pub event_type: Option<Bytes>,
     /// The Kafka value: the payload, an envelope around it, or None (a tombstone).
     pub payload: Option<Bytes>,
     pub route_value: Option<Bytes>,
-    /// Extra headers from `column:header` placements.
-    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Every header, in order: `id`, `event_type` (when there is one), then
+    /// those of `column:header` placements.
+    pub headers: Vec<Header>,
     pub partition: Option<i32>,
     /// From `--field-timestamp`; the commit time otherwise.
     pub timestamp_ms: Option<i64>,
 }
 
 impl OutboxEvent {
+    /// The record for this event in `topic`; `commit_time_ms` stamps it
+    /// unless a timestamp column did.
+    pub fn record<'a>(&'a self, topic: &'a str, commit_time_ms: i64) -> Record<'a> {
+        Record {
+            topic,
+            key: self.key.as_deref(),
+            value: self.payload.as_deref(),
+            headers: &self.headers,
+            partition: self.partition,
+            timestamp_ms: self.timestamp_ms.unwrap_or(commit_time_ms),
+        }
+    }
+
+    /// The value of the first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
     /// The event id for messages and logs.
     pub fn id_text(&self) -> String {
         match &self.id {
@@ -221,9 +246,15 @@ impl OutboxSchema {
             };
         }
         event.id = read!(self.id);
+        event.headers.push((Cow::Borrowed("id"), event.id.clone()));
         event.key = read!(self.key);
         if let Some(col) = self.event_type {
-            event.event_type = read!(col);
+            // A NULL type sends no header at all, not a null one.
+            if let Some(event_type) = read!(col) {
+                event
+                    .headers
+                    .push((Cow::Borrowed("event_type"), Some(event_type)));
+            }
         }
         event.route_value = read!(self.route_by);
         let mut payload = read!(self.payload);
@@ -266,12 +297,13 @@ impl OutboxSchema {
                 Target::Header(name)
                     if is_text(col.type_oid) && col.type_oid != placement::oid::BYTEA =>
                 {
-                    event.headers.push((name.clone(), value))
+                    event.headers.push((Cow::Owned(name.clone()), value))
                 }
                 Target::Header(name) => match typed() {
-                    Ok(typed) => event
-                        .headers
-                        .push((name.clone(), typed.header_text().map(Bytes::from))),
+                    Ok(typed) => event.headers.push((
+                        Cow::Owned(name.clone()),
+                        typed.header_text().map(Bytes::from),
+                    )),
                     Err(reason) => return Err(fail(event, reason)),
                 },
                 Target::Envelope(alias) => match typed() {
@@ -600,7 +632,7 @@ mod tests {
     #[test]
     fn without_an_event_type_column_the_event_has_no_type() {
         let event = debezium(|_| {}).event(row(Some("{}"))).unwrap();
-        assert_eq!(event.event_type, None);
+        assert_eq!(event.header("event_type"), None);
         assert_eq!(event.key.as_deref(), Some(&b"1"[..]));
     }
 

@@ -3,6 +3,7 @@
 //! document `{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}`.
 //! The payload's JSON text is passed through byte for byte.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use bytes::Bytes;
@@ -36,10 +37,15 @@ pub fn event_from_message(content: &[u8], route_by: &str) -> Result<OutboxEvent,
         ))
     })?;
     let field = |name: &str| doc.get(name).copied();
+    let id = scalar(field("id"));
+    let mut headers = vec![(Cow::Borrowed("id"), id.clone())];
+    if let Some(event_type) = scalar(field("event_type")) {
+        headers.push((Cow::Borrowed("event_type"), Some(event_type)));
+    }
     let event = OutboxEvent {
-        id: scalar(field("id")),
+        id,
         key: scalar(field("aggregate_id")),
-        event_type: scalar(field("event_type")),
+        headers,
         route_value: scalar(field(route_by)),
         payload: field("payload")
             .map(|p| p.get())

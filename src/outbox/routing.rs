@@ -32,6 +32,8 @@ pub struct Router {
     /// For `replaceFirst()`: the first match, which may be shorter than the value.
     first: Regex,
     template: Vec<Piece>,
+    /// The replacement as given, for messages and `walrelay check`.
+    replacement: String,
 }
 
 impl Router {
@@ -46,7 +48,13 @@ impl Router {
             whole,
             first,
             template,
+            replacement: replacement.to_string(),
         })
+    }
+
+    /// The replacement as given (`--topic-replacement`).
+    pub fn replacement(&self) -> &str {
+        &self.replacement
     }
 
     /// The topic for a route-by value, or why it cannot be a Kafka topic.

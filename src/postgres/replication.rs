@@ -2,7 +2,6 @@
 //! `replication=database` connection, the XLogData/keepalive framing inside
 //! CopyBoth, and the standby status updates that move the slot.
 
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use postgres_protocol::message::backend::Message;
 
@@ -167,7 +166,6 @@ pub async fn start(
         },
     ))
 }
-
 
 #[cfg(test)]
 mod tests {

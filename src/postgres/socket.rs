@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_openssl::SslStream;
 use tokio_postgres::config::Host;
 
-use super::wire::Socket;
 use super::{describe_target, tls, PgTarget};
 use crate::error::{Error, Result};
+
+/// A byte stream to the server, plain or TLS, TCP or Unix.
+pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Socket for T {}
 
 /// Opens a socket to one host. `Ok(Err(_))` is a host that does not answer,
 /// after which the next host is worth a try; `Err(_)` (TLS refused or not

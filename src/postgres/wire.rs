@@ -9,17 +9,15 @@ use bytes::{Buf, BytesMut};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::{backend::Message, frontend};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 
-use super::{classify_sqlstate, describe_target, socket, PgTarget};
+use super::socket::{self, Socket};
+use super::{classify_sqlstate, describe_target, PgTarget};
 use crate::error::{Error, Result};
 
 /// Postgres never sends a message larger than 1 GiB; a bigger length is corruption.
 const MAX_MESSAGE_LEN: usize = 1 << 30;
-
-pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Socket for T {}
 
 /// An error the server sent, with the fields operators need.
 #[derive(Debug, Clone)]

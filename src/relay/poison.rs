@@ -1,128 +1,172 @@
-//! Poison events: ones Kafka rejects for good, ones whose route-by value is
-//! NULL or routes to a topic walrelay may not use, and rows that cannot be
+//! Poison events: ones the sink refuses for good, ones whose route-by value
+//! is NULL or routes to a topic walrelay may not use, and rows that cannot be
 //! mapped. They are never dropped silently: `--on-poison halt` stops the
 //! relay before the event, so the slot stays where it can be read again;
 //! `--on-poison dead-letter` publishes the whole event (key, value, headers)
 //! to the dead-letter topic with the reason in headers, and goes on. What
 //! cannot be dead-lettered whole stops the relay.
+//!
+//! This module only decides; the apply loop does the producing.
+
+use std::borrow::Cow;
 
 use bytes::Bytes;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use tracing::warn;
 
-use super::apply::{text, ApplyLoop};
-use super::Settings;
+use super::progress::{Ticket, TxnRef};
 use crate::checkpoint::TxnSeq;
 use crate::config::OnPoison;
-use crate::error::{Error, Result};
-use crate::clock::unix_now_us;
-use crate::kafka::producer::{DeliveryFailure, Outgoing};
-use crate::kafka::{classify, Rejection};
+use crate::error::Error;
 use crate::outbox::mapping::OutboxEvent;
 use crate::postgres::lsn::Lsn;
+use crate::sink::{Failure, OwnedRecord, Refusal, Rejection};
 
 /// A poison event and everything needed to report or dead-letter it.
 #[derive(Debug)]
 pub struct Poisoned {
-    seq: TxnSeq,
-    commit_lsn: Lsn,
-    id: Option<Bytes>,
-    key: Option<Bytes>,
-    payload: Option<Bytes>,
-    event_type: Option<Bytes>,
-    headers: Vec<(String, Option<Bytes>)>,
-    original_topic: Option<String>,
-    reason: String,
-    /// The partition librdkafka called unknown: confirmed against fresh
-    /// metadata before the event counts as poison.
-    unknown_partition: Option<i32>,
-    /// Bytes still counted in flight for the rejected delivery, if it was produced.
-    inflight_bytes: Option<usize>,
+    pub seq: TxnSeq,
+    pub commit_lsn: Lsn,
+    pub event_id: Option<Bytes>,
+    /// The record as it was (or would have been) sent; its topic is empty
+    /// when the event never got one.
+    pub record: OwnedRecord,
+    pub reason: String,
+    /// A partition the sink called unknown: poison only once fresh metadata
+    /// confirms the topic has fewer partitions.
+    pub unknown_partition: Option<i32>,
+    /// Bytes still counted in flight for a record refused after it was sent.
+    pub inflight_bytes: Option<usize>,
+}
+
+/// What to do with a poison event.
+#[derive(Debug)]
+pub enum Verdict {
+    Halt(Error),
+    /// Send this copy to the dead-letter topic in the event's place.
+    DeadLetter(OwnedRecord),
 }
 
 impl Poisoned {
-    pub fn new(
-        seq: TxnSeq,
-        commit_lsn: Lsn,
-        event: &OutboxEvent,
-        original_topic: Option<String>,
-        reason: String,
-    ) -> Self {
+    /// An event that could not be mapped or routed; `topic` when it had one.
+    pub fn new(txn: TxnRef, event: &OutboxEvent, topic: Option<&str>, reason: String) -> Self {
         Poisoned {
-            seq,
-            commit_lsn,
-            id: event.id.clone(),
-            key: event.key.clone(),
-            payload: event.payload.clone(),
-            event_type: event.event_type.clone(),
-            headers: event.headers.clone(),
-            original_topic,
+            seq: txn.seq,
+            commit_lsn: txn.commit_lsn,
+            event_id: event.id.clone(),
+            record: event.record(topic.unwrap_or(""), 0).to_owned(),
             reason,
             unknown_partition: None,
             inflight_bytes: None,
         }
     }
 
-    /// An event librdkafka refused at send time.
-    pub fn refused(
-        seq: TxnSeq,
-        commit_lsn: Lsn,
-        event: &OutboxEvent,
-        topic: &str,
-        error: &KafkaError,
-    ) -> Self {
-        let mut poisoned = Self::new(
-            seq,
-            commit_lsn,
-            event,
-            Some(topic.to_string()),
-            format!("Kafka rejected it: {error}"),
-        );
-        poisoned.unknown_partition = unknown_partition(error, event.partition);
+    /// An event the sink refused when it was handed over.
+    pub fn refused(txn: TxnRef, event: &OutboxEvent, topic: &str, refusal: &Refusal) -> Self {
+        let mut poisoned = Self::new(txn, event, Some(topic), rejected_because(refusal));
+        poisoned.unknown_partition = unknown_partition(refusal);
         poisoned
     }
 
-    /// A delivery Kafka rejected after it was produced.
-    pub fn from_failure(seq: TxnSeq, inflight_bytes: usize, f: DeliveryFailure) -> Self {
+    /// A record the sink refused after it was sent.
+    pub fn undelivered(ticket: Ticket, failure: Failure) -> Self {
         Poisoned {
-            seq,
-            commit_lsn: f.commit_lsn,
-            reason: format!("Kafka rejected it: {}", f.error),
-            unknown_partition: unknown_partition(&f.error, f.partition),
-            id: f.event_id,
-            key: f.key,
-            payload: f.payload,
-            event_type: f.event_type,
-            headers: f.extra_headers,
-            original_topic: Some(f.topic),
-            inflight_bytes: Some(inflight_bytes),
+            seq: ticket.txn,
+            commit_lsn: ticket.commit_lsn,
+            event_id: ticket.event_id,
+            reason: rejected_because(&failure.refusal),
+            unknown_partition: unknown_partition(&failure.refusal),
+            record: failure.record,
+            inflight_bytes: Some(ticket.bytes),
         }
     }
 
-    pub fn halt_error(&self, settings: &Settings) -> Error {
-        Error::permanent(format!(
-            "cannot publish event {} (transaction at LSN {}): {}. walrelay stopped before it \
-             and the slot stays before it; fix the cause and restart, or run with \
-             --on-poison dead-letter to park such events in {}",
-            text(self.id.as_ref()),
+    /// Settles an unknown partition against the topic's partition count
+    /// from fresh metadata. The sink judged by cached metadata, which may
+    /// predate partitions added since: then the event is not poison.
+    pub fn settle_partition(mut self, count: Option<usize>) -> Result<Self, Error> {
+        let Some(partition) = self.unknown_partition else {
+            return Ok(self);
+        };
+        let topic = &self.record.topic;
+        match count {
+            Some(count) if (partition as usize) < count => Err(Error::transient(format!(
+                "partition {partition} of topic {topic} exists but the producer did not know it \
+                 yet; starting a new session"
+            ))),
+            count => {
+                self.reason = format!(
+                    "its partition column asks for partition {partition}, but topic {topic} has \
+                     {} partitions",
+                    count.unwrap_or(0)
+                );
+                self.unknown_partition = None;
+                Ok(self)
+            }
+        }
+    }
+
+    /// The policy's decision for this event.
+    pub fn verdict(&self, on_poison: OnPoison, dead_letter_topic: &str) -> Verdict {
+        match on_poison {
+            OnPoison::Halt => Verdict::Halt(Error::permanent(format!(
+                "cannot publish event {} (transaction at LSN {}): {}. walrelay stopped before it \
+                 and the slot stays before it; fix the cause and restart, or run with \
+                 --on-poison dead-letter to park such events in {dead_letter_topic}",
+                text(self.event_id.as_ref()),
+                self.commit_lsn,
+                self.reason,
+            ))),
+            OnPoison::DeadLetter => Verdict::DeadLetter(self.dead_letter_copy(dead_letter_topic)),
+        }
+    }
+
+    /// The whole event for the dead-letter topic: its key, value and
+    /// headers, then why and where from. The partition is the topic's choice.
+    fn dead_letter_copy(&self, dead_letter_topic: &str) -> OwnedRecord {
+        let lsn = self.commit_lsn.to_string();
+        let mut headers = self.record.headers.clone();
+        headers.push(header("walrelay.reason", Some(self.reason.clone())));
+        headers.push((Cow::Borrowed("walrelay.event-id"), self.event_id.clone()));
+        headers.push(header("walrelay.commit-lsn", Some(lsn)));
+        if !self.record.topic.is_empty() {
+            headers.push(header(
+                "walrelay.original-topic",
+                Some(self.record.topic.clone()),
+            ));
+        }
+        OwnedRecord {
+            topic: dead_letter_topic.to_string(),
+            key: self.record.key.clone(),
+            value: self.record.value.clone(),
+            headers,
+            partition: None,
+        }
+    }
+
+    /// The error when even the dead-letter copy cannot be published.
+    pub fn cannot_dead_letter(&self, why: &str) -> Error {
+        cannot_dead_letter(
+            self.event_id.as_ref(),
             self.commit_lsn,
-            self.reason,
-            settings.dead_letter_topic
-        ))
+            &format!("{why}; it was poison because {}", self.reason),
+        )
     }
 }
 
-fn unknown_partition(error: &KafkaError, partition: Option<i32>) -> Option<i32> {
-    (error.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownPartition))
-        .then_some(partition)
-        .flatten()
+/// Stops walrelay for a dead-letter copy that cannot be published.
+pub fn cannot_dead_letter(event_id: Option<&Bytes>, commit_lsn: Lsn, why: &str) -> Error {
+    Error::permanent(format!(
+        "cannot dead-letter event {} (transaction at LSN {commit_lsn}): {why}. walrelay stopped \
+         and the slot stays before it; for a size error raise --dead-letter-max-message-bytes \
+         (and the dead-letter topic's max.message.bytes), otherwise fix the cause, and restart",
+        text(event_id),
+    ))
 }
 
-/// The error for a refusal that is configuration, not the event: the policy
-/// does not apply, walrelay stops.
-pub fn configuration_error(event_id: Option<&Bytes>, topic: &str, error: &KafkaError) -> Error {
+/// The error for a refusal that is configuration, not the event: the
+/// policy does not apply, walrelay stops.
+pub fn configuration_error(event_id: Option<&Bytes>, topic: &str, refusal: &Refusal) -> Error {
     Error::permanent(format!(
-        "Kafka refused event {} for topic {topic}: {error}. This is a permission or \
+        "Kafka refused event {} for topic {topic}: {refusal}. This is a permission or \
          configuration problem, not the event, so walrelay stopped (even with --on-poison \
          dead-letter) and the slot stays before it; grant walrelay's principal WRITE on the \
          topic (or fix the -X properties) and restart",
@@ -130,107 +174,102 @@ pub fn configuration_error(event_id: Option<&Bytes>, topic: &str, error: &KafkaE
     ))
 }
 
-impl ApplyLoop<'_> {
-    /// Applies the poison policy.
-    pub(super) async fn reject(&mut self, mut poisoned: Poisoned) -> Result<()> {
-        if let (Some(partition), Some(topic)) =
-            (poisoned.unknown_partition, poisoned.original_topic.clone())
-        {
-            // librdkafka judges by its cached metadata, which may predate
-            // partitions added since: only fresh metadata makes it poison.
-            match self.topics.partition_count(&topic).await? {
-                Some(count) if (partition as usize) < count => {
-                    return Err(Error::transient(format!(
-                        "partition {partition} of topic {topic} exists but the producer did not \
-                         know it yet; starting a new session"
-                    )))
-                }
-                count => {
-                    poisoned.reason = format!(
-                        "its partition column asks for partition {partition}, but topic {topic} \
-                         has {} partitions",
-                        count.unwrap_or(0)
-                    )
-                }
-            }
-        }
-        match self.settings.on_poison {
-            OnPoison::Halt => Err(poisoned.halt_error(self.settings)),
-            OnPoison::DeadLetter => self.dead_letter(poisoned).await,
-        }
+/// An id or header for messages, or a placeholder when absent.
+pub fn text(value: Option<&Bytes>) -> String {
+    value
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_else(|| "(NULL)".into())
+}
+
+fn rejected_because(refusal: &Refusal) -> String {
+    format!("Kafka rejected it: {refusal}")
+}
+
+fn unknown_partition(refusal: &Refusal) -> Option<i32> {
+    match refusal.rejection {
+        Rejection::UnknownPartition(partition) => Some(partition),
+        _ => None,
+    }
+}
+
+fn header(name: &'static str, value: Option<String>) -> crate::sink::Header {
+    (Cow::Borrowed(name), value.map(Bytes::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poisoned(reason: &str) -> Poisoned {
+        let event = OutboxEvent {
+            id: Some(Bytes::from_static(b"e-1")),
+            key: Some(Bytes::from_static(b"order-1")),
+            payload: Some(Bytes::from_static(b"{}")),
+            headers: vec![(Cow::Borrowed("id"), Some(Bytes::from_static(b"e-1")))],
+            ..OutboxEvent::default()
+        };
+        let txn = TxnRef {
+            seq: 4,
+            commit_lsn: Lsn(0x16B3748),
+            commit_time_us: 0,
+        };
+        Poisoned::new(txn, &event, Some("outbox.event.X"), reason.into())
     }
 
-    /// Publishes the whole event to the dead-letter topic in place of its
-    /// own. The transaction stays pending until Kafka acknowledges the copy.
-    async fn dead_letter(&mut self, p: Poisoned) -> Result<()> {
-        let topic = self.settings.dead_letter_topic.clone();
-        let info = self.topics.ensure_dead_letter().await?;
-        let lsn = p.commit_lsn.to_string();
-        let mut headers: Vec<(&str, Option<&[u8]>)> = vec![
-            ("walrelay.reason", Some(p.reason.as_bytes())),
-            ("walrelay.event-id", p.id.as_deref()),
-            ("walrelay.commit-lsn", Some(lsn.as_bytes())),
-        ];
-        if let Some(original) = &p.original_topic {
-            headers.push(("walrelay.original-topic", Some(original.as_bytes())));
-        }
-        headers.extend(p.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())));
-        let now_us = unix_now_us();
-        let outgoing = Outgoing {
-            topic: &topic,
-            key: p.key.as_ref(),
-            payload: p.payload.as_ref(),
-            event_id: p.id.as_ref(),
-            event_type: p.event_type.as_ref(),
-            extra_headers: &headers,
-            partition: None,
-            // The event's own timestamp may be what Kafka refused.
-            timestamp_ms: now_us / 1000,
-            dead_letter: true,
-            commit_lsn: p.commit_lsn,
-            commit_time_us: now_us,
+    #[test]
+    fn halting_names_the_event_its_transaction_the_reason_and_the_way_out() {
+        let Verdict::Halt(error) = poisoned("its route-by column is NULL")
+            .verdict(OnPoison::Halt, "walrelay.dead-letter")
+        else {
+            panic!("expected a halt");
         };
-        let cannot = |why: String| {
-            Error::permanent(format!(
-                "cannot dead-letter event {} (transaction at LSN {}), which was poison because: \
-                 {}; {why}. walrelay stopped and the slot stays before it; raise \
-                 --dead-letter-max-message-bytes (and the max.message.bytes of {topic}) or fix \
-                 the cause, and restart",
-                text(p.id.as_ref()),
-                p.commit_lsn,
-                p.reason
-            ))
+        let text = error.to_string();
+        for part in ["e-1", "0/16B3748", "route-by column is NULL", "--on-poison dead-letter"] {
+            assert!(text.contains(part), "{part:?} missing from {text}");
+        }
+        assert!(!error.is_transient());
+    }
+
+    #[test]
+    fn the_dead_letter_copy_keeps_key_value_and_headers_and_adds_why_and_where_from() {
+        let Verdict::DeadLetter(copy) =
+            poisoned("too big").verdict(OnPoison::DeadLetter, "walrelay.dead-letter")
+        else {
+            panic!("expected a dead-letter copy");
         };
-        if let Some(why) = info.refuse_size(&topic, outgoing.record_size()) {
-            return Err(cannot(why));
-        }
-        match self.produce(p.seq, &outgoing).await? {
-            Ok(()) => {}
-            Err(e) if classify(&e) == Rejection::Retriable => {
-                return Err(Error::transient(
-                    "cannot hand a dead-letter record to the Kafka producer",
-                )
-                .with_source(e))
-            }
-            Err(e) => {
-                return Err(cannot(format!(
-                    "Kafka rejected the dead-letter record too: {e}"
-                )))
-            }
-        }
-        warn!(
-            event_id = %text(p.id.as_ref()),
-            commit_lsn = %p.commit_lsn,
-            original_topic = p.original_topic.as_deref().unwrap_or("(none)"),
-            reason = %p.reason,
-            dead_letter_topic = %topic,
-            "poison event sent to the dead-letter topic"
+        assert_eq!(copy.topic, "walrelay.dead-letter");
+        assert_eq!(copy.key.as_deref(), Some(&b"order-1"[..]));
+        assert_eq!(copy.value.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(copy.header("id"), Some(&b"e-1"[..]));
+        assert_eq!(copy.header("walrelay.reason"), Some(&b"too big"[..]));
+        assert_eq!(copy.header("walrelay.event-id"), Some(&b"e-1"[..]));
+        assert_eq!(copy.header("walrelay.commit-lsn"), Some(&b"0/16B3748"[..]));
+        assert_eq!(
+            copy.header("walrelay.original-topic"),
+            Some(&b"outbox.event.X"[..])
         );
-        self.metrics.record_dead_letter();
-        // The rejected original no longer waits for Kafka: its copy does.
-        if let Some(bytes) = p.inflight_bytes {
-            self.acked(p.seq, bytes);
-        }
-        Ok(())
+        assert_eq!(copy.partition, None);
+    }
+
+    #[test]
+    fn an_unknown_partition_is_poison_only_when_fresh_metadata_agrees() {
+        let error = poisoned_with_partition(5)
+            .settle_partition(Some(8))
+            .unwrap_err();
+        assert!(error.is_transient(), "{error}");
+        let settled = poisoned_with_partition(5)
+            .settle_partition(Some(3))
+            .unwrap();
+        assert!(
+            settled.reason.contains("partition 5") && settled.reason.contains("has 3 partitions"),
+            "{}",
+            settled.reason
+        );
+    }
+
+    fn poisoned_with_partition(partition: i32) -> Poisoned {
+        let mut p = poisoned("Kafka rejected it");
+        p.unknown_partition = Some(partition);
+        p
     }
 }

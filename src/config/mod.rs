@@ -1,0 +1,270 @@
+//! Command-line flags (each with an env var), their validation, and the
+//! settings derived from them.
+
+mod run;
+mod secrets;
+mod settings;
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
+pub use settings::{Flow, Settings, Timeouts};
+
+use crate::error::{Error, Result};
+use crate::postgres::PgTarget;
+
+#[derive(Parser)]
+#[command(
+    name = "walrelay",
+    version,
+    about = "Publishes a Postgres transactional outbox to Kafka through a pgoutput logical replication slot"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log lines on stderr: text for people, json for log pipelines (one object per line).
+    #[arg(long, global = true, env = "WALRELAY_LOG_FORMAT", value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    pub log_format: crate::logging::LogFormat,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Stream outbox inserts to Kafka until stopped (SIGTERM or SIGINT).
+    Run(Box<RunArgs>),
+    /// Check Postgres and Kafka are ready for `run` (same flags) and print each failure's fix.
+    Check(Box<CheckArgs>),
+    /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
+    Status(StatusArgs),
+    /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
+    MigrateFromDebezium {
+        /// The connector configuration: Kafka Connect JSON or a .properties file.
+        config: std::path::PathBuf,
+        /// Take over Debezium's pgoutput slot after it stopped, instead of a new slot.
+        #[arg(long)]
+        reuse_slot: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of walrelay or of one subcommand.
+    Man {
+        /// A subcommand, e.g. run, for its own page walrelay-run(1).
+        subcommand: Option<String>,
+    },
+}
+
+/// The database, slot and publication: shared by `run` and `status`.
+#[derive(Args, Clone)]
+pub struct ConnArgs {
+    /// Postgres connection: a URL (postgres://user:pass@host:5432/db) or key=value string.
+    #[arg(long, env = "WALRELAY_PG_URL", hide_env_values = true)]
+    pub pg_url: String,
+
+    /// The logical replication slot; created with pgoutput if absent, never dropped.
+    #[arg(long, env = "WALRELAY_SLOT", default_value = "walrelay")]
+    pub slot: String,
+
+    /// The publication; created for the table with publish = 'insert' if absent.
+    #[arg(long, env = "WALRELAY_PUBLICATION", default_value = "walrelay")]
+    pub publication: String,
+}
+
+#[derive(Args, Clone)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Print JSON (name, status, detail, fix of each check) instead of a checklist.
+    #[arg(long, env = "WALRELAY_CHECK_JSON")]
+    pub json: bool,
+}
+
+impl ConnArgs {
+    /// Parses the Postgres URL and checks the slot name.
+    pub fn validate(&self) -> Result<PgTarget> {
+        let pg = PgTarget::parse(&self.pg_url)?;
+        let valid_slot = !self.slot.is_empty()
+            && self.slot.len() <= 63
+            && self
+                .slot
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid_slot {
+            return Err(Error::permanent(format!(
+                "--slot {:?} is not a valid slot name: use up to 63 lower-case letters, digits and underscores",
+                self.slot
+            )));
+        }
+        Ok(pg)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Source {
+    /// INSERTs into the outbox table.
+    Table,
+    /// Transactional pg_logical_emit_message(true, prefix, content) calls: no table at all.
+    Messages,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnUpdate {
+    /// Log a warning and go on.
+    Warn,
+    /// Log an error and go on.
+    Error,
+    /// Stop walrelay.
+    Fatal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MissingField {
+    /// Stop with an error naming the column.
+    Error,
+    /// Leave the header or envelope field out.
+    Ignore,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnPoison {
+    /// Stop with an error naming the event; the slot stays before it.
+    Halt,
+    /// Publish it to --dead-letter-topic with the reason in headers, and go on.
+    DeadLetter,
+}
+
+fn parse_property(s: &str) -> std::result::Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| "expected key=value, e.g. -X linger.ms=5".to_string())?;
+    if key.trim().is_empty() {
+        return Err("the property name is empty; expected key=value".into());
+    }
+    Ok((key.trim().to_string(), value.to_string()))
+}
+
+/// Bytes with an optional unit: 1048576, 512MiB, 1GB, 10 GiB.
+fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a size like 512MiB or 1073741824, got {s:?}"))?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "kib" | "k" => 1 << 10,
+        "mb" => 1_000_000,
+        "mib" | "m" => 1 << 20,
+        "gb" => 1_000_000_000,
+        "gib" | "g" => 1 << 30,
+        "tb" => 1_000_000_000_000,
+        "tib" | "t" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec![
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u:hunter2@localhost/db",
+            "--kafka-brokers",
+            "localhost:9092",
+        ];
+        argv.extend_from_slice(extra);
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("expected run");
+        };
+        *args
+    }
+
+    #[test]
+    fn defaults_follow_the_documented_values() {
+        let a = args(&[]);
+        let s = Settings::from_args(&a).unwrap();
+        assert_eq!(s.table.to_string(), "public.outbox");
+        assert_eq!(s.slot, "walrelay");
+        assert_eq!(s.watchdog.lag_warn_bytes, 1 << 30);
+        assert_eq!(s.mapping.route_by, "event_type");
+        assert_eq!(s.router.topic("X").unwrap(), "outbox.event.X");
+        assert_eq!(s.metrics_addr.to_string(), "127.0.0.1:9187");
+        assert_eq!(s.topics.partitions, 3);
+        assert!(s.failover_slot);
+    }
+
+    #[test]
+    fn failover_slot_is_on_unless_turned_off_explicitly() {
+        assert!(args(&["--failover-slot"]).source.failover_slot);
+        assert!(!args(&["--failover-slot=false"]).source.failover_slot);
+        assert!(!args(&["--failover-slot", "false"]).source.failover_slot);
+    }
+
+    #[test]
+    fn kafka_properties_repeat_and_keep_equals_signs_in_values() {
+        let a = args(&["-X", "linger.ms=5", "-X", "sasl.jaas.config=a=b"]);
+        assert_eq!(
+            a.kafka.kafka_properties,
+            vec![
+                ("linger.ms".into(), "5".into()),
+                ("sasl.jaas.config".into(), "a=b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let a = args(&["-X", "sasl.password=topsecret"]);
+        let text = format!("{a:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("topsecret"), "{text}");
+    }
+
+    #[test]
+    fn sizes_accept_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert!(parse_bytes("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn invalid_slot_name_is_rejected_with_the_rule() {
+        let Err(err) = Settings::from_args(&args(&["--slot", "My-Slot"])) else {
+            panic!("an invalid slot name was accepted");
+        };
+        assert!(err.to_string().contains("lower-case letters"), "{err}");
+    }
+}

@@ -1,0 +1,328 @@
+//! The flags of `walrelay run` (and `check`), in groups that match the
+//! sections of `--help` and of docs/configuration.md.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{
+    parse_bytes, parse_duration, parse_property, ConnArgs, MissingField, OnPoison, OnUpdate, Source,
+};
+use crate::outbox::column::DecimalMode;
+use crate::outbox::expansion::{EmptyArrayBehavior, NullBehavior};
+use crate::outbox::format::Format;
+use crate::outbox::placement::Placement;
+use crate::postgres::names::TableName;
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub mapping: MappingArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    #[command(flatten)]
+    pub poison: PoisonArgs,
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    #[command(flatten)]
+    pub watchdog: WatchdogArgs,
+}
+
+/// Where events come from in the database.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Source")]
+pub struct SourceArgs {
+    /// The outbox table, as schema.table (schema defaults to public).
+    #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
+    pub table: TableName,
+
+    /// Where events come from: INSERTs into --table, or pg_logical_emit_message (PostgreSQL 14+).
+    #[arg(long, env = "WALRELAY_SOURCE", value_enum, default_value_t = Source::Table)]
+    pub source: Source,
+
+    /// With --source messages: the prefix of the messages that are events.
+    #[arg(long, env = "WALRELAY_MESSAGE_PREFIX", default_value = "walrelay")]
+    pub message_prefix: String,
+
+    /// What an UPDATE of an outbox row does, if the publication publishes updates (table.op.invalid.behavior).
+    #[arg(long, env = "WALRELAY_ON_UPDATE", value_enum, default_value_t = OnUpdate::Warn)]
+    pub on_update: OnUpdate,
+
+    /// On PostgreSQL 17+, create the slot with failover = true so a standby can take it over (--failover-slot=false: off).
+    #[arg(
+        long,
+        env = "WALRELAY_FAILOVER_SLOT",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub failover_slot: bool,
+
+    /// Create a new slot although this database remembers one that is now missing (after a loss or a failover without slot sync); events in between are not delivered.
+    #[arg(long, env = "WALRELAY_RECREATE_MISSING_SLOT")]
+    pub recreate_missing_slot: bool,
+}
+
+/// How a row becomes a Kafka record, and which topic it goes to (Debezium's outbox event router).
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Mapping and routing")]
+pub struct MappingArgs {
+    /// The column whose value picks the topic (Debezium: route.by.field).
+    #[arg(long, env = "WALRELAY_ROUTE_BY_FIELD", default_value = "event_type")]
+    pub route_by_field: String,
+
+    /// Regex the route-by value must match whole; its groups feed --topic-replacement (route.topic.regex).
+    #[arg(long, env = "WALRELAY_TOPIC_REGEX", default_value = crate::outbox::routing::DEFAULT_REGEX)]
+    pub topic_regex: String,
+
+    /// The topic name; ${routedByValue} and the regex's groups are replaced (route.topic.replacement).
+    #[arg(
+        long,
+        env = "WALRELAY_TOPIC_REPLACEMENT",
+        default_value = "outbox.event.${routedByValue}"
+    )]
+    pub topic_replacement: String,
+
+    /// The column copied into the Kafka header "id" (table.field.event.id).
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_ID", default_value = "id")]
+    pub field_event_id: String,
+
+    /// The column that becomes the Kafka key (table.field.event.key).
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_KEY", default_value = "aggregate_id")]
+    pub field_event_key: String,
+
+    /// The column copied into the Kafka header "event_type"; '' for none (Debezium sends no such header).
+    #[arg(long, env = "WALRELAY_FIELD_EVENT_TYPE", default_value = "event_type")]
+    pub field_event_type: String,
+
+    /// The column that becomes the Kafka value (table.field.event.payload).
+    #[arg(long, env = "WALRELAY_FIELD_PAYLOAD", default_value = "payload")]
+    pub field_payload: String,
+
+    /// A timestamp (or epoch-milliseconds bigint) column for the Kafka timestamp [default: the commit time].
+    #[arg(long, env = "WALRELAY_FIELD_TIMESTAMP")]
+    pub field_timestamp: Option<String>,
+
+    /// Extra columns: col:header[:alias], col:envelope[:alias] or col:partition, comma-separated.
+    #[arg(
+        long,
+        env = "WALRELAY_FIELDS_ADDITIONAL_PLACEMENT",
+        value_delimiter = ','
+    )]
+    pub fields_additional_placement: Vec<Placement>,
+
+    /// What a --fields-additional-placement column missing from the table does (table.field.additional.missing).
+    #[arg(long, env = "WALRELAY_FIELDS_ADDITIONAL_MISSING", value_enum, default_value_t = MissingField::Error)]
+    pub fields_additional_missing: MissingField,
+
+    /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
+    #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
+    pub expand_json_payload: bool,
+
+    /// What --expand-json-payload does with null fields (table.json.payload.null.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_NULL_BEHAVIOR", value_enum, default_value_t = NullBehavior::Ignore)]
+    pub json_payload_null_behavior: NullBehavior,
+
+    /// What --expand-json-payload does with empty arrays (table.json.payload.empty.array.behavior).
+    #[arg(long, env = "WALRELAY_JSON_PAYLOAD_EMPTY_ARRAY_BEHAVIOR", value_enum, default_value_t = EmptyArrayBehavior::Ignore)]
+    pub json_payload_empty_array_behavior: EmptyArrayBehavior,
+
+    /// How numeric columns are written in headers and envelopes (Debezium: decimal.handling.mode).
+    #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = DecimalMode::Precise)]
+    pub decimal_handling_mode: DecimalMode,
+
+    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = Format::String)]
+    pub key_format: Format,
+
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
+    pub value_format: Format,
+
+    /// A NULL or empty payload becomes a tombstone (a null Kafka value).
+    #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
+    pub tombstone_on_empty_payload: bool,
+}
+
+/// The Kafka cluster and the topics walrelay produces to.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Kafka")]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers, comma-separated host:port list.
+    #[arg(long, env = "WALRELAY_KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// A librdkafka property, key=value; repeatable (e.g. -X security.protocol=SASL_SSL).
+    #[arg(
+        short = 'X',
+        long = "kafka-property",
+        env = "WALRELAY_KAFKA_PROPERTIES",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_parser = parse_property
+    )]
+    pub kafka_properties: Vec<(String, String)>,
+
+    /// Partitions for topics walrelay creates.
+    #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
+    pub topic_partitions: i32,
+
+    /// Replication factor for topics walrelay creates [default: the broker's].
+    #[arg(long, env = "WALRELAY_TOPIC_REPLICATION_FACTOR")]
+    pub topic_replication_factor: Option<i32>,
+
+    /// Create missing topics; with false, an event for a missing topic is poison.
+    #[arg(long, env = "WALRELAY_TOPIC_CREATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub topic_create: bool,
+
+    /// Regex every routed topic must match whole; an event for another topic is poison.
+    #[arg(long, env = "WALRELAY_TOPIC_ALLOW_REGEX")]
+    pub topic_allow_regex: Option<String>,
+
+    /// Most topics walrelay creates per minute (0: no cap); past it, events for new topics are poison.
+    #[arg(
+        long,
+        env = "WALRELAY_TOPIC_CREATE_MAX_PER_MINUTE",
+        default_value_t = 60
+    )]
+    pub topic_create_max_per_minute: u32,
+}
+
+/// What happens to an event that cannot be published.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Poison events")]
+pub struct PoisonArgs {
+    /// What to do with a poison event: one Kafka rejects for good, a NULL route-by value, an unmappable row, a topic walrelay may not use.
+    #[arg(long, env = "WALRELAY_ON_POISON", value_enum, default_value_t = OnPoison::Halt)]
+    pub on_poison: OnPoison,
+
+    /// Where --on-poison dead-letter publishes poison events.
+    #[arg(
+        long,
+        env = "WALRELAY_DEAD_LETTER_TOPIC",
+        default_value = "walrelay.dead-letter"
+    )]
+    pub dead_letter_topic: String,
+
+    /// max.message.bytes of the dead-letter topic walrelay creates, so large poison events keep their value.
+    #[arg(
+        long,
+        env = "WALRELAY_DEAD_LETTER_MAX_MESSAGE_BYTES",
+        default_value_t = 8_388_608
+    )]
+    pub dead_letter_max_message_bytes: usize,
+}
+
+/// Flow control, status updates and timeouts.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Flow and timeouts")]
+pub struct FlowArgs {
+    /// Most events produced but not yet acknowledged by Kafka; reading pauses beyond it.
+    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_EVENTS", default_value_t = 50_000)]
+    pub max_inflight_events: usize,
+
+    /// Most bytes (keys and values) produced but not yet acknowledged by Kafka.
+    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_inflight_bytes: usize,
+
+    /// Most transactions read but not yet confirmed; reading pauses beyond it.
+    #[arg(
+        long,
+        env = "WALRELAY_MAX_PENDING_TRANSACTIONS",
+        default_value_t = 100_000
+    )]
+    pub max_pending_transactions: usize,
+
+    /// How often to send a standby status update to Postgres.
+    #[arg(long, env = "WALRELAY_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub status_interval: Duration,
+
+    /// How long shutdown waits for in-flight deliveries before giving up on them.
+    #[arg(long, env = "WALRELAY_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Longest wait between reconnect attempts.
+    #[arg(long, env = "WALRELAY_RECONNECT_MAX_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub reconnect_max_backoff: Duration,
+
+    /// How often a standby polls a slot that another walrelay holds (active/passive).
+    #[arg(long, env = "WALRELAY_STANDBY_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub standby_poll_interval: Duration,
+
+    /// Silence on the replication connection that counts as a dead server [default: the server's wal_sender_timeout, or 60s when it is 0].
+    #[arg(long, env = "WALRELAY_REPLICATION_TIMEOUT", value_parser = parse_duration)]
+    pub replication_timeout: Option<Duration>,
+
+    /// Longest a session's start may take: connect, TLS, authentication, checks, slot creation, START_REPLICATION.
+    #[arg(long, env = "WALRELAY_SETUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub setup_timeout: Duration,
+
+    /// How long to keep retrying before the first successful start; then exit non-zero.
+    #[arg(long, env = "WALRELAY_STARTUP_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub startup_timeout: Duration,
+}
+
+/// Metrics, health endpoints and the slot watchdog.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Monitoring")]
+pub struct WatchdogArgs {
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, env = "WALRELAY_METRICS_ADDR", default_value = "127.0.0.1:9187")]
+    pub metrics_addr: SocketAddr,
+
+    /// How often the watchdog reads the slot's state.
+    #[arg(long, env = "WALRELAY_WATCHDOG_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub watchdog_interval: Duration,
+
+    /// Slot lag that raises a warning (bytes; units like 512MiB or 1GB accepted).
+    #[arg(long, env = "WALRELAY_LAG_WARN_BYTES", default_value = "1GiB", value_parser = parse_bytes)]
+    pub lag_warn_bytes: u64,
+
+    /// Slot lag that raises a critical alert.
+    #[arg(long, env = "WALRELAY_LAG_CRITICAL_BYTES", default_value = "8GiB", value_parser = parse_bytes)]
+    pub lag_critical_bytes: u64,
+
+    /// Warn when less than this share of max_slot_wal_keep_size is left (safe_wal_size).
+    #[arg(long, env = "WALRELAY_SAFE_WAL_WARN_RATIO", default_value_t = 0.2)]
+    pub safe_wal_warn_ratio: f64,
+
+    /// Events pending with no confirmed progress this long is a stall: alert and fail /readyz.
+    #[arg(long, env = "WALRELAY_STALL_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
+
+    /// POST a JSON document here on every change of alert level (http://host:port/path).
+    #[arg(long, env = "WALRELAY_ALERT_WEBHOOK")]
+    pub alert_webhook: Option<String>,
+}
+
+impl fmt::Debug for RunArgs {
+    // The URL and the Kafka properties can hold passwords: only their shape is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunArgs")
+            .field("pg_url", &"<redacted>")
+            .field("kafka_brokers", &self.kafka.kafka_brokers)
+            .field("table", &self.source.table)
+            .field("slot", &self.conn.slot)
+            .field("publication", &self.conn.publication)
+            .field("route_by_field", &self.mapping.route_by_field)
+            .field("topic_replacement", &self.mapping.topic_replacement)
+            .field(
+                "kafka_properties",
+                &self
+                    .kafka
+                    .kafka_properties
+                    .iter()
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}

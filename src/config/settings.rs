@@ -1,0 +1,230 @@
+//! Flags to settings in one step: `Settings::from_args` checks every value
+//! clap cannot and builds what `run` and `check` use, so nothing downstream
+//! reads a flag.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+
+use super::{MissingField, OnPoison, OnUpdate, RunArgs, Source};
+use crate::error::{Error, Result};
+use crate::kafka::client::{client_config, event_max_bytes};
+use crate::kafka::topics::TopicPolicy;
+use crate::outbox::expansion::{Behaviour, EmptyArrayBehavior, NullBehavior};
+use crate::outbox::mapping::MappingConfig;
+use crate::outbox::routing::{validate_topic, Router};
+use crate::postgres::names::TableName;
+use crate::postgres::PgTarget;
+use crate::watchdog::{WatchdogSettings, Webhook};
+
+/// Everything a relay needs, derived once from the flags.
+pub struct Settings {
+    pub pg: PgTarget,
+    pub slot: String,
+    pub publication: String,
+    pub source: Source,
+    pub table: TableName,
+    pub message_prefix: String,
+    pub on_update: OnUpdate,
+    pub failover_slot: bool,
+    pub recreate_missing_slot: bool,
+    pub mapping: MappingConfig,
+    pub router: Router,
+    /// For logs: where Kafka is.
+    pub kafka_brokers: String,
+    pub kafka: ClientConfig,
+    /// The largest event record the producer sends (its message.max.bytes
+    /// unless the dead-letter topic raised it).
+    pub event_max_bytes: usize,
+    pub topics: TopicPolicy,
+    pub on_poison: OnPoison,
+    pub flow: Flow,
+    pub timeouts: Timeouts,
+    pub metrics_addr: SocketAddr,
+    pub watchdog: WatchdogSettings,
+}
+
+/// How much the apply loop may have in hand, and how often it reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Flow {
+    pub max_inflight_events: usize,
+    pub max_inflight_bytes: usize,
+    pub max_pending_transactions: usize,
+    pub status_interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub setup: Duration,
+    pub startup: Duration,
+    pub shutdown: Duration,
+    /// None: the server's wal_sender_timeout.
+    pub replication: Option<Duration>,
+    pub reconnect_max_backoff: Duration,
+    pub standby_poll_interval: Duration,
+}
+
+impl Settings {
+    pub fn from_args(args: &RunArgs) -> Result<Settings> {
+        let pg = args.conn.validate()?;
+        let (source, mapping, kafka, poison, flow, watch) = (
+            &args.source,
+            &args.mapping,
+            &args.kafka,
+            &args.poison,
+            &args.flow,
+            &args.watchdog,
+        );
+        if kafka.topic_partitions < 1 {
+            return Err(Error::permanent("--topic-partitions must be at least 1"));
+        }
+        if flow.max_inflight_events == 0
+            || flow.max_inflight_bytes == 0
+            || flow.max_pending_transactions == 0
+        {
+            return Err(Error::permanent(
+                "--max-inflight-events, --max-inflight-bytes and --max-pending-transactions \
+                 must be above 0",
+            ));
+        }
+        if flow
+            .replication_timeout
+            .is_some_and(|t| t < Duration::from_secs(1))
+        {
+            return Err(Error::permanent(
+                "--replication-timeout must be at least 1s (e.g. 30s)",
+            ));
+        }
+        let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
+            .map_err(Error::permanent)?;
+        validate_topic(&poison.dead_letter_topic)
+            .map_err(|e| Error::permanent(format!("--dead-letter-topic: {e}")))?;
+        // Kafka's own bounds for max.message.bytes (an int) and librdkafka's for message.max.bytes.
+        if !(1000..=1_000_000_000).contains(&poison.dead_letter_max_message_bytes) {
+            return Err(Error::permanent(
+                "--dead-letter-max-message-bytes must be between 1000 and 1000000000",
+            ));
+        }
+        if watch.lag_warn_bytes > watch.lag_critical_bytes {
+            return Err(Error::permanent(
+                "--lag-warn-bytes must not be above --lag-critical-bytes",
+            ));
+        }
+        if !(0.0..=1.0).contains(&watch.safe_wal_warn_ratio) {
+            return Err(Error::permanent(
+                "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
+            ));
+        }
+        let webhook = watch
+            .alert_webhook
+            .as_deref()
+            .map(Webhook::parse)
+            .transpose()
+            .map_err(Error::permanent)?;
+        Ok(Settings {
+            pg,
+            slot: args.conn.slot.clone(),
+            publication: args.conn.publication.clone(),
+            source: source.source,
+            table: source.table.clone(),
+            message_prefix: source.message_prefix.clone(),
+            on_update: source.on_update,
+            failover_slot: source.failover_slot,
+            recreate_missing_slot: source.recreate_missing_slot,
+            mapping: mapping_config(args),
+            router,
+            kafka_brokers: kafka.kafka_brokers.clone(),
+            kafka: client_config(
+                &kafka.kafka_brokers,
+                &kafka.kafka_properties,
+                poison.dead_letter_max_message_bytes,
+            ),
+            event_max_bytes: event_max_bytes(&kafka.kafka_properties),
+            topics: topic_policy(args)?,
+            on_poison: poison.on_poison,
+            flow: Flow {
+                max_inflight_events: flow.max_inflight_events,
+                max_inflight_bytes: flow.max_inflight_bytes,
+                max_pending_transactions: flow.max_pending_transactions,
+                status_interval: flow.status_interval,
+            },
+            timeouts: Timeouts {
+                setup: flow.setup_timeout,
+                startup: flow.startup_timeout,
+                shutdown: flow.shutdown_timeout,
+                replication: flow.replication_timeout,
+                reconnect_max_backoff: flow.reconnect_max_backoff,
+                standby_poll_interval: flow.standby_poll_interval,
+            },
+            metrics_addr: watch.metrics_addr,
+            watchdog: WatchdogSettings {
+                interval: watch.watchdog_interval,
+                lag_warn_bytes: watch.lag_warn_bytes,
+                lag_critical_bytes: watch.lag_critical_bytes,
+                safe_wal_warn_ratio: watch.safe_wal_warn_ratio,
+                stall_timeout: watch.stall_timeout,
+                webhook,
+            },
+        })
+    }
+
+    /// The dead-letter topic (--dead-letter-topic).
+    pub fn dead_letter_topic(&self) -> &str {
+        &self.topics.dead_letter_topic
+    }
+}
+
+/// The mapping and routing flags as one mapping.
+fn mapping_config(args: &RunArgs) -> MappingConfig {
+    let m = &args.mapping;
+    MappingConfig {
+        id: m.field_event_id.clone(),
+        key: m.field_event_key.clone(),
+        event_type: Some(m.field_event_type.clone()).filter(|c| !c.is_empty()),
+        payload: m.field_payload.clone(),
+        route_by: m.route_by_field.clone(),
+        timestamp: m.field_timestamp.clone(),
+        placements: m.fields_additional_placement.clone(),
+        expand_json_payload: m.expand_json_payload,
+        tombstone_on_empty_payload: m.tombstone_on_empty_payload,
+        decimals: m.decimal_handling_mode,
+        key_format: m.key_format,
+        value_format: m.value_format,
+        ignore_missing_placements: m.fields_additional_missing == MissingField::Ignore,
+        expansion: Behaviour {
+            keep_null_fields: m.json_payload_null_behavior == NullBehavior::OptionalBytes,
+            keep_empty_arrays: m.json_payload_empty_array_behavior
+                == EmptyArrayBehavior::OptionalString,
+        },
+    }
+}
+
+/// The rules for the topics walrelay produces to.
+fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
+    let kafka = &args.kafka;
+    let allow = kafka
+        .topic_allow_regex
+        .as_deref()
+        .map(|r| regex::Regex::new(&format!("^(?:{r})$")))
+        .transpose()
+        .map_err(|e| {
+            Error::permanent(format!(
+                "--topic-allow-regex is not a valid regular expression: {e}"
+            ))
+        })?;
+    // The broker checks the compressed size, which walrelay cannot know.
+    let compressed = kafka.kafka_properties.iter().any(|(k, v)| {
+        matches!(k.as_str(), "compression.type" | "compression.codec") && v != "none"
+    });
+    Ok(TopicPolicy::new(
+        kafka.topic_create,
+        allow,
+        kafka.topic_create_max_per_minute,
+        kafka.topic_partitions,
+        kafka.topic_replication_factor,
+        args.poison.dead_letter_topic.clone(),
+        args.poison.dead_letter_max_message_bytes,
+        !compressed,
+    ))
+}

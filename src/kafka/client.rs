@@ -1,0 +1,83 @@
+//! The librdkafka configuration walrelay produces with: the settings its
+//! guarantees rest on, defaults chosen from measurements, and the operator's
+//! `-X` properties on top.
+
+use rdkafka::config::ClientConfig;
+use tracing::warn;
+
+/// Settings walrelay relies on for ordering and no loss. `-X` may override
+/// them, with a warning.
+const REQUIRED: &[(&str, &str)] = &[("enable.idempotence", "true"), ("acks", "all")];
+
+/// Defaults chosen for low latency without giving up batching; `-X` overrides them.
+const DEFAULTS: &[(&str, &str)] = &[
+    // 0 means librdkafka retries a delivery forever: a broker that is down
+    // delays events, it never fails them.
+    ("message.timeout.ms", "0"),
+    ("linger.ms", "5"),
+    ("batch.num.messages", "10000"),
+    ("queue.buffering.max.messages", "1000000"),
+    ("queue.buffering.max.kbytes", "1048576"),
+    ("client.id", "walrelay"),
+    // The Java producer's partitioner (murmur2 of the key bytes), so a keyed
+    // event lands where Debezium would have put it; librdkafka's own default
+    // (consistent_random, CRC32) places keys elsewhere.
+    ("partitioner", "murmur2_random"),
+];
+
+/// What a default Kafka broker accepts (its message.max.bytes): the client's
+/// limit unless the dead-letter topic needs more.
+const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_048_588;
+
+/// The client configuration. `dead_letter_max_message_bytes` raises the
+/// client's own size limit, so a large event's dead-letter copy is not
+/// refused before it reaches the dead-letter topic; every other topic's
+/// limit is the broker's to enforce.
+pub fn client_config(
+    brokers: &str,
+    properties: &[(String, String)],
+    dead_letter_max_message_bytes: usize,
+) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    for (key, value) in DEFAULTS.iter().chain(REQUIRED) {
+        config.set(*key, *value);
+    }
+    config.set(
+        "message.max.bytes",
+        DEFAULT_MESSAGE_MAX_BYTES
+            .max(dead_letter_max_message_bytes)
+            .to_string(),
+    );
+    for (key, value) in properties {
+        if let Some((_, required)) = REQUIRED.iter().find(|(k, _)| k == key) {
+            if value != required {
+                warn!(
+                    property = key.as_str(),
+                    "overriding {key}={required} weakens delivery guarantees: retries may reorder or lose events"
+                );
+            }
+        }
+        if key == "message.max.bytes"
+            && value.parse::<usize>().unwrap_or(0) < dead_letter_max_message_bytes
+        {
+            warn!(
+                "-X message.max.bytes={value} is below --dead-letter-max-message-bytes: \
+                 walrelay halts on an event too large for it instead of dead-lettering it"
+            );
+        }
+        config.set(key, value);
+    }
+    config
+}
+
+/// The largest record the producer sends outside the dead-letter topic:
+/// `-X message.max.bytes` if given, else what a default broker accepts.
+pub fn event_max_bytes(properties: &[(String, String)]) -> usize {
+    properties
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "message.max.bytes")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES)
+}

@@ -1,0 +1,227 @@
+//! The apply loop's bookkeeping in one place: what was received, what is in
+//! flight, which LSN is safe to confirm, and when to tell Postgres; with the
+//! metrics that show each of them.
+//!
+//! Why a confirmed LSN is safe: it only ever comes from the checkpoint, which
+//! moves it to a transaction's end LSN once that transaction's Commit was read
+//! and the sink acknowledged every one of its events, and every earlier
+//! transaction is done too (or to a keepalive's WAL end when nothing at all is
+//! pending). Restarting from it re-reads whatever is not yet acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::checkpoint::{Checkpoint, TxnSeq};
+use crate::config::Flow;
+use crate::metrics::{Metrics, Stage};
+use crate::postgres::lsn::Lsn;
+
+/// How soon a moved confirmation is reported: often enough that a crash
+/// re-delivers little, rarely enough to cost the walsender nothing.
+pub const PROMPT_CONFIRM: Duration = Duration::from_millis(20);
+
+/// What travels with each record through the sink and comes back with its
+/// delivery.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub txn: TxnSeq,
+    pub commit_lsn: Lsn,
+    /// Microseconds since the Unix epoch.
+    pub commit_time_us: i64,
+    /// Key and value bytes, as counted in flight.
+    pub bytes: usize,
+    pub event_id: Option<Bytes>,
+    pub topic: Arc<str>,
+    /// A dead-letter copy, not the event itself.
+    pub dead_letter: bool,
+}
+
+/// The transaction whose changes are arriving now.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnRef {
+    pub seq: TxnSeq,
+    pub commit_lsn: Lsn,
+    /// Microseconds since the Unix epoch.
+    pub commit_time_us: i64,
+}
+
+pub struct Progress {
+    checkpoint: Checkpoint,
+    /// The furthest WAL position read from the server.
+    received: Lsn,
+    inflight_events: usize,
+    inflight_bytes: usize,
+    /// The confirmed LSN of the last status update, and when it went out.
+    reported: Lsn,
+    reported_at: Instant,
+    /// When the confirmed LSN first moved past what was last reported.
+    confirmable_since: Option<Instant>,
+    flow: Flow,
+    metrics: Metrics,
+}
+
+impl Progress {
+    /// Starts from the slot's confirmed position.
+    pub fn new(confirmed: Lsn, flow: Flow, metrics: Metrics) -> Self {
+        metrics.set_confirmed(confirmed.0);
+        metrics.set_inflight(0, 0);
+        Progress {
+            checkpoint: Checkpoint::new(confirmed),
+            received: confirmed,
+            inflight_events: 0,
+            inflight_bytes: 0,
+            reported: confirmed,
+            reported_at: Instant::now(),
+            confirmable_since: None,
+            flow,
+            metrics,
+        }
+    }
+
+    pub fn confirmed(&self) -> Lsn {
+        self.checkpoint.confirmed()
+    }
+
+    pub fn inflight_events(&self) -> usize {
+        self.inflight_events
+    }
+
+    /// Whether the window has room to read more: events and bytes in
+    /// flight, and transactions not yet confirmed.
+    pub fn has_room(&self) -> bool {
+        self.inflight_events < self.flow.max_inflight_events
+            && self.inflight_bytes < self.flow.max_inflight_bytes
+            && self.checkpoint.pending() < self.flow.max_pending_transactions
+    }
+
+    /// A change read from WAL position `lsn`.
+    pub fn received(&mut self, lsn: Lsn) {
+        self.received = self.received.max(lsn);
+    }
+
+    /// A keepalive: with nothing pending, the server's WAL end is confirmable.
+    pub fn keepalive(&mut self, wal_end: Lsn) {
+        self.received(wal_end);
+        if self.checkpoint.observe_wal_end(wal_end) {
+            self.moved();
+        }
+    }
+
+    /// A transaction opens.
+    pub fn begin(&mut self) -> TxnSeq {
+        let seq = self.checkpoint.begin();
+        self.metrics
+            .set_pending_transactions(self.checkpoint.pending());
+        seq
+    }
+
+    /// A transaction's Commit was read.
+    pub fn commit(&mut self, seq: TxnSeq, end_lsn: Lsn) {
+        self.checkpoint.commit(seq, end_lsn);
+        self.advance();
+    }
+
+    /// A record of `seq` with `bytes` of key and value went to the sink.
+    pub fn sent(&mut self, seq: TxnSeq, bytes: usize) {
+        self.checkpoint.event_sent(seq);
+        self.inflight_events += 1;
+        self.inflight_bytes += bytes;
+        self.metrics
+            .set_inflight(self.inflight_events, self.inflight_bytes);
+    }
+
+    /// The sink acknowledged a record of `seq` (or its dead-letter copy took its place).
+    pub fn acked(&mut self, seq: TxnSeq, bytes: usize) {
+        self.checkpoint.event_acked(seq);
+        self.inflight_events -= 1;
+        self.inflight_bytes -= bytes;
+        self.metrics
+            .set_inflight(self.inflight_events, self.inflight_bytes);
+        self.advance();
+    }
+
+    /// When a status update should report a moved confirmation, if one did.
+    pub fn report_due(&self) -> Option<Instant> {
+        (self.checkpoint.confirmed() > self.reported).then_some(self.reported_at + PROMPT_CONFIRM)
+    }
+
+    /// The positions for a status update (received, confirmed), counted as
+    /// reported from now.
+    pub fn report(&mut self) -> (Lsn, Lsn) {
+        let confirmed = self.checkpoint.confirmed();
+        self.reported = confirmed;
+        self.reported_at = Instant::now();
+        if let Some(since) = self.confirmable_since.take() {
+            self.metrics
+                .observe_stage(Stage::AckedToConfirmed, since.elapsed());
+        }
+        (self.received, confirmed)
+    }
+
+    fn advance(&mut self) {
+        if self.checkpoint.advance() {
+            self.moved();
+        }
+        self.metrics
+            .set_pending_transactions(self.checkpoint.pending());
+    }
+
+    fn moved(&mut self) {
+        self.metrics.set_confirmed(self.checkpoint.confirmed().0);
+        self.confirmable_since.get_or_insert_with(Instant::now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(max_inflight_events: usize) -> Progress {
+        let flow = Flow {
+            max_inflight_events,
+            max_inflight_bytes: 1 << 20,
+            max_pending_transactions: 100,
+            status_interval: Duration::from_secs(1),
+        };
+        Progress::new(Lsn(100), flow, Metrics::new())
+    }
+
+    #[test]
+    fn a_full_window_has_no_room_until_an_acknowledgement() {
+        let mut p = progress(2);
+        let t = p.begin();
+        p.sent(t, 10);
+        assert!(p.has_room());
+        p.sent(t, 10);
+        assert!(!p.has_room());
+        p.acked(t, 10);
+        assert!(p.has_room());
+    }
+
+    #[test]
+    fn a_report_is_due_only_after_the_confirmation_moved() {
+        let mut p = progress(10);
+        assert_eq!(p.report_due(), None);
+        let t = p.begin();
+        p.sent(t, 1);
+        p.commit(t, Lsn(200));
+        assert_eq!(p.report_due(), None, "not acknowledged yet");
+        p.acked(t, 1);
+        assert!(p.report_due().is_some());
+        assert_eq!(p.report(), (Lsn(100), Lsn(200)));
+        assert_eq!(p.report_due(), None);
+    }
+
+    #[test]
+    fn the_received_position_is_reported_but_never_confirmed_on_its_own() {
+        let mut p = progress(10);
+        let t = p.begin();
+        p.received(Lsn(500));
+        p.sent(t, 1);
+        p.keepalive(Lsn(900));
+        assert_eq!(p.report(), (Lsn(900), Lsn(100)));
+    }
+}

@@ -1,0 +1,300 @@
+//! The per-event path: an outbox event becomes a record in its routed
+//! topic and goes to the sink; deliveries come back and are counted; an
+//! event that cannot be published goes to the poison policy, and a
+//! dead-letter copy, when that is the verdict, goes to the sink too.
+//!
+//! Every send and acknowledgement is booked in `Progress`, which the apply
+//! loop owns and lends for each call.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::poison::{cannot_dead_letter, configuration_error, text, Poisoned, Verdict};
+use super::progress::{Progress, Ticket, TxnRef};
+use crate::clock;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, Stage};
+use crate::outbox::mapping::OutboxEvent;
+use crate::sink::{Delivery, Record, Refusal, Rejection, SendError, Sink, TopicAccess, TopicInfo};
+
+/// Distinct route-by values remembered before the topic cache starts over.
+const ROUTE_CACHE_LIMIT: usize = 10_000;
+
+/// Where a route-by value sends its events.
+enum Route {
+    To(Arc<str>, TopicInfo),
+    /// Why the event cannot go anywhere: it is poison.
+    Nowhere(String),
+}
+
+/// What the sink did with a record.
+enum Handed {
+    Taken,
+    Refused(Refusal),
+}
+
+pub struct Publisher<'a, S> {
+    settings: &'a Settings,
+    sink: S,
+    metrics: Metrics,
+    /// Topics by route-by value, already checked (and created).
+    routes: HashMap<Bytes, (Arc<str>, TopicInfo)>,
+    /// Deliveries the sink refused as poison, waiting for the policy.
+    rejected: VecDeque<Poisoned>,
+}
+
+impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
+    pub fn new(settings: &'a Settings, sink: S, metrics: Metrics) -> Self {
+        Publisher {
+            settings,
+            sink,
+            metrics,
+            routes: HashMap::new(),
+            rejected: VecDeque::new(),
+        }
+    }
+
+    /// The sink's next delivery. Cancel-safe.
+    pub async fn delivery(&mut self) -> Option<Delivery<Ticket>> {
+        self.sink.delivery().await
+    }
+
+    /// Applies the policy to deliveries refused as poison since the last call.
+    pub async fn settle_rejected(&mut self, progress: &mut Progress) -> Result<()> {
+        while let Some(poisoned) = self.rejected.pop_front() {
+            self.reject(progress, poisoned).await?;
+        }
+        Ok(())
+    }
+
+    /// The per-event path: route, check the size, hand to the sink.
+    pub async fn publish(
+        &mut self,
+        progress: &mut Progress,
+        txn: TxnRef,
+        event: OutboxEvent,
+        received_at: Instant,
+    ) -> Result<()> {
+        let Some(route_value) = &event.route_value else {
+            let reason = format!(
+                "its route-by column {:?} is NULL",
+                self.settings.mapping.route_by
+            );
+            return self.reject(progress, Poisoned::new(txn, &event, None, reason)).await;
+        };
+        let (topic, info) = match self.route(route_value).await? {
+            Route::To(topic, info) => (topic, info),
+            Route::Nowhere(reason) => {
+                return self.reject(progress, Poisoned::new(txn, &event, None, reason)).await
+            }
+        };
+        let record = event.record(&topic, txn.commit_time_us / 1000);
+        // The broker enforces the topic's max.message.bytes; librdkafka only its own limit.
+        if let Some(reason) = info.refuse_size(&topic, record.wire_size()) {
+            let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
+            return self.reject(progress, poisoned).await;
+        }
+        let ticket = Ticket {
+            txn: txn.seq,
+            commit_lsn: txn.commit_lsn,
+            commit_time_us: txn.commit_time_us,
+            bytes: record.size(),
+            event_id: event.id.clone(),
+            topic: topic.clone(),
+            dead_letter: false,
+        };
+        let refusal = match self.hand(progress, &record, ticket).await? {
+            Handed::Taken => {
+                self.metrics
+                    .observe_stage(Stage::ReceivedToProduced, received_at.elapsed());
+                return Ok(());
+            }
+            Handed::Refused(refusal) => refusal,
+        };
+        match refusal.rejection {
+            Rejection::Poison | Rejection::UnknownPartition(_) => {
+                let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
+                self.reject(progress, poisoned).await
+            }
+            Rejection::Configuration => {
+                Err(configuration_error(event.id.as_ref(), &topic, &refusal))
+            }
+            Rejection::Retriable => Err(Error::transient(format!(
+                "cannot hand event {} to the Kafka producer",
+                event.id_text()
+            ))
+            .with_source(refusal)),
+        }
+    }
+
+    /// The topic for a route-by value, or why the event cannot go there.
+    /// Routing and the topic's checks run once per distinct value in a
+    /// session; after that it is one lookup.
+    async fn route(&mut self, route_value: &Bytes) -> Result<Route> {
+        if let Some((topic, info)) = self.routes.get(route_value) {
+            return Ok(Route::To(topic.clone(), *info));
+        }
+        let routed = self
+            .settings
+            .router
+            .topic(&String::from_utf8_lossy(route_value));
+        let topic = match routed {
+            Ok(topic) => topic,
+            Err(reason) => return Ok(Route::Nowhere(reason)),
+        };
+        let info = match self.sink.open_topic(&topic).await? {
+            TopicAccess::Open(info) => info,
+            TopicAccess::Closed(reason) => return Ok(Route::Nowhere(reason)),
+        };
+        // A route-by column of many distinct values must not grow the cache forever.
+        if self.routes.len() >= ROUTE_CACHE_LIMIT {
+            self.routes.clear();
+        }
+        let topic: Arc<str> = topic.into();
+        // A copy of the key: a slice would pin the whole replication message.
+        self.routes
+            .insert(Bytes::copy_from_slice(route_value), (topic.clone(), info));
+        Ok(Route::To(topic, info))
+    }
+
+    /// Hands one record to the sink and counts it in flight. A full queue
+    /// is waited out by taking deliveries.
+    async fn hand(
+        &mut self,
+        progress: &mut Progress,
+        record: &Record<'_>,
+        ticket: Ticket,
+    ) -> Result<Handed> {
+        let (seq, bytes) = (ticket.txn, ticket.bytes);
+        let mut ticket = ticket;
+        loop {
+            match self.sink.send(record, ticket) {
+                Ok(()) => break,
+                Err(SendError::Full(back)) => {
+                    ticket = back;
+                    let delivery = self.sink.delivery().await.ok_or_else(|| {
+                        Error::transient("the Kafka producer stopped reporting deliveries")
+                    })?;
+                    self.on_delivery(progress, delivery)?;
+                }
+                Err(SendError::Refused(refusal)) => return Ok(Handed::Refused(refusal)),
+            }
+        }
+        progress.sent(seq, bytes);
+        Ok(Handed::Taken)
+    }
+
+    pub fn on_delivery(&mut self, progress: &mut Progress, delivery: Delivery<Ticket>) -> Result<()> {
+        let Delivery {
+            ticket,
+            took,
+            result,
+        } = delivery;
+        let failure = match result {
+            Ok(()) => {
+                self.metrics
+                    .record_delivery(&ticket.topic, ticket.commit_time_us);
+                self.metrics.observe_stage(Stage::ProducedToAcked, took);
+                progress.acked(ticket.txn, ticket.bytes);
+                return Ok(());
+            }
+            Err(failure) => *failure,
+        };
+        let refusal = &failure.refusal;
+        match refusal.rejection {
+            // A retriable error surfaced despite infinite retries: start over
+            // from the slot, which still holds the event.
+            Rejection::Retriable => Err(Error::transient(format!(
+                "delivery of event {} failed: {refusal} (topic {}); resending from the slot's \
+                 confirmed position",
+                text(ticket.event_id.as_ref()),
+                failure.record.topic
+            ))),
+            _ if ticket.dead_letter => Err(cannot_dead_letter(
+                ticket.event_id.as_ref(),
+                ticket.commit_lsn,
+                &format!(
+                    "Kafka rejected the dead-letter record too: {refusal} (topic {})",
+                    failure.record.topic
+                ),
+            )),
+            Rejection::Configuration => Err(configuration_error(
+                ticket.event_id.as_ref(),
+                &failure.record.topic,
+                refusal,
+            )),
+            // The policy runs in the loop: it may need to wait for the sink.
+            Rejection::Poison | Rejection::UnknownPartition(_) => {
+                self.rejected
+                    .push_back(Poisoned::undelivered(ticket, failure));
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies the poison policy to an event that cannot be published.
+    pub async fn reject(&mut self, progress: &mut Progress, poisoned: Poisoned) -> Result<()> {
+        let poisoned = match poisoned.unknown_partition {
+            Some(_) => {
+                let count = self.sink.partition_count(&poisoned.record.topic).await?;
+                poisoned.settle_partition(count)?
+            }
+            None => poisoned,
+        };
+        let settings = self.settings;
+        match poisoned.verdict(settings.on_poison, settings.dead_letter_topic()) {
+            Verdict::Halt(error) => Err(error),
+            Verdict::DeadLetter(copy) => {
+                let info = self.sink.open_dead_letter_topic().await?;
+                // The event's own timestamp may be what Kafka refused.
+                let now_us = clock::unix_now_us();
+                let record = copy.as_record(now_us / 1000);
+                if let Some(why) = info.refuse_size(&copy.topic, record.wire_size()) {
+                    return Err(poisoned.cannot_dead_letter(&why));
+                }
+                let ticket = Ticket {
+                    txn: poisoned.seq,
+                    commit_lsn: poisoned.commit_lsn,
+                    commit_time_us: now_us,
+                    bytes: record.size(),
+                    event_id: poisoned.event_id.clone(),
+                    topic: copy.topic.as_str().into(),
+                    dead_letter: true,
+                };
+                match self.hand(progress, &record, ticket).await? {
+                    Handed::Taken => {}
+                    Handed::Refused(refusal) if refusal.rejection == Rejection::Retriable => {
+                        return Err(Error::transient(
+                            "cannot hand a dead-letter record to the Kafka producer",
+                        )
+                        .with_source(refusal))
+                    }
+                    Handed::Refused(refusal) => {
+                        return Err(poisoned.cannot_dead_letter(&format!(
+                            "Kafka rejected the dead-letter record too: {refusal}"
+                        )))
+                    }
+                }
+                warn!(
+                    event_id = %text(poisoned.event_id.as_ref()),
+                    commit_lsn = %poisoned.commit_lsn,
+                    original_topic = %poisoned.record.topic,
+                    reason = %poisoned.reason,
+                    dead_letter_topic = %copy.topic,
+                    "poison event sent to the dead-letter topic"
+                );
+                self.metrics.record_dead_letter();
+                // A refused original no longer waits for the sink: its copy does.
+                if let Some(bytes) = poisoned.inflight_bytes {
+                    progress.acked(poisoned.seq, bytes);
+                }
+                Ok(())
+            }
+        }
+    }
+}

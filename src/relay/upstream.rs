@@ -1,0 +1,124 @@
+//! The apply loop's other seam: where replication messages come from,
+//! where status updates go, and who places a relation the stream names.
+//! `PgUpstream` is the real one; tests replay captured messages instead.
+//!
+//! `Liveness` tells a quiet server from a dead one on the same connection.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::Result;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::pgoutput::Relation;
+use crate::postgres::publication::{RelationResolver, RelationRole};
+use crate::postgres::replication::{ReplicationMessage, ReplicationStream, StatusSender};
+
+/// Walrelay calls upstreams through generics only, so the `async fn`s here
+/// need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait Upstream {
+    /// The next replication message. Cancel-safe.
+    async fn next(&mut self) -> Result<ReplicationMessage>;
+
+    /// A standby status update: `confirmed` is where the slot may move.
+    /// `reply_requested` asks the server for a keepalive at once.
+    async fn report(&mut self, received: Lsn, confirmed: Lsn, reply_requested: bool) -> Result<()>;
+
+    /// Where a relation named for the first time in this session belongs.
+    async fn place(&mut self, relation: &Relation) -> Result<RelationRole>;
+
+    /// Ends the stream politely.
+    async fn close(self);
+}
+
+/// The replication connection of one session, with the catalog connection
+/// that places relations (None for `--source messages`, which has no table).
+pub struct PgUpstream {
+    pub stream: ReplicationStream,
+    pub status: StatusSender,
+    pub resolver: Option<RelationResolver>,
+}
+
+impl Upstream for PgUpstream {
+    async fn next(&mut self) -> Result<ReplicationMessage> {
+        self.stream.next().await
+    }
+
+    async fn report(&mut self, received: Lsn, confirmed: Lsn, reply_requested: bool) -> Result<()> {
+        self.status.send(received, confirmed, reply_requested).await
+    }
+
+    async fn place(&mut self, relation: &Relation) -> Result<RelationRole> {
+        match &self.resolver {
+            Some(resolver) => resolver.role(relation).await,
+            None => {
+                warn!(
+                    table = %format!("{}.{}", relation.namespace, relation.name),
+                    "the publication publishes a table, but events come from messages \
+                     (--source messages); its changes are ignored"
+                );
+                Ok(RelationRole::Other)
+            }
+        }
+    }
+
+    async fn close(self) {
+        self.status.close().await;
+    }
+}
+
+/// Silence on the replication connection: a quiet server is asked for a
+/// keepalive at half the timeout, so silence past the whole timeout means it
+/// is gone, not idle.
+pub struct Liveness {
+    timeout: Duration,
+    /// When the server last sent anything (or reading last resumed).
+    last_heard: Instant,
+    asked: bool,
+}
+
+impl Liveness {
+    pub fn new(timeout: Duration) -> Self {
+        Liveness {
+            timeout,
+            last_heard: Instant::now(),
+            asked: false,
+        }
+    }
+
+    /// The server sent something.
+    pub fn heard(&mut self) {
+        self.last_heard = Instant::now();
+        self.asked = false;
+    }
+
+    /// Walrelay is not reading (its window is full): that is not the server's silence.
+    pub fn not_reading(&mut self) {
+        self.last_heard = Instant::now();
+    }
+
+    /// When the last message arrived.
+    pub fn heard_at(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// When to ask for a keepalive; None once asked.
+    pub fn ask_at(&self) -> Option<Instant> {
+        (!self.asked).then_some(self.last_heard + self.timeout / 2)
+    }
+
+    pub fn asked(&mut self) {
+        self.asked = true;
+    }
+
+    /// When silence means the server is gone.
+    pub fn dead_at(&self) -> Instant {
+        self.last_heard + self.timeout
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}

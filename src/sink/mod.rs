@@ -1,0 +1,247 @@
+//! The seam between the apply loop and the place events go.
+//!
+//! The apply loop hands a sink records, each with a ticket the sink never
+//! looks inside, and gets back one delivery per record, carrying its ticket.
+//! Kafka is one sink (`kafka::producer::KafkaSink`); `memory::MemorySink`
+//! holds records in memory and acknowledges them when a test says so, so the
+//! apply path can be tested without a broker.
+//!
+//! A sink speaks records, not events: the outbox layer has already built
+//! the key, the value and every header.
+
+pub mod memory;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Result;
+
+/// A record header: a name and a value that may be null.
+pub type Header = (Cow<'static, str>, Option<Bytes>);
+
+/// One record to write.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub topic: &'a str,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
+    /// An explicit partition; else the sink picks one by key.
+    pub partition: Option<i32>,
+    /// Milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+}
+
+impl Record<'_> {
+    /// Key and value bytes: what flow control counts.
+    pub fn size(&self) -> usize {
+        self.key.map_or(0, <[u8]>::len) + self.value.map_or(0, <[u8]>::len)
+    }
+
+    /// The record's bytes as a broker counts them against a topic's limit
+    /// (uncompressed, without batch framing).
+    pub fn wire_size(&self) -> usize {
+        self.size()
+            + self
+                .headers
+                .iter()
+                .map(|(name, value)| name.len() + value.as_ref().map_or(0, Bytes::len) + 10)
+                .sum::<usize>()
+    }
+
+    pub fn to_owned(&self) -> OwnedRecord {
+        OwnedRecord {
+            topic: self.topic.to_string(),
+            key: self.key.map(Bytes::copy_from_slice),
+            value: self.value.map(Bytes::copy_from_slice),
+            headers: self.headers.to_vec(),
+            partition: self.partition,
+        }
+    }
+}
+
+/// A record held after the fact: one the sink could not deliver, or a
+/// dead-letter copy being built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRecord {
+    pub topic: String,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<Header>,
+    pub partition: Option<i32>,
+}
+
+impl OwnedRecord {
+    pub fn as_record(&self, timestamp_ms: i64) -> Record<'_> {
+        Record {
+            topic: &self.topic,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: &self.headers,
+            partition: self.partition,
+            timestamp_ms,
+        }
+    }
+
+    /// The value of the first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
+/// What a refusal means for walrelay, whoever refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The record itself is the problem: no retry can fix it, so it goes to
+    /// the poison policy.
+    Poison,
+    /// The record asked for a partition the sink does not know: poison once
+    /// fresh metadata confirms the topic really has fewer partitions.
+    UnknownPartition(i32),
+    /// Configuration or permissions: every record would fail the same way,
+    /// so walrelay halts even under `--on-poison dead-letter`.
+    Configuration,
+    /// Worth another attempt: the session starts over from the slot.
+    Retriable,
+}
+
+/// A sink's refusal of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub rejection: Rejection,
+    /// The sink's own words, for people.
+    pub message: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Why `send` did not take a record.
+#[derive(Debug)]
+pub enum SendError<T> {
+    /// The sink's queue is full: take deliveries, then send again with the ticket.
+    Full(T),
+    Refused(Refusal),
+}
+
+/// The outcome of one record.
+#[derive(Debug)]
+pub struct Delivery<T> {
+    pub ticket: T,
+    /// From `send` to the outcome, as the sink measured it.
+    pub took: Duration,
+    pub result: std::result::Result<(), Box<Failure>>,
+}
+
+/// A record the sink could not deliver, handed back whole.
+#[derive(Debug)]
+pub struct Failure {
+    pub refusal: Refusal,
+    pub record: OwnedRecord,
+}
+
+/// Whether records may go to a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicAccess {
+    Open(TopicInfo),
+    /// Why records cannot go there: the event is poison.
+    Closed(String),
+}
+
+/// What the sink knows of a topic it may write to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The topic's largest record, when known (Kafka: `max.message.bytes`).
+    pub max_record_bytes: Option<usize>,
+}
+
+/// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
+/// for length, timestamp and offset deltas, key and value lengths).
+const RECORD_OVERHEAD: usize = 61 + 40;
+
+impl TopicInfo {
+    /// Why a record of `wire_size` bytes cannot go to `topic`, if it cannot.
+    pub fn refuse_size(&self, topic: &str, wire_size: usize) -> Option<String> {
+        let limit = self.max_record_bytes?;
+        (wire_size + RECORD_OVERHEAD > limit).then(|| {
+            format!(
+                "the record is {wire_size} bytes, over max.message.bytes ({limit}) of topic \
+                 {topic}"
+            )
+        })
+    }
+}
+
+/// Where the apply loop's records go. Calls come from one task, so methods
+/// take `&mut self`; walrelay calls sinks through generics only, which is
+/// why the `async fn`s here need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait Sink<T> {
+    /// Makes `topic` ready (checks it, creates it if allowed), or says why
+    /// records cannot go there.
+    async fn open_topic(&mut self, topic: &str) -> Result<TopicAccess>;
+
+    /// The dead-letter topic, created if missing.
+    async fn open_dead_letter_topic(&mut self) -> Result<TopicInfo>;
+
+    /// The topic's partition count from fresh metadata; None if it does not exist.
+    async fn partition_count(&mut self, topic: &str) -> Result<Option<usize>>;
+
+    /// Takes a record; its delivery comes back later with `ticket`.
+    fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>>;
+
+    /// The next delivery; None once the sink can deliver nothing more.
+    /// Cancel-safe.
+    async fn delivery(&mut self) -> Option<Delivery<T>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_over_the_topic_limit_is_refused_with_both_sizes() {
+        let info = TopicInfo {
+            max_record_bytes: Some(1000),
+        };
+        assert!(info.refuse_size("t", 800).is_none());
+        let why = info.refuse_size("t", 1000).unwrap();
+        assert!(
+            why.contains("1000 bytes") && why.contains("(1000)"),
+            "{why}"
+        );
+        let unknown = TopicInfo {
+            max_record_bytes: None,
+        };
+        assert!(unknown.refuse_size("t", usize::MAX / 2).is_none());
+    }
+
+    #[test]
+    fn the_wire_size_counts_key_value_and_every_header() {
+        let headers = [
+            (Cow::Borrowed("id"), Some(Bytes::from_static(b"e-1"))),
+            (Cow::Borrowed("trace"), None),
+        ];
+        let record = Record {
+            topic: "t",
+            key: Some(b"k"),
+            value: Some(b"value"),
+            headers: &headers,
+            partition: None,
+            timestamp_ms: 0,
+        };
+        assert_eq!(record.size(), 6);
+        assert_eq!(record.wire_size(), 6 + (2 + 3 + 10) + (5 + 10));
+    }
+}

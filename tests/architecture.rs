@@ -1,0 +1,152 @@
+//! The module layout is the architecture: these tests keep it free of import
+//! cycles, so each concern can be read (and changed) on its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use regex::Regex;
+
+/// Module path (`relay::apply`) of every source file, with the modules it names.
+fn module_uses() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let module_of = |path: &Path| -> Option<String> {
+        let relative = path.strip_prefix(&root).unwrap().with_extension("");
+        let mut parts: Vec<String> = relative
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        match parts.last().map(String::as_str) {
+            Some("main") if parts.len() == 1 => return None,
+            Some("lib") if parts.len() == 1 => parts.clear(),
+            Some("mod") => {
+                parts.pop();
+            }
+            _ => {}
+        }
+        Some(parts.join("::"))
+    };
+    let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(f)).collect();
+    // The longest module that is a prefix of the path.
+    let resolve = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len())
+            .rev()
+            .map(|n| parts[..n].join("::"))
+            .find(|candidate| modules.contains(candidate))
+    };
+    let path_re = Regex::new(r"\b(crate|super)((?:::\w+)+)").unwrap();
+    // `use crate::a::{b, c::d}` names a::b and a::c::d.
+    let group_re = Regex::new(r"\b(crate|super)((?:::\w+)*)::\{([^{}]*)\}").unwrap();
+    let mut uses = BTreeMap::new();
+    for file in &files {
+        let Some(module) = module_of(file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        // Unit tests may reach anywhere; only the code itself must not cycle.
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        let mut paths: Vec<(String, String)> = Vec::new();
+        for group in group_re.captures_iter(code) {
+            for item in group[3].split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                let item = item.split(" as ").next().unwrap().trim_end_matches("::*");
+                let item = if item == "self" { "" } else { item };
+                let tail = format!("{}::{item}", &group[2]);
+                paths.push((
+                    group[1].to_string(),
+                    tail.trim_end_matches("::").to_string(),
+                ));
+            }
+        }
+        for found in path_re.captures_iter(code) {
+            paths.push((found[1].to_string(), found[2].to_string()));
+        }
+        let mut named = BTreeSet::new();
+        for (anchor, tail) in paths {
+            let Some(tail) = tail.strip_prefix("::") else {
+                continue;
+            };
+            let absolute = if anchor == "crate" {
+                tail.to_string()
+            } else {
+                let is_mod_file = file.file_name().is_some_and(|n| n == "mod.rs");
+                let mut base: Vec<&str> = module.split("::").filter(|p| !p.is_empty()).collect();
+                if !is_mod_file {
+                    base.pop();
+                }
+                let mut parts = base;
+                parts.extend(tail.split("::"));
+                parts.join("::")
+            };
+            if let Some(target) = resolve(&absolute) {
+                // A module may use its parents: they declare it.
+                let is_ancestor = module == target || module.starts_with(&format!("{target}::"));
+                if !is_ancestor && !target.is_empty() {
+                    named.insert(target);
+                }
+            }
+        }
+        uses.insert(module, named);
+    }
+    uses
+}
+
+#[test]
+fn no_two_modules_import_each_other_directly_or_through_others() {
+    let uses = module_uses();
+    let mut cycles = Vec::new();
+    for start in uses.keys() {
+        // Depth-first search for a path back to `start`.
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((module, path)) = stack.pop() {
+            for next in uses.get(&module).into_iter().flatten() {
+                if next == start {
+                    let mut cycle = path.clone();
+                    cycle.push(start.clone());
+                    cycles.push(cycle.join(" -> "));
+                } else if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "import cycles between modules:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_check_sees_uses_of_crate_and_super_paths() {
+    let uses = module_uses();
+    assert!(
+        uses["relay"].contains("postgres::replication"),
+        "{:?}",
+        uses["relay"]
+    );
+    assert!(
+        uses["relay::progress"].contains("checkpoint"),
+        "{:?}",
+        uses["relay::progress"]
+    );
+    assert!(
+        uses["relay::poison"].contains("relay::progress"),
+        "{:?}",
+        uses["relay::poison"]
+    );
+}
