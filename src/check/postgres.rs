@@ -60,7 +60,10 @@ struct Probe<'a> {
 }
 
 impl<'a> Probe<'a> {
-    async fn new(client: &'a Client, settings: &'a Settings) -> Result<Self, tokio_postgres::Error> {
+    async fn new(
+        client: &'a Client,
+        settings: &'a Settings,
+    ) -> Result<Self, tokio_postgres::Error> {
         let row = client
             .query_one(
                 "SELECT current_setting('server_version_num')::int, current_user::text, \
@@ -87,8 +90,12 @@ impl<'a> Probe<'a> {
         out.push(self.or_fail("postgres.max_slot_wal_keep_size", self.wal_keep().await));
         out.push(self.or_fail("postgres.role", self.role().await));
 
-        let binding =
-            publication::inspect(self.client, &self.settings.publication, &self.settings.table).await;
+        let binding = publication::inspect(
+            self.client,
+            &self.settings.publication,
+            &self.settings.table,
+        )
+        .await;
         match self.settings.source {
             Source::Table => {
                 out.push(
@@ -335,7 +342,10 @@ impl<'a> Probe<'a> {
         } else {
             Check::fail(
                 "postgres.table_select",
-                format!("role {} may not SELECT from {}", self.user, self.settings.table),
+                format!(
+                    "role {} may not SELECT from {}",
+                    self.user, self.settings.table
+                ),
                 format!(
                     "as the table's owner: GRANT SELECT ON {} TO {};",
                     self.settings.table.quoted(),

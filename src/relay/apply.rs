@@ -141,8 +141,10 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     return Err(protocol("BEGIN inside an open transaction"));
                 }
                 let commit_time_us = clock::pg_to_unix_us(begin.commit_time);
-                self.metrics
-                    .observe_stage(Stage::CommitToReceived, clock::since_unix_us(commit_time_us));
+                self.metrics.observe_stage(
+                    Stage::CommitToReceived,
+                    clock::since_unix_us(commit_time_us),
+                );
                 self.open_txn = Some(TxnRef {
                     seq: self.progress.begin(),
                     commit_lsn: begin.final_lsn,

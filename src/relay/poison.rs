@@ -218,13 +218,18 @@ mod tests {
 
     #[test]
     fn halting_names_the_event_its_transaction_the_reason_and_the_way_out() {
-        let Verdict::Halt(error) = poisoned("its route-by column is NULL")
-            .verdict(OnPoison::Halt, "walrelay.dead-letter")
+        let Verdict::Halt(error) =
+            poisoned("its route-by column is NULL").verdict(OnPoison::Halt, "walrelay.dead-letter")
         else {
             panic!("expected a halt");
         };
         let text = error.to_string();
-        for part in ["e-1", "0/16B3748", "route-by column is NULL", "--on-poison dead-letter"] {
+        for part in [
+            "e-1",
+            "0/16B3748",
+            "route-by column is NULL",
+            "--on-poison dead-letter",
+        ] {
             assert!(text.contains(part), "{part:?} missing from {text}");
         }
         assert!(!error.is_transient());

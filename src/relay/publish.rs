@@ -85,12 +85,16 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 "its route-by column {:?} is NULL",
                 self.settings.mapping.route_by
             );
-            return self.reject(progress, Poisoned::new(txn, &event, None, reason)).await;
+            return self
+                .reject(progress, Poisoned::new(txn, &event, None, reason))
+                .await;
         };
         let (topic, info) = match self.route(route_value).await? {
             Route::To(topic, info) => (topic, info),
             Route::Nowhere(reason) => {
-                return self.reject(progress, Poisoned::new(txn, &event, None, reason)).await
+                return self
+                    .reject(progress, Poisoned::new(txn, &event, None, reason))
+                    .await
             }
         };
         let record = event.record(&topic, txn.commit_time_us / 1000);
@@ -189,7 +193,11 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         Ok(Handed::Taken)
     }
 
-    pub fn on_delivery(&mut self, progress: &mut Progress, delivery: Delivery<Ticket>) -> Result<()> {
+    pub fn on_delivery(
+        &mut self,
+        progress: &mut Progress,
+        delivery: Delivery<Ticket>,
+    ) -> Result<()> {
         let Delivery {
             ticket,
             took,
