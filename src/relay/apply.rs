@@ -81,7 +81,9 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             let ask_at = self.liveness.ask_at();
             tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|stop| *stop) => return self.shut_down().await,
+                // The guard wait_for returns is dropped at once: it must not
+                // be held while other branches await.
+                _ = async { drop(shutdown.wait_for(|stop| *stop).await) } => break,
                 Some(delivery) = self.publisher.delivery() => {
                     self.publisher.on_delivery(&mut self.progress, delivery)?
                 }
@@ -107,6 +109,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 }
             }
         }
+        self.shut_down().await
     }
 
     async fn on_replication(&mut self, message: ReplicationMessage) -> Result<()> {

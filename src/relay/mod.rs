@@ -9,6 +9,9 @@ mod progress;
 mod publish;
 mod upstream;
 
+#[cfg(test)]
+mod tests;
+
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};

@@ -1,0 +1,434 @@
+//! The apply loop against captured pgoutput messages (tests/fixtures) and an
+//! in-memory sink: no Postgres, no Kafka. Each test feeds real messages,
+//! plays the sink's part (acknowledge, refuse, in any order), and checks
+//! what Postgres would be told: the confirmed LSN of every status update.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::Parser;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{ApplyLoop, Ticket, Upstream};
+use crate::config::{Cli, Command, Settings};
+use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::pgoutput::fixture::captured_pg15;
+use crate::postgres::pgoutput::Relation;
+use crate::postgres::publication::RelationRole;
+use crate::postgres::replication::ReplicationMessage;
+use crate::sink::memory::{MemoryHandle, MemorySink};
+use crate::sink::{OwnedRecord, Refusal, Rejection};
+
+/// Where the slot stands before the first captured message.
+const START: Lsn = Lsn(0x152_C000);
+
+/// The captured messages, by transaction (see the fixture's notes).
+const INSERT: std::ops::Range<usize> = 0..4;
+const UPDATE: std::ops::Range<usize> = 4..7;
+const INSERT_AFTER_ALTER: std::ops::Range<usize> = 14..18;
+
+/// Replays messages the test sends and records every status update.
+struct Scripted {
+    messages: mpsc::UnboundedReceiver<ReplicationMessage>,
+    confirmed: Arc<Mutex<Vec<Lsn>>>,
+}
+
+impl Upstream for Scripted {
+    async fn next(&mut self) -> Result<ReplicationMessage> {
+        match self.messages.recv().await {
+            Some(message) => Ok(message),
+            // The test is done feeding: stay quiet, like an idle server.
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn report(&mut self, _received: Lsn, confirmed: Lsn, _reply: bool) -> Result<()> {
+        self.confirmed.lock().unwrap().push(confirmed);
+        Ok(())
+    }
+
+    async fn place(&mut self, relation: &Relation) -> Result<RelationRole> {
+        Ok(match relation.name.as_str() {
+            "outbox" => RelationRole::Outbox,
+            _ => RelationRole::Other,
+        })
+    }
+
+    async fn close(self) {}
+}
+
+/// One apply loop running in the background, and the test's side of it.
+struct Relay {
+    feed: mpsc::UnboundedSender<ReplicationMessage>,
+    confirmed: Arc<Mutex<Vec<Lsn>>>,
+    sink: MemoryHandle<Ticket>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Relay {
+    /// Runs with the flags of `walrelay run` plus `flags`.
+    fn start(flags: &[&str]) -> Relay {
+        let mut argv = vec![
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://walrelay@localhost/app",
+            "--kafka-brokers",
+            "localhost:9092",
+            // Status updates often enough that a test sees each step.
+            "--status-interval",
+            "20ms",
+        ];
+        argv.extend_from_slice(flags);
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!("a run command line")
+        };
+        // The loop borrows its settings for as long as it runs.
+        let settings: &'static Settings = Box::leak(Box::new(Settings::from_args(&args).unwrap()));
+        let (feed, messages) = mpsc::unbounded_channel();
+        let confirmed = Arc::new(Mutex::new(Vec::new()));
+        let upstream = Scripted {
+            messages,
+            confirmed: confirmed.clone(),
+        };
+        let (sink, handle) = MemorySink::new();
+        let (shutdown, mut stop) = watch::channel(false);
+        let apply = ApplyLoop::new(
+            settings,
+            upstream,
+            sink,
+            START,
+            Duration::from_secs(60),
+            Metrics::new(),
+        );
+        let task = tokio::spawn(async move { apply.run(&mut stop).await });
+        Relay {
+            feed,
+            confirmed,
+            sink: handle,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Feeds captured messages as the server would send them.
+    fn feed(&self, range: std::ops::Range<usize>) {
+        for (lsn, data) in &captured_pg15()[range] {
+            self.feed_raw(*lsn, data.clone());
+        }
+    }
+
+    fn feed_raw(&self, wal_start: Lsn, data: Bytes) {
+        let message = ReplicationMessage::XLogData {
+            wal_start,
+            wal_end: wal_start,
+            data,
+        };
+        self.feed.send(message).unwrap();
+    }
+
+    fn records(&self) -> Vec<OwnedRecord> {
+        self.sink.records()
+    }
+
+    /// Waits until `count` records have reached the sink.
+    async fn wait_for_records(&self, count: usize) -> Vec<OwnedRecord> {
+        eventually("records to reach the sink", || {
+            let records = self.records();
+            (records.len() >= count).then_some(records)
+        })
+        .await
+    }
+
+    /// Waits until a status update confirms `lsn`.
+    async fn wait_until_confirmed(&self, lsn: Lsn) {
+        eventually(&format!("a status update confirming {lsn}"), || {
+            self.confirmed.lock().unwrap().contains(&lsn).then_some(())
+        })
+        .await
+    }
+
+    /// The furthest position any status update has confirmed.
+    fn confirmed(&self) -> Lsn {
+        self.confirmed
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(START)
+    }
+
+    /// Lets a few status updates go out, then says what they confirmed.
+    async fn confirmed_after_a_while(&self) -> Lsn {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        self.confirmed()
+    }
+
+    /// Waits for the loop to stop on its own, with its error.
+    async fn failure(self) -> String {
+        let ended = tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the apply loop did not stop")
+            .unwrap();
+        ended
+            .expect_err("the apply loop stopped without an error")
+            .report()
+    }
+
+    async fn stop(self) {
+        self.shutdown.send(true).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..1000 {
+        if let Some(value) = check() {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("gave up waiting for {what}");
+}
+
+/// The end LSN of a captured transaction: its Commit message's position.
+fn commit_end(range: std::ops::Range<usize>) -> Lsn {
+    captured_pg15()[range.end - 1].0
+}
+
+fn poison(message: &str) -> Refusal {
+    Refusal {
+        rejection: Rejection::Poison,
+        message: message.into(),
+    }
+}
+
+/// A `pg_logical_emit_message` as pgoutput sends it.
+fn emitted(transactional: bool, lsn: Lsn, prefix: &str, content: &str) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_u8(b'M');
+    b.put_u8(u8::from(transactional));
+    b.put_u64(lsn.0);
+    b.put_slice(prefix.as_bytes());
+    b.put_u8(0);
+    b.put_u32(content.len() as u32);
+    b.put_slice(content.as_bytes());
+    b.freeze()
+}
+
+fn header(record: &OwnedRecord, name: &str) -> Option<String> {
+    record
+        .header(name)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+#[tokio::test]
+async fn a_commit_is_confirmed_only_after_the_sink_acknowledges_its_event() {
+    let relay = Relay::start(&[]);
+    relay.feed(INSERT);
+    let records = relay.wait_for_records(1).await;
+    let event = &records[0];
+    assert_eq!(event.topic, "outbox.event.OrderPlaced");
+    assert_eq!(event.key.as_deref(), Some(&b"o-1"[..]));
+    assert_eq!(
+        header(event, "id").as_deref(),
+        Some("11111111-1111-1111-1111-111111111111")
+    );
+    assert_eq!(header(event, "event_type").as_deref(), Some("OrderPlaced"));
+    assert_eq!(relay.confirmed_after_a_while().await, START);
+
+    relay.sink.ack(0);
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_window_stops_reading_until_an_acknowledgement() {
+    let relay = Relay::start(&["--max-inflight-events", "1"]);
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    relay.wait_for_records(1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(relay.records().len(), 1, "read past a full window");
+
+    relay.sink.ack(0);
+    relay.wait_for_records(2).await;
+    relay.sink.ack(1);
+    relay
+        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn acknowledgements_out_of_order_confirm_only_the_unbroken_prefix() {
+    let relay = Relay::start(&[]);
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    relay.wait_for_records(2).await;
+
+    relay.sink.ack(1);
+    assert_eq!(
+        relay.confirmed_after_a_while().await,
+        START,
+        "the later transaction was confirmed before the earlier one"
+    );
+    relay.sink.ack(0);
+    relay
+        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_poison_event_halts_walrelay_before_the_slot_moves_past_it() {
+    let relay = Relay::start(&["--on-poison", "halt"]);
+    relay.feed(INSERT);
+    relay.wait_for_records(1).await;
+    relay
+        .sink
+        .refuse(0, poison("Broker: Message size too large"));
+    let confirmed = relay.confirmed.clone();
+    let error = relay.failure().await;
+    assert!(
+        error.contains("11111111-1111-1111-1111-111111111111")
+            && error.contains("Message size too large")
+            && error.contains("--on-poison dead-letter"),
+        "{error}"
+    );
+    assert!(confirmed.lock().unwrap().iter().all(|lsn| *lsn == START));
+}
+
+#[tokio::test]
+async fn a_poison_event_is_dead_lettered_and_confirmed_once_its_copy_is_acknowledged() {
+    let relay = Relay::start(&["--on-poison", "dead-letter"]);
+    relay.feed(INSERT);
+    relay.wait_for_records(1).await;
+    relay
+        .sink
+        .refuse(0, poison("Broker: Message size too large"));
+
+    let records = relay.wait_for_records(2).await;
+    let copy = &records[1];
+    assert_eq!(copy.topic, "walrelay.dead-letter");
+    assert_eq!(copy.key, records[0].key);
+    assert_eq!(copy.value, records[0].value);
+    assert_eq!(header(copy, "id"), header(&records[0], "id"));
+    let reason = header(copy, "walrelay.reason").unwrap();
+    assert!(reason.contains("Message size too large"), "{reason}");
+    assert_eq!(
+        header(copy, "walrelay.original-topic").as_deref(),
+        Some("outbox.event.OrderPlaced")
+    );
+    assert_eq!(relay.confirmed_after_a_while().await, START);
+
+    relay.sink.ack(1);
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_for_a_topic_walrelay_may_not_use_is_dead_lettered_without_being_sent() {
+    let relay = Relay::start(&["--on-poison", "dead-letter"]);
+    relay
+        .sink
+        .close_topic("outbox.event.OrderPlaced", "topic is not allowed");
+    relay.feed(INSERT);
+    let records = relay.wait_for_records(1).await;
+    assert_eq!(records[0].topic, "walrelay.dead-letter");
+    assert_eq!(
+        header(&records[0], "walrelay.reason").as_deref(),
+        Some("topic is not allowed")
+    );
+    assert_eq!(header(&records[0], "walrelay.original-topic"), None);
+    relay.sink.ack(0);
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn an_update_of_an_outbox_row_is_ignored_unless_on_update_is_fatal() {
+    let relay = Relay::start(&["--on-update", "warn"]);
+    relay.feed(INSERT);
+    relay.feed(UPDATE);
+    relay.wait_for_records(1).await;
+    relay.sink.ack(0);
+    relay.wait_until_confirmed(commit_end(UPDATE)).await;
+    assert_eq!(relay.records().len(), 1, "an UPDATE became an event");
+    relay.stop().await;
+
+    let relay = Relay::start(&["--on-update", "fatal"]);
+    relay.feed(INSERT);
+    relay.feed(UPDATE);
+    relay.wait_for_records(1).await;
+    relay.sink.ack(0);
+    let error = relay.failure().await;
+    assert!(error.contains("--on-update"), "{error}");
+}
+
+#[tokio::test]
+async fn a_non_transactional_message_is_never_published_as_an_event() {
+    let content =
+        r#"{"id": "m-9", "aggregate_id": "o-9", "event_type": "OrderPlaced", "payload": {}}"#;
+    let lsn = Lsn(0x152_E000);
+
+    let relay = Relay::start(&["--source", "messages"]);
+    relay.feed_raw(lsn, emitted(false, lsn, "walrelay", content));
+    let error = relay.failure().await;
+    assert!(
+        error.contains("m-9") && error.contains("non-transactional"),
+        "{error}"
+    );
+
+    let relay = Relay::start(&["--source", "messages", "--on-poison", "dead-letter"]);
+    relay.feed_raw(lsn, emitted(false, lsn, "walrelay", content));
+    let records = relay.wait_for_records(1).await;
+    assert_eq!(records[0].topic, "walrelay.dead-letter");
+    relay.sink.ack(0);
+    relay.wait_until_confirmed(lsn).await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_transactional_message_is_an_event_of_its_transaction() {
+    let content = r#"{"id": "m-1", "aggregate_id": "o-1", "event_type": "OrderPaid", "payload": {"total": 5}}"#;
+    let captured = captured_pg15();
+    let (begin, commit) = (&captured[18], &captured[20]);
+    let relay = Relay::start(&["--source", "messages"]);
+    relay.feed_raw(begin.0, begin.1.clone());
+    relay.feed_raw(begin.0, emitted(true, begin.0, "walrelay", content));
+    // Another prefix is another application's message, not an event.
+    relay.feed_raw(begin.0, emitted(true, begin.0, "audit", content));
+    relay.feed_raw(commit.0, commit.1.clone());
+    let records = relay.wait_for_records(1).await;
+    assert_eq!(records[0].topic, "outbox.event.OrderPaid");
+    assert_eq!(records[0].value.as_deref(), Some(&br#"{"total": 5}"#[..]));
+    relay.sink.ack(0);
+    relay.wait_until_confirmed(commit.0).await;
+    assert_eq!(relay.records().len(), 1);
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_sink_queue_is_waited_out_without_losing_the_record() {
+    let relay = Relay::start(&[]);
+    relay.sink.set_capacity(1);
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    relay.wait_for_records(1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(relay.records().len(), 1);
+    relay.sink.ack(0);
+    relay.wait_for_records(2).await;
+    relay.sink.ack(1);
+    relay
+        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .await;
+    relay.stop().await;
+}
