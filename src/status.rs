@@ -3,8 +3,8 @@
 use crate::config::StatusArgs;
 use crate::error::{Error, Result};
 use crate::postgres::slot::{self, SlotReport};
-use crate::postgres::slot_history;
 use crate::postgres::{describe_target, setup, PgTarget};
+use crate::postgres::{publication, slot_history};
 use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
@@ -14,25 +14,9 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;
     let history = slot_history::read(&client, &args.conn.publication, slot_name).await?;
-    let tables: Vec<String> = client
-        .query(
-            "SELECT schemaname || '.' || tablename FROM pg_catalog.pg_publication_tables \
-             WHERE pubname = $1 ORDER BY 1",
-            &[&args.conn.publication],
-        )
-        .await
-        .map_err(|e| crate::postgres::sql_error("cannot read pg_publication_tables", e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let publication_exists = client
-        .query_opt(
-            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
-            &[&args.conn.publication],
-        )
-        .await
-        .map_err(|e| crate::postgres::sql_error("cannot read pg_publication", e))?
-        .is_some();
+    let tables = publication::tables(&client, &args.conn.publication).await?;
+    let publication_exists = tables.is_some();
+    let tables = tables.unwrap_or_default();
 
     if args.json {
         let doc = serde_json::json!({
@@ -70,9 +54,9 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             "replication slot {slot_name:?} does not exist; walrelay run creates it on its \
              first start"
         ))),
-        (Some(r), _) if r.wal_status.as_deref() == Some("lost") => Err(Error::permanent(format!(
-            "replication slot {slot_name:?} is lost: see docs/operations.md, \"The slot is lost\""
-        ))),
+        (Some(r), _) if r.wal_status.as_deref() == Some("lost") => {
+            Err(slot_history::lost_slot_error(slot_name, r.confirmed_flush))
+        }
         (Some(_), _) => Ok(()),
     }
 }

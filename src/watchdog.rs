@@ -12,8 +12,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
-use crate::postgres::setup;
 use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::{setup, slot_history};
 
 mod source;
 mod webhook;
@@ -324,17 +324,8 @@ pub async fn run(
             level = assessment.level;
         }
         if assessment.lost {
-            let _ = fatal
-                .send(Error::permanent(format!(
-                    "replication slot {slot_name:?} is lost (wal_status = lost): Postgres removed \
-                     WAL that held events walrelay had not yet confirmed (after LSN {}); set \
-                     max_slot_wal_keep_size large enough to ride out an outage. {}",
-                    report
-                        .confirmed_flush
-                        .map_or_else(|| "unknown".to_string(), |l| l.to_string()),
-                    crate::postgres::slot_history::recovery_steps(&slot_name)
-                )))
-                .await;
+            let lost = slot_history::lost_slot_error(&slot_name, report.confirmed_flush);
+            let _ = fatal.send(lost).await;
             return;
         }
     }
@@ -417,7 +408,9 @@ mod tests {
         SlotReport {
             name: "walrelay".into(),
             plugin: Some("pgoutput".into()),
+            slot_type: "logical".into(),
             database: Some("app".into()),
+            in_this_database: true,
             active: true,
             active_pid: Some(1),
             confirmed_flush: Some(Lsn(1)),

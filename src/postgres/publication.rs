@@ -121,6 +121,28 @@ impl Binding {
     }
 }
 
+/// The tables a publication lists (as schema.table), or None if it does not exist.
+pub async fn tables(client: &Client, publication: &str) -> Result<Option<Vec<String>>> {
+    let failed = |e| sql_error(format!("cannot read publication {publication:?}"), e);
+    let rows = client
+        .query(
+            "SELECT t.schemaname || '.' || t.tablename FROM pg_catalog.pg_publication p \
+             LEFT JOIN pg_catalog.pg_publication_tables t ON t.pubname = p.pubname \
+             WHERE p.pubname = $1 ORDER BY 1",
+            &[&publication],
+        )
+        .await
+        .map_err(failed)?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        rows.iter()
+            .filter_map(|r| r.get::<_, Option<String>>(0))
+            .collect(),
+    ))
+}
+
 /// Reads the table and the publication as they are now, in one snapshot: a
 /// change that commits between two queries would otherwise be misread (the
 /// old table's oid checked against the new membership).

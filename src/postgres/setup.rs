@@ -12,12 +12,6 @@ use super::slot_history::{self, SlotHistory};
 use super::{describe_target, server_version, sql_error, PgTarget};
 use crate::error::{Error, Result};
 
-/// Where the slot stands when streaming starts.
-#[derive(Debug, Clone)]
-pub struct SlotState {
-    pub confirmed_flush: Lsn,
-}
-
 pub async fn connect(target: &PgTarget) -> Result<Client> {
     let failed = |e| {
         sql_error(
@@ -138,21 +132,21 @@ pub struct SlotOptions<'a> {
     pub failover: bool,
 }
 
-/// Returns the slot's state, creating it on the first start. An existing
+/// Returns the slot's confirmed position, creating the slot on the first start. An existing
 /// slot is never dropped or recreated; a slot that existed and is gone is a
 /// permanent error unless `--recreate-missing-slot` says to accept the gap.
-pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<SlotState> {
+pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<Lsn> {
     let slot = options.slot;
     let history = slot_history::read(client, options.publication, slot).await?;
     for _ in 0..2 {
-        if let Some(state) = existing_slot(client, slot).await? {
+        if let Some(confirmed) = existing_slot(client, slot).await? {
             if history.is_none() {
                 // A slot from before walrelay kept histories, or made by hand.
-                let history = SlotHistory::new(slot, state.confirmed_flush);
+                let history = SlotHistory::new(slot, confirmed);
                 slot_history::write(client, options.publication, &history).await;
             }
             super::failover::check_existing_slot(client, slot, options.failover).await?;
-            return Ok(state);
+            return Ok(confirmed);
         }
         if let Some(old) = &history {
             if !options.recreate_missing {
@@ -175,9 +169,7 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
             None => info!(slot, lsn = %lsn, "created replication slot"),
         }
         slot_history::write(client, options.publication, &SlotHistory::new(slot, lsn)).await;
-        return Ok(SlotState {
-            confirmed_flush: lsn,
-        });
+        return Ok(lsn);
     }
     Err(Error::transient(format!(
         "replication slot {slot:?} appeared and vanished during start-up"
@@ -204,19 +196,12 @@ async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Opti
     }
 }
 
-async fn existing_slot(client: &Client, slot: &str) -> Result<Option<SlotState>> {
-    let row = client
-        .query_opt(
-            "SELECT s.plugin, s.slot_type, s.database = current_database(), s.database, \
-                    s.confirmed_flush_lsn::text, s.wal_status, s.active_pid \
-             FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .map_err(|e| sql_error("cannot read pg_replication_slots", e))?;
-    let Some(row) = row else { return Ok(None) };
-    let plugin: Option<String> = row.get(0);
-    let slot_type: String = row.get(1);
+/// The slot's confirmed position if it exists and walrelay can stream from it.
+async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
+    let Some(report) = super::slot::read(client, slot).await? else {
+        return Ok(None);
+    };
+    let (plugin, slot_type) = (&report.plugin, &report.slot_type);
     if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
         return Err(Error::permanent(format!(
             "replication slot {slot:?} exists but is a {slot_type} slot with output plugin {}; \
@@ -225,35 +210,20 @@ async fn existing_slot(client: &Client, slot: &str) -> Result<Option<SlotState>>
             plugin.as_deref().unwrap_or("none")
         )));
     }
-    let same_database: Option<bool> = row.get(2);
-    if same_database != Some(true) {
-        let database: Option<String> = row.get(3);
+    if !report.in_this_database {
         return Err(Error::permanent(format!(
             "replication slot {slot:?} belongs to database {}; point --pg-url at that \
              database or choose another --slot",
-            database.as_deref().unwrap_or("?")
+            report.database.as_deref().unwrap_or("?")
         )));
     }
-    let wal_status: Option<String> = row.get(5);
-    if wal_status.as_deref() == Some("lost") {
-        return Err(Error::permanent(format!(
-            "replication slot {slot:?} is lost (wal_status = lost): Postgres removed WAL it \
-             still needed, so events committed after its confirmed_flush_lsn can no longer be \
-             read. {}",
-            slot_history::recovery_steps(slot)
-        )));
+    if report.wal_status.as_deref() == Some("lost") {
+        return Err(slot_history::lost_slot_error(slot, report.confirmed_flush));
     }
-    let confirmed: Option<String> = row.get(4);
-    let confirmed = match confirmed {
-        Some(text) => text.parse().map_err(Error::permanent)?,
-        None => Lsn::ZERO,
-    };
-    let active_pid: Option<i32> = row.get(6);
-    if let Some(pid) = active_pid {
+    let confirmed = report.confirmed_flush.unwrap_or(Lsn::ZERO);
+    if let Some(pid) = report.active_pid {
         warn!(slot, pid, "replication slot is in use by another process");
     }
     info!(slot, confirmed_flush_lsn = %confirmed, "reusing replication slot");
-    Ok(Some(SlotState {
-        confirmed_flush: confirmed,
-    }))
+    Ok(Some(confirmed))
 }

@@ -1,5 +1,5 @@
-//! Reads a replication slot's state from `pg_replication_slots`, for the
-//! watchdog and for `walrelay status`.
+//! Reads a replication slot's state from `pg_replication_slots`: the one
+//! reader for start-up, the watchdog, the slot's history and `walrelay status`.
 
 use serde_json::json;
 use tokio_postgres::Client;
@@ -12,7 +12,11 @@ use crate::error::Result;
 pub struct SlotReport {
     pub name: String,
     pub plugin: Option<String>,
+    /// `logical` or `physical`.
+    pub slot_type: String,
     pub database: Option<String>,
+    /// The slot belongs to the database this connection is in.
+    pub in_this_database: bool,
     pub active: bool,
     pub active_pid: Option<i32>,
     pub confirmed_flush: Option<Lsn>,
@@ -50,16 +54,21 @@ impl SlotReport {
 }
 
 pub async fn read(client: &Client, slot: &str) -> Result<Option<SlotReport>> {
+    // On a standby (logical decoding there is PostgreSQL 16+) the WAL end is
+    // what has been replayed; pg_current_wal_lsn() fails during recovery.
     let row = client
         .query_opt(
-            "SELECT s.plugin, s.database, s.active, s.active_pid, \
+            "WITH w AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                                    ELSE pg_current_wal_lsn() END AS lsn) \
+             SELECT s.plugin, s.database, s.active, s.active_pid, \
                     s.confirmed_flush_lsn::text, s.restart_lsn::text, s.wal_status, \
-                    s.safe_wal_size, pg_current_wal_lsn()::text, \
-                    COALESCE((pg_current_wal_lsn() - s.confirmed_flush_lsn)::bigint, 0), \
-                    COALESCE((pg_current_wal_lsn() - s.restart_lsn)::bigint, 0), \
+                    s.safe_wal_size, w.lsn::text, \
+                    COALESCE((w.lsn - s.confirmed_flush_lsn)::bigint, 0), \
+                    COALESCE((w.lsn - s.restart_lsn)::bigint, 0), \
                     (SELECT setting::bigint FROM pg_catalog.pg_settings \
-                      WHERE name = 'max_slot_wal_keep_size') \
-             FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1",
+                      WHERE name = 'max_slot_wal_keep_size'), \
+                    s.slot_type, COALESCE(s.database = current_database(), false) \
+             FROM pg_catalog.pg_replication_slots s, w WHERE s.slot_name = $1",
             &[&slot],
         )
         .await
@@ -70,7 +79,9 @@ pub async fn read(client: &Client, slot: &str) -> Result<Option<SlotReport>> {
     Ok(Some(SlotReport {
         name: slot.to_string(),
         plugin: row.get(0),
+        slot_type: row.get(12),
         database: row.get(1),
+        in_this_database: row.get(13),
         active: row.get(2),
         active_pid: row.get(3),
         confirmed_flush: lsn(4),

@@ -164,16 +164,8 @@ pub async fn record_confirmed(client: &Client, publication: &str, slot: &str) ->
     let Some(mut history) = read(client, publication, slot).await? else {
         return Ok(());
     };
-    let row = client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
-             WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .map_err(|e| sql_error("cannot read pg_replication_slots", e))?;
-    let confirmed: Option<String> = row.and_then(|r| r.get(0));
-    let Some(confirmed) = confirmed.and_then(|text| text.parse::<Lsn>().ok()) else {
+    let report = super::slot::read(client, slot).await?;
+    let Some(confirmed) = report.and_then(|r| r.confirmed_flush) else {
         return Ok(());
     };
     if history.confirm(confirmed) {
@@ -192,6 +184,17 @@ pub fn missing_slot_error(slot: &str, history: &SlotHistory) -> Error {
         history.created_at,
         history.created_lsn,
         history.last_confirmed(),
+        recovery_steps(slot)
+    ))
+}
+
+/// The permanent error for a slot Postgres invalidated (wal_status = lost).
+pub fn lost_slot_error(slot: &str, confirmed: Option<Lsn>) -> Error {
+    Error::permanent(format!(
+        "replication slot {slot:?} is lost (wal_status = lost): Postgres removed WAL that held \
+         events walrelay had not yet confirmed (after LSN {}), so they can no longer be read; \
+         set max_slot_wal_keep_size large enough to ride out an outage. {}",
+        confirmed.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
         recovery_steps(slot)
     ))
 }

@@ -240,7 +240,7 @@ async fn open(
             None
         }
     };
-    let slot = setup::ensure_slot(
+    let confirmed = setup::ensure_slot(
         &client,
         &SlotOptions {
             slot: &settings.slot,
@@ -267,7 +267,7 @@ async fn open(
         Lsn::ZERO,
     )
     .await?;
-    info!(slot = %settings.slot, resume_lsn = %slot.confirmed_flush, "streaming started");
+    info!(slot = %settings.slot, resume_lsn = %confirmed, "streaming started");
     let resolver = resolver_table.map(|table| RelationResolver {
         client,
         publication: settings.publication.clone(),
@@ -279,7 +279,7 @@ async fn open(
             status,
             resolver,
         },
-        confirmed: slot.confirmed_flush,
+        confirmed,
         read_timeout,
     })
 }
