@@ -6,16 +6,13 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::{Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(180);
 
-async fn assert_everything_arrives(
-    client: &tokio_postgres::Client,
-    broker: &Broker,
-    relay: &Relay,
-) {
+/// Every committed "Durable" event, read from its topic.
+async fn durable_events_arrive(client: &tokio_postgres::Client, broker: &Broker, relay: &Relay) {
     let expected = committed_ids(client, "Durable").await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Durable"]);
@@ -31,40 +28,35 @@ async fn broker_killed_and_restarted_on_durable_storage_loses_nothing() {
     relay.wait_ready(WAIT);
 
     for round in 0..3 {
-        insert_batch(&client, "Durable", 200).await;
+        events("Durable", 200).insert(&client).await;
         broker.kill();
-        insert_batch(&client, "Durable", 200).await;
+        events("Durable", 200).insert(&client).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         broker.restart_after_kill();
-        insert_batch(&client, "Durable", 200).await;
+        events("Durable", 200).insert(&client).await;
         assert!(
             relay.wait(Duration::from_millis(100)).is_none(),
             "walrelay gave up in round {round}"
         );
     }
-    assert_everything_arrives(&client, &broker, &relay).await;
+    durable_events_arrive(&client, &broker, &relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_unreachable_for_a_minute_under_load_delays_but_loses_nothing() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
-    insert_batch(&client, "Durable", 10).await;
+    let mut stack = Stack::start(&[]).await;
+    events("Durable", 10).insert(&stack.client).await;
 
-    broker.pause();
+    stack.broker.pause();
     let paused = Instant::now();
     while paused.elapsed() < Duration::from_secs(65) {
-        insert_batch(&client, "Durable", 20).await;
+        events("Durable", 20).insert(&stack.client).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(
-        relay.wait(Duration::from_millis(100)).is_none(),
-        "walrelay gave up while the broker was away"
+        stack.relay.wait(Duration::from_millis(100)).is_none(),
+        "walrelay gave up while the stack.broker was away"
     );
-    broker.resume();
-    assert_everything_arrives(&client, &broker, &relay).await;
+    stack.broker.resume();
+    durable_events_arrive(&stack.client, &stack.broker, &stack.relay).await;
 }

@@ -38,13 +38,8 @@ fn example_binary(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_event_is_applied_once() {
-    let Stack {
-        pg,
-        broker,
-        client,
-        relay: _relay,
-    } = Stack::start(&[]).await;
-    client
+    let stack = Stack::start(&[]).await;
+    stack.client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES
                ('00000000-0000-0000-0000-000000000101', 'account', 'acc-1', 'Deposited', '{\"version\": 1, \"amount\": 100}'),
@@ -53,13 +48,13 @@ async fn a_redelivered_event_is_applied_once() {
         )
         .await
         .unwrap();
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Deposited"]);
     assert_eq!(reader.read(3, WAIT).len(), 3);
 
     // Redeliver the first event, as walrelay may after a crash.
     let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker.brokers())
+        .set("bootstrap.servers", stack.broker.brokers())
         .create()
         .unwrap();
     let headers = OwnedHeaders::new().insert(Header {
@@ -78,9 +73,9 @@ async fn a_redelivered_event_is_applied_once() {
 
     let out = Command::new(example_binary("dedupe_consumer"))
         .args([
-            &broker.brokers(),
+            &stack.broker.brokers(),
             "outbox.event.Deposited",
-            &pg.url(),
+            &stack.pg.url(),
             "4",
             "60",
         ])
@@ -98,7 +93,7 @@ async fn a_redelivered_event_is_applied_once() {
     );
 
     let total = |id: &'static str| {
-        let client = &client;
+        let client = &stack.client;
         async move {
             client
                 .query_one("SELECT total FROM totals WHERE aggregate_id = $1", &[&id])

@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::{eventually, signal, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -21,7 +21,7 @@ async fn a_stopped_walsender_is_noticed_and_streaming_resumes_after_it_continues
     let client = pg.client_with_outbox().await;
     let relay = Relay::start(&pg, &broker);
     relay.wait_ready(WAIT);
-    insert_batch(&client, "Stopped", 1).await;
+    events("Stopped", 1).insert(&client).await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Stopped"]);
     let seen = read_until_all_arrive(
@@ -41,7 +41,7 @@ async fn a_stopped_walsender_is_noticed_and_streaming_resumes_after_it_continues
         .unwrap()
         .get(0);
     signal(walsender as u32, libc::SIGSTOP);
-    insert_batch(&client, "Stopped", 10).await;
+    events("Stopped", 10).insert(&client).await;
     let stopped = Instant::now();
     eventually(
         Duration::from_secs(30),
@@ -114,7 +114,7 @@ async fn a_postmaster_that_never_answers_is_retried_after_the_setup_timeout_and_
 async fn reading_pauses_at_max_pending_transactions_while_the_broker_is_away() {
     let stack = Stack::start(&["--max-pending-transactions", "20"]).await;
     let (client, broker, relay) = (&stack.client, &stack.broker, &stack.relay);
-    insert_batch(client, "Held", 1).await;
+    events("Held", 1).insert(client).await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Held"]);
     let seen = read_until_all_arrive(
@@ -127,7 +127,7 @@ async fn reading_pauses_at_max_pending_transactions_while_the_broker_is_away() {
 
     broker.pause();
     for _ in 0..100 {
-        insert_batch(client, "Held", 1).await;
+        events("Held", 1).insert(client).await;
     }
     let pending = eventually(Duration::from_secs(30), "pending transactions", || async {
         relay

@@ -4,39 +4,17 @@ mod support;
 
 use std::time::Duration;
 
-use support::outbox::current_lsn;
+use support::outbox::{current_lsn, events};
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn insert_event(
-    client: &tokio_postgres::Client,
-    id: &str,
-    aggregate_id: &str,
-    event_type: &str,
-    payload: &str,
-) {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ($1::text::uuid, 'order', $2, $3, $4::text::jsonb)",
-            &[&id, &aggregate_id, &event_type, &payload],
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_routed_keyed_and_headed_by_their_columns() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        relay,
-    } = Stack::start(&[]).await;
+    let stack = Stack::start(&[]).await;
 
-    let events = [
+    let written = [
         (
             "00000000-0000-0000-0000-000000000001",
             "order-1",
@@ -56,19 +34,24 @@ async fn events_are_routed_keyed_and_headed_by_their_columns() {
             r#"{"version": 2, "note": "ünïcødé ✓"}"#,
         ),
     ];
-    for (id, key, event_type, payload) in events {
-        insert_event(&client, id, key, event_type, payload).await;
+    for (id, key, event_type, payload) in written {
+        events(event_type, 1)
+            .id(id)
+            .aggregate(key)
+            .payload(payload)
+            .insert(&stack.client)
+            .await;
     }
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&[
         "outbox.event.OrderPlaced",
         "outbox.event.OrderPaid",
         "outbox.event.OrderShipped",
     ]);
     let got = reader.read(3, WAIT);
-    assert_eq!(got.len(), 3, "got {got:?}\nlog:\n{}", relay.log());
-    for (id, key, event_type, payload) in events {
+    assert_eq!(got.len(), 3, "got {got:?}\nlog:\n{}", stack.relay.log());
+    for (id, key, event_type, payload) in written {
         let m = got
             .iter()
             .find(|m| m.header("id") == Some(id))
@@ -106,14 +89,12 @@ async fn a_rolled_back_transaction_produces_nothing() {
     .unwrap();
     txn.rollback().await.unwrap();
     // A committed marker in the same topic proves the relay got past the rollback.
-    insert_event(
-        &client,
-        "00000000-0000-0000-0000-00000000000a",
-        "o-9",
-        "Ghost",
-        r#"{"committed": true}"#,
-    )
-    .await;
+    events("Ghost", 1)
+        .id("00000000-0000-0000-0000-00000000000a")
+        .aggregate("o-9")
+        .payload(r#"{"committed": true}"#)
+        .insert(&client)
+        .await;
 
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Ghost"]);
@@ -128,14 +109,10 @@ async fn a_rolled_back_transaction_produces_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_row_insert_and_copy_deliver_every_row() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        relay,
-    } = Stack::start(&[]).await;
+    let stack = Stack::start(&[]).await;
 
-    client
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
              SELECT gen_random_uuid(), 'order', 'multi-' || i, 'Multi', jsonb_build_object('i', i) \
@@ -143,7 +120,8 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
         )
         .await
         .unwrap();
-    let sink = client
+    let sink = stack
+        .client
         .copy_in("COPY outbox (id, aggregate_type, aggregate_id, event_type, payload) FROM STDIN")
         .await
         .unwrap();
@@ -159,7 +137,7 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
     sink.send(bytes::Bytes::from(rows)).await.unwrap();
     sink.as_mut().finish().await.unwrap();
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Multi", "outbox.event.Copied"]);
     let got = reader.read(200, WAIT);
     let multi = got
@@ -170,7 +148,7 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
         .iter()
         .filter(|m| m.topic == "outbox.event.Copied")
         .count();
-    assert_eq!((multi, copied), (100, 100), "log:\n{}", relay.log());
+    assert_eq!((multi, copied), (100, 100), "log:\n{}", stack.relay.log());
     let ids: std::collections::HashSet<_> = got
         .iter()
         .map(|m| m.header("id").unwrap().to_string())
@@ -178,9 +156,9 @@ async fn multi_row_insert_and_copy_deliver_every_row() {
     assert_eq!(ids.len(), 200, "every event id is distinct");
 
     // Both transactions are confirmed in full: the slot reaches the last commit.
-    let lsn_after: u64 = current_lsn(&client).await;
+    let lsn_after: u64 = current_lsn(&stack.client).await;
     eventually(WAIT, "the slot to confirm both transactions", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= lsn_after - 1024).then_some(())
+        (confirmed_flush_lsn(&stack.client, "walrelay").await >= lsn_after - 1024).then_some(())
     })
     .await;
 }
@@ -238,35 +216,28 @@ async fn kafka_order_follows_commit_order_not_start_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_confirms_and_exits_zero() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
+    let mut stack = Stack::start(&[]).await;
 
-    insert_event(
-        &client,
-        "00000000-0000-0000-0000-0000000000b1",
-        "k",
-        "Bye",
-        "{}",
-    )
-    .await;
-    let reader = broker.consumer();
+    events("Bye", 1)
+        .id("00000000-0000-0000-0000-0000000000b1")
+        .aggregate("k")
+        .payload("{}")
+        .insert(&stack.client)
+        .await;
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Bye"]);
     assert_eq!(reader.read(1, WAIT).len(), 1);
-    let lsn_after: i64 = current_lsn(&client).await as i64;
+    let lsn_after: i64 = current_lsn(&stack.client).await as i64;
 
-    let status = relay.terminate(Duration::from_secs(30));
+    let status = stack.relay.terminate(Duration::from_secs(30));
     assert!(
         status.success(),
         "exit status {status:?}; log:\n{}",
-        relay.log()
+        stack.relay.log()
     );
-    assert!(relay.log().contains("final status update sent"));
+    assert!(stack.relay.log().contains("final status update sent"));
     assert!(
-        confirmed_flush_lsn(&client, "walrelay").await as i64 >= lsn_after - 1024,
+        confirmed_flush_lsn(&stack.client, "walrelay").await as i64 >= lsn_after - 1024,
         "the final status update confirmed the delivered event"
     );
 }

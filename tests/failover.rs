@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::outbox::{committed_ids, insert_batch, read_until_all_arrive, try_insert_batch};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::standby::ServerSettings;
 use support::{eventually, pg, Broker, Postgres, Relay};
 use tokio_postgres::Client;
@@ -85,7 +85,7 @@ async fn walrelay_resumes_on_a_promoted_standby_without_skipping_an_event() {
     let writer_client = primary.client().await;
     let writer = tokio::spawn(async move {
         let mut acknowledged = 0u64;
-        while let Ok(n) = try_insert_batch(&writer_client, "BeforeCrash", 10).await {
+        while let Ok(n) = events("BeforeCrash", 10).try_insert(&writer_client).await {
             acknowledged += n;
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -105,7 +105,7 @@ async fn walrelay_resumes_on_a_promoted_standby_without_skipping_an_event() {
     let acknowledged = writer.await.unwrap();
     standby.promote();
     let promoted_after = crash.elapsed();
-    insert_batch(&standby_client, "AfterPromotion", 100).await;
+    events("AfterPromotion", 100).insert(&standby_client).await;
 
     // The promoted standby's outbox is the ground truth.
     let before = committed_ids(&standby_client, "BeforeCrash").await;
@@ -296,7 +296,7 @@ async fn with_a_standby_listed_first_both_connections_go_to_the_primary() {
     let relay = Relay::start_raw(&url, &broker.brokers(), &[]);
     relay.wait_ready(Duration::from_secs(60));
     let client = primary.client().await;
-    insert_batch(&client, "ReadWrite", 20).await;
+    events("ReadWrite", 20).insert(&client).await;
     let expected = committed_ids(&client, "ReadWrite").await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.ReadWrite"]);

@@ -6,141 +6,132 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::kafka::KafkaReader;
-use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, slot_lag};
-use support::{eventually, Relay, Stack};
+use support::{eventually, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn read_all(reader: &KafkaReader, expected: &HashSet<String>, relay: &Relay) -> HashSet<String> {
-    read_until_all_arrive(reader, expected, HashSet::new(), relay, WAIT)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_is_not_advanced_while_broker_is_paused() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        relay,
-    } = Stack::start(&[]).await;
-    let reader = broker.consumer();
+    let stack = Stack::start(&[]).await;
+    let reader = stack.broker.consumer();
 
-    insert_batch(&client, "Paused", 1).await;
+    events("Paused", 1).insert(&stack.client).await;
     reader.subscribe(&["outbox.event.Paused"]);
     let first = reader.read(1, WAIT);
-    assert_eq!(first.len(), 1, "log:\n{}", relay.log());
+    assert_eq!(first.len(), 1, "log:\n{}", stack.relay.log());
     let seen_before_pause = first
         .iter()
         .map(|m| m.header("id").unwrap().to_string())
         .collect();
 
-    broker.pause();
-    let before_outage = current_lsn(&client).await;
+    stack.broker.pause();
+    let before_outage = current_lsn(&stack.client).await;
     for _ in 0..10 {
-        insert_batch(&client, "Paused", 10).await;
+        events("Paused", 10).insert(&stack.client).await;
     }
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let confirmed = confirmed_flush_lsn(&client, "walrelay").await;
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
     assert!(
         confirmed <= before_outage,
-        "slot moved to {confirmed:x}, past {before_outage:x}, while the broker was paused"
+        "slot moved to {confirmed:x}, past {before_outage:x}, while the stack.broker was paused"
     );
-    assert!(relay.metric("walrelay_inflight_events").unwrap_or(0.0) > 0.0);
+    assert!(
+        stack
+            .relay
+            .metric("walrelay_inflight_events")
+            .unwrap_or(0.0)
+            > 0.0
+    );
 
-    broker.resume();
+    stack.broker.resume();
     read_until_all_arrive(
         &reader,
-        &committed_ids(&client, "Paused").await,
+        &committed_ids(&stack.client, "Paused").await,
         seen_before_pause,
-        &relay,
+        &stack.relay,
         WAIT,
     );
-    let end = current_lsn(&client).await;
+    let end = current_lsn(&stack.client).await;
     eventually(
         WAIT,
-        "the slot to move after the broker resumed",
-        || async { (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(()) },
+        "the slot to move after the stack.broker resumed",
+        || async {
+            (confirmed_flush_lsn(&stack.client, "walrelay").await >= end - 1024).then_some(())
+        },
     )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
-    let Stack {
-        pg,
-        broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
+    let mut stack = Stack::start(&[]).await;
 
-    let writer_pg = pg.client().await;
+    let writer_pg = stack.pg.client().await;
     let writer = tokio::spawn(async move {
         for _ in 0..200 {
-            insert_batch(&writer_pg, "Killed", 10).await;
+            events("Killed", 10).insert(&writer_pg).await;
         }
     });
     // Kill it while events are flowing, then start it again.
     eventually(WAIT, "some deliveries", || async {
-        (relay
+        (stack
+            .relay
             .metric("walrelay_events_published_total")
             .unwrap_or(0.0)
             >= 100.0)
             .then_some(())
     })
     .await;
-    relay.kill9();
+    stack.relay.kill9();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    relay.restart();
+    stack.relay.restart();
     writer.await.unwrap();
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Killed"]);
-    let expected = committed_ids(&client, "Killed").await;
+    let expected = committed_ids(&stack.client, "Killed").await;
     assert_eq!(expected.len(), 2000);
-    read_all(&reader, &expected, &relay);
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_walsender_is_reconnected_without_loss() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        relay,
-    } = Stack::start(&[]).await;
+    let stack = Stack::start(&[]).await;
 
-    insert_batch(&client, "Reconnect", 50).await;
-    client
+    events("Reconnect", 50).insert(&stack.client).await;
+    stack.client
         .execute(
             "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'",
             &[],
         )
         .await
         .unwrap();
-    insert_batch(&client, "Reconnect", 50).await;
+    events("Reconnect", 50).insert(&stack.client).await;
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Reconnect"]);
-    read_all(&reader, &committed_ids(&client, "Reconnect").await, &relay);
+    let expected = committed_ids(&stack.client, "Reconnect").await;
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
     eventually(WAIT, "a reconnect to be counted", || async {
-        (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
+        (stack
+            .relay
+            .metric("walrelay_reconnects_total")
+            .unwrap_or(0.0)
+            >= 1.0)
+            .then_some(())
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
-    let Stack {
-        pg: _pg,
-        broker: _broker,
-        client,
-        relay,
-    } = Stack::start(&["--watchdog-interval", "1s"]).await;
+    let stack = Stack::start(&["--watchdog-interval", "1s"]).await;
 
-    let before_write = current_lsn(&client).await;
-    client
+    let before_write = current_lsn(&stack.client).await;
+    stack
+        .client
         .batch_execute(
             "CREATE TABLE busy (id bigint, filler text); \
              INSERT INTO busy SELECT i, repeat(md5(i::text), 8) FROM generate_series(1, 120000) i;",
@@ -149,21 +140,22 @@ async fn idle_outbox_does_not_pin_wal_written_by_other_tables() {
         .unwrap();
     // The slot may already be catching up (confirmations go out promptly),
     // so the WAL written is measured on its own.
-    let written = current_lsn(&client).await - before_write;
+    let written = current_lsn(&stack.client).await - before_write;
     assert!(
         written > 20 << 20,
         "the test wrote only {written} bytes of WAL"
     );
 
     let lag = eventually(WAIT, "slot lag under 1 MB", || async {
-        let lag = slot_lag(&client, "walrelay").await;
+        let lag = slot_lag(&stack.client, "walrelay").await;
         (lag < 1 << 20).then_some(lag)
     })
     .await;
     assert!(lag < 1 << 20, "lag {lag}");
     // Operators see the same through the metric.
     eventually(WAIT, "walrelay_slot_lag_bytes under 1 MB", || async {
-        relay
+        stack
+            .relay
             .metric("walrelay_slot_lag_bytes")
             .filter(|&lag| lag < (1 << 20) as f64)
     })

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::KafkaReader;
-use support::outbox::current_lsn;
+use support::outbox::{current_lsn, events};
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay};
 
@@ -141,18 +141,6 @@ async fn on_mock_cluster(
     (cluster, pg, client, relay)
 }
 
-async fn insert_placed(client: &tokio_postgres::Client, id: &str) -> u64 {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ($1::text::uuid, 'order', 'order-1', 'Placed', '{}')",
-            &[&id],
-        )
-        .await
-        .unwrap();
-    current_lsn(client).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timestamp_the_broker_rejects_is_dead_lettered() {
     let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
@@ -161,7 +149,12 @@ async fn a_timestamp_the_broker_rejects_is_dead_lettered() {
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP],
     );
     let id = "00000000-0000-0000-0000-0000000000c1";
-    let end = insert_placed(&client, id).await;
+    let end = events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
 
     let reader = KafkaReader::connect(&cluster.bootstrap_servers());
     reader.subscribe(&[DLQ]);
@@ -187,7 +180,12 @@ async fn a_topic_authorization_failure_halts_even_in_dead_letter_mode() {
     );
     let before = current_lsn(&client).await;
     let id = "00000000-0000-0000-0000-0000000000c2";
-    insert_placed(&client, id).await;
+    events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
 
     let status = relay
         .wait(WAIT)
@@ -218,7 +216,12 @@ async fn a_retriable_failure_of_a_dead_letter_record_is_retried_not_a_halt() {
     errors.extend([RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 500]);
     cluster.request_errors(RDKafkaApiKey::Produce, &errors);
     let id = "00000000-0000-0000-0000-0000000000c3";
-    let end = insert_placed(&client, id).await;
+    let end = events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
 
     eventually(WAIT, "the dead-letter copy to fail retriably", || async {
         relay

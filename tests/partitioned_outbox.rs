@@ -7,7 +7,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::outbox::{committed_ids, insert_batch, insert_batch_at, read_until_all_arrive};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
 use support::{Broker, Postgres, Relay};
 use tokio_postgres::Client;
@@ -70,7 +70,10 @@ async fn events_from_every_partition_arrive_including_default_attached_and_after
     );
 
     for day in ["2026-01-15", "2026-02-15", "2026-03-15", "2031-01-01"] {
-        insert_batch_at(&client, "Partitioned", 15, Some(day)).await;
+        events("Partitioned", 15)
+            .created_at(day)
+            .insert(&client)
+            .await;
     }
     // Attached while walrelay streams, both ways Postgres allows.
     client
@@ -83,8 +86,14 @@ async fn events_from_every_partition_arrive_including_default_attached_and_after
         )
         .await
         .unwrap();
-    insert_batch_at(&client, "Partitioned", 10, Some("2026-04-15")).await;
-    insert_batch_at(&client, "Partitioned", 10, Some("2026-05-15")).await;
+    events("Partitioned", 10)
+        .created_at("2026-04-15")
+        .insert(&client)
+        .await;
+    events("Partitioned", 10)
+        .created_at("2026-05-15")
+        .insert(&client)
+        .await;
 
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Partitioned"]);
@@ -97,7 +106,10 @@ async fn events_from_every_partition_arrive_including_default_attached_and_after
         .batch_execute("DROP TABLE outbox_2026_01")
         .await
         .unwrap();
-    insert_batch_at(&client, "Partitioned", 5, Some("2026-02-20")).await;
+    events("Partitioned", 5)
+        .created_at("2026-02-20")
+        .insert(&client)
+        .await;
     let mut after_drop = committed_ids(&client, "Partitioned").await;
     after_drop.extend(expected.iter().cloned());
     let seen = read_until_all_arrive(&reader, &after_drop, seen, &relay, WAIT);
@@ -133,13 +145,22 @@ async fn events_written_while_partitions_were_published_by_their_own_names_still
     let broker = Broker::start();
     let client = partitioned_outbox(&pg).await;
     leaf_publication_and_slot(&client).await;
-    insert_batch_at(&client, "ByLeaf", 10, Some("2026-01-10")).await;
-    insert_batch_at(&client, "ByLeaf", 10, Some("2031-06-01")).await;
+    events("ByLeaf", 10)
+        .created_at("2026-01-10")
+        .insert(&client)
+        .await;
+    events("ByLeaf", 10)
+        .created_at("2031-06-01")
+        .insert(&client)
+        .await;
     client
         .batch_execute("ALTER PUBLICATION walrelay SET (publish_via_partition_root = true)")
         .await
         .unwrap();
-    insert_batch_at(&client, "ByLeaf", 10, Some("2026-02-10")).await;
+    events("ByLeaf", 10)
+        .created_at("2026-02-10")
+        .insert(&client)
+        .await;
 
     let relay = Relay::start(&pg, &broker);
     let reader = broker.consumer();
@@ -155,7 +176,10 @@ async fn changes_of_a_dropped_partition_stop_walrelay_before_the_slot_moves_past
     let client = partitioned_outbox(&pg).await;
     leaf_publication_and_slot(&client).await;
     let before = confirmed_flush_lsn(&client, "walrelay").await;
-    insert_batch_at(&client, "Dropped", 10, Some("2026-01-10")).await;
+    events("Dropped", 10)
+        .created_at("2026-01-10")
+        .insert(&client)
+        .await;
     client
         .batch_execute(
             "DROP TABLE outbox_2026_01; \
@@ -195,7 +219,7 @@ async fn another_table_in_the_publication_is_ignored_with_a_warning() {
         .batch_execute("INSERT INTO audit (note) VALUES ('not an event')")
         .await
         .unwrap();
-    insert_batch(&client, "Beside", 5).await;
+    events("Beside", 5).insert(&client).await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.Beside"]);
     let expected = committed_ids(&client, "Beside").await;

@@ -31,26 +31,24 @@ const LIMIT: &[&str] = &["-X", "message.max.bytes=20000"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_event_halts_the_relay_before_it_and_names_it() {
-    let Stack {
-        pg: _pg,
-        broker: _broker,
-        client,
-        mut relay,
-    } = Stack::start(LIMIT).await;
+    let mut stack = Stack::start(LIMIT).await;
 
     let id = "00000000-0000-0000-0000-00000000b16b";
     let before = insert(
-        &client,
+        &stack.client,
         "00000000-0000-0000-0000-000000000001",
         "Fine",
         "{}",
     )
     .await;
-    insert(&client, id, "Fine", &big_payload()).await;
+    insert(&stack.client, id, "Fine", &big_payload()).await;
 
-    let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
+    let status = stack
+        .relay
+        .wait(WAIT)
+        .expect("walrelay halts on a poison event");
     assert!(!status.success());
-    let log = relay.log();
+    let log = stack.relay.log();
     assert!(log.contains(id), "the error names the event; log:\n{log}");
     assert!(log.contains("transaction at LSN"), "{log}");
     assert!(
@@ -58,25 +56,23 @@ async fn oversized_event_halts_the_relay_before_it_and_names_it() {
         "the error names a way out; {log}"
     );
     assert!(
-        confirmed_flush_lsn(&client, "walrelay").await <= before,
+        confirmed_flush_lsn(&stack.client, "walrelay").await <= before,
         "the slot stays before the poison event"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn illegal_topic_name_halts_the_relay_and_names_the_event() {
-    let Stack {
-        pg: _pg,
-        broker: _broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
+    let mut stack = Stack::start(&[]).await;
 
     let id = "00000000-0000-0000-0000-0000000000aa";
-    insert(&client, id, "Order Placed!", "{}").await;
-    let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
+    insert(&stack.client, id, "Order Placed!", "{}").await;
+    let status = stack
+        .relay
+        .wait(WAIT)
+        .expect("walrelay halts on a poison event");
     assert!(!status.success());
-    let log = relay.log();
+    let log = stack.relay.log();
     assert!(
         log.contains(id) && log.contains("not a legal Kafka topic name"),
         "{log}"

@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::{Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -40,7 +40,7 @@ async fn a_table_removed_recreated_or_renamed_under_walrelay_stops_it_within_a_w
         let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
         relay.wait_ready(WAIT);
         let event_type = format!("Before{n}");
-        insert_batch(&client, &event_type, 2).await;
+        events(&event_type, 2).insert(&client).await;
         reader.subscribe(&[format!("outbox.event.{event_type}").as_str()]);
         let expected = committed_ids(&client, &event_type).await;
         read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);

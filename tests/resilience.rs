@@ -6,7 +6,7 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use support::outbox::{committed_ids, current_lsn, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
 use support::{eventually, Broker, Postgres, Relay, Stack};
 
@@ -36,14 +36,14 @@ async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
         standby.log()
     );
     assert_eq!(standby.http_get("/readyz").unwrap().0, 503);
-    insert_batch(&client, "Takeover", 10).await;
+    events("Takeover", 10).insert(&client).await;
 
     active.kill9();
     let killed = Instant::now();
     standby.wait_ready(WAIT);
     let takeover = killed.elapsed();
     eprintln!("standby took over {takeover:?} after kill -9 of the active relay");
-    insert_batch(&client, "Takeover", 10).await;
+    events("Takeover", 10).insert(&client).await;
     assert_all_arrive(
         &broker,
         "outbox.event.Takeover",
@@ -64,10 +64,10 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
     let relay = Relay::start(&pg, &broker);
     relay.wait_ready(WAIT);
 
-    insert_batch(&client, "Restarted", 300).await;
+    events("Restarted", 300).insert(&client).await;
     pg.restart("fast");
     let client = pg.client().await;
-    insert_batch(&client, "Restarted", 300).await;
+    events("Restarted", 300).insert(&client).await;
     // Let it reconnect, so the next restart hits a live session.
     eventually(WAIT, "a reconnect after the fast restart", || async {
         (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
@@ -76,7 +76,7 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
     relay.wait_ready(WAIT);
     pg.restart("immediate");
     let client = pg.client().await;
-    insert_batch(&client, "Restarted", 300).await;
+    events("Restarted", 300).insert(&client).await;
     relay.wait_ready(WAIT);
     // The walsender killed from SQL is one more way to lose the connection.
     client
@@ -86,7 +86,7 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
         )
         .await
         .unwrap();
-    insert_batch(&client, "Restarted", 300).await;
+    events("Restarted", 300).insert(&client).await;
 
     let expected = committed_ids(&client, "Restarted").await;
     assert_eq!(expected.len(), 1200);
@@ -96,15 +96,10 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() {
-    let Stack {
-        pg,
-        broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
+    let mut stack = Stack::start(&[]).await;
 
     // One writer, so commit order is the order of `seq`.
-    let writer_pg = pg.client().await;
+    let writer_pg = stack.pg.client().await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop_writer = stop.clone();
     let writer = tokio::spawn(async move {
@@ -130,13 +125,13 @@ async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() 
         rng ^= rng >> 7;
         rng ^= rng << 17;
         tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
-        relay.restart(); // kill -9, then start the same command again
+        stack.relay.restart(); // kill -9, then start the same command again
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();
 
-    let expected = committed_ids(&client, "Chaos").await;
-    let reader = broker.consumer();
+    let expected = committed_ids(&stack.client, "Chaos").await;
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Chaos"]);
     let mut all = Vec::new();
     let mut seen = HashSet::new();
@@ -183,75 +178,77 @@ async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_changes_while_streaming_and_a_renamed_column_halts_with_its_name() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        mut relay,
-    } = Stack::start(&[]).await;
+    let mut stack = Stack::start(&[]).await;
 
-    insert_batch(&client, "Evolving", 3).await;
-    client
+    events("Evolving", 3).insert(&stack.client).await;
+    stack
+        .client
         .batch_execute("ALTER TABLE outbox ADD COLUMN trace_id text")
         .await
         .unwrap();
-    client
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, trace_id) \
              VALUES (gen_random_uuid(), 'order', 'agg-1', 'Evolving', '{}', 't-1')",
         )
         .await
         .unwrap();
-    client
+    stack
+        .client
         .batch_execute("ALTER TABLE outbox DROP COLUMN aggregate_type")
         .await
         .unwrap();
-    client
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox (id, aggregate_id, event_type, payload) \
              VALUES (gen_random_uuid(), 'agg-2', 'Evolving', '{}')",
         )
         .await
         .unwrap();
-    let expected = committed_ids(&client, "Evolving").await;
+    let expected = committed_ids(&stack.client, "Evolving").await;
     assert_eq!(expected.len(), 5);
-    assert_all_arrive(&broker, "outbox.event.Evolving", &expected, &relay);
-    let lsn_before_rename = current_lsn(&client).await;
+    assert_all_arrive(
+        &stack.broker,
+        "outbox.event.Evolving",
+        &expected,
+        &stack.relay,
+    );
+    let lsn_before_rename = current_lsn(&stack.client).await;
 
-    client
+    stack
+        .client
         .batch_execute("ALTER TABLE outbox RENAME COLUMN aggregate_id TO entity_id")
         .await
         .unwrap();
-    client
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox (id, entity_id, event_type, payload) \
              VALUES (gen_random_uuid(), 'agg-3', 'Evolving', '{}')",
         )
         .await
         .unwrap();
-    let status = relay
+    let status = stack
+        .relay
         .wait(WAIT)
         .expect("walrelay stops on a renamed mapped column");
     assert!(!status.success());
-    let log = relay.log();
+    let log = stack.relay.log();
     assert!(
         log.contains("no longer has a column \"aggregate_id\""),
         "{log}"
     );
     assert!(
-        confirmed_flush_lsn(&client, "walrelay").await <= lsn_before_rename + 4096,
+        confirmed_flush_lsn(&stack.client, "walrelay").await <= lsn_before_rename + 4096,
         "the event after the rename is not confirmed"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusual_payloads_pass_through_unchanged() {
-    let Stack {
-        pg: _pg,
-        broker,
-        client,
-        relay,
-    } = Stack::start(&[]).await;
+    let stack = Stack::start(&[]).await;
 
     let big = serde_json::json!({ "blob": "y".repeat(999_000) }).to_string();
     let payloads = [
@@ -264,7 +261,8 @@ async fn unusual_payloads_pass_through_unchanged() {
         ("empty-object", "{}".to_string()),
     ];
     for (key, payload) in &payloads {
-        client
+        stack
+            .client
             .execute(
                 "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
                  VALUES (gen_random_uuid(), 'test', $1, 'Payload', $2::text::jsonb)",
@@ -273,14 +271,15 @@ async fn unusual_payloads_pass_through_unchanged() {
             .await
             .unwrap();
     }
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Payload"]);
     let got = reader.read(4, WAIT);
-    assert_eq!(got.len(), 4, "log:\n{}", relay.log());
+    assert_eq!(got.len(), 4, "log:\n{}", stack.relay.log());
     for (key, payload) in &payloads {
         let m = got.iter().find(|m| m.key.as_deref() == Some(key)).unwrap();
         // The value is jsonb's own text for the document, byte for byte.
-        let stored: String = client
+        let stored: String = stack
+            .client
             .query_one(
                 "SELECT payload::text FROM outbox WHERE aggregate_id = $1",
                 &[key],

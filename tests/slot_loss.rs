@@ -7,7 +7,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::outbox::{committed_ids, insert_batch, read_until_all_arrive};
+use support::outbox::{committed_ids, events, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
 use support::{Relay, Stack};
 
@@ -22,7 +22,7 @@ fn parse_lsn(text: &str) -> u64 {
 async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_flag() {
     let mut stack = Stack::start(&[]).await;
     let (client, broker) = (&stack.client, &stack.broker);
-    insert_batch(client, "BeforeLoss", 5).await;
+    events("BeforeLoss", 5).insert(client).await;
     let reader = broker.consumer();
     reader.subscribe(&["outbox.event.BeforeLoss"]);
     let expected = committed_ids(client, "BeforeLoss").await;
@@ -34,7 +34,7 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
     let stopped_at = confirmed_flush_lsn(client, "walrelay").await;
 
     // The gap: committed while walrelay is down, then the slot goes.
-    insert_batch(client, "InTheGap", 5).await;
+    events("InTheGap", 5).insert(client).await;
     client
         .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
         .await
@@ -79,7 +79,7 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
         "{}",
         relay.log()
     );
-    insert_batch(client, "AfterLoss", 3).await;
+    events("AfterLoss", 3).insert(client).await;
     reader.subscribe(&["outbox.event.AfterLoss"]);
     let expected = committed_ids(client, "AfterLoss").await;
     read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);

@@ -71,17 +71,13 @@ async fn webhook_server() -> (u16, Arc<Mutex<Vec<serde_json::Value>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_metric_is_exposed_and_moves() {
-    let Stack {
-        pg: _pg,
-        broker: _broker,
-        client,
-        relay,
-    } = Stack::start(&["--watchdog-interval", "1s"]).await;
-    let confirmed_before = relay.metric("walrelay_confirmed_flush_lsn").unwrap();
+    let stack = Stack::start(&["--watchdog-interval", "1s"]).await;
+    let confirmed_before = stack.relay.metric("walrelay_confirmed_flush_lsn").unwrap();
 
-    insert(&client, "Measured", 20).await;
+    insert(&stack.client, "Measured", 20).await;
     eventually(WAIT, "20 events published", || async {
-        (relay
+        (stack
+            .relay
             .metric("walrelay_events_published_total")
             .unwrap_or(0.0)
             >= 20.0)
@@ -89,12 +85,13 @@ async fn every_documented_metric_is_exposed_and_moves() {
     })
     .await;
     eventually(WAIT, "the confirmed LSN to move", || async {
-        (relay.metric("walrelay_confirmed_flush_lsn").unwrap() > confirmed_before).then_some(())
+        (stack.relay.metric("walrelay_confirmed_flush_lsn").unwrap() > confirmed_before)
+            .then_some(())
     })
     .await;
     // The watchdog reads the slot every second.
     let body = eventually(WAIT, "the watchdog's first reading", || async {
-        let (_, body) = relay.http_get("/metrics").unwrap();
+        let (_, body) = stack.relay.http_get("/metrics").unwrap();
         body.contains("walrelay_slot_wal_status{status=\"reserved\"} 1")
             .then_some(body)
     })
@@ -119,13 +116,16 @@ async fn every_documented_metric_is_exposed_and_moves() {
         assert!(body.contains(name), "/metrics lacks {name:?}:\n{body}");
     }
     assert_eq!(
-        relay.metric("walrelay_slot_safe_wal_size_bytes"),
+        stack.relay.metric("walrelay_slot_safe_wal_size_bytes"),
         Some(-1.0),
         "unlimited retention is -1"
     );
-    let retained = relay.metric("walrelay_slot_retained_wal_bytes").unwrap();
+    let retained = stack
+        .relay
+        .metric("walrelay_slot_retained_wal_bytes")
+        .unwrap();
     assert!(retained > 0.0);
-    assert_eq!(relay.http_get("/healthz").unwrap().0, 200);
+    assert_eq!(stack.relay.http_get("/healthz").unwrap().0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

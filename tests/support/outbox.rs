@@ -18,49 +18,85 @@ pub async fn current_lsn(client: &Client) -> u64 {
         .get::<_, i64>(0) as u64
 }
 
-/// Inserts `count` events of one type in one transaction, spread over five
-/// aggregates, each payload carrying its position in the batch.
-pub async fn insert_batch(client: &Client, event_type: &str, count: i32) {
-    insert_batch_at(client, event_type, count, None).await
+/// Events of one type for the default outbox table, written in one
+/// transaction: `count` rows over five aggregates (payload `{"seq": n}`)
+/// unless the id, aggregate or payload is given.
+pub struct Events<'a> {
+    event_type: &'a str,
+    count: i32,
+    id: Option<&'a str>,
+    aggregate_id: Option<&'a str>,
+    payload: Option<&'a str>,
+    created_at: Option<&'a str>,
 }
 
-/// Like [`insert_batch`], with `created_at` set (it picks the partition of a
-/// partitioned outbox); None keeps the column's default.
-pub async fn insert_batch_at(
-    client: &Client,
-    event_type: &str,
-    count: i32,
-    created_at: Option<&str>,
-) {
-    try_insert_batch_at(client, event_type, count, created_at)
-        .await
-        .unwrap();
+/// `count` events of `event_type`; finish with `.insert(&client)`.
+pub fn events(event_type: &str, count: i32) -> Events<'_> {
+    Events {
+        event_type,
+        count,
+        id: None,
+        aggregate_id: None,
+        payload: None,
+        created_at: None,
+    }
 }
 
-/// `insert_batch` for a server that may go away: the error instead of a panic.
-pub async fn try_insert_batch(
-    client: &Client,
-    event_type: &str,
-    count: i32,
-) -> Result<u64, tokio_postgres::Error> {
-    try_insert_batch_at(client, event_type, count, None).await
-}
+impl<'a> Events<'a> {
+    /// The event id (a UUID); only for a single event.
+    pub fn id(mut self, id: &'a str) -> Self {
+        assert_eq!(self.count, 1, "an explicit id is for a single event");
+        self.id = Some(id);
+        self
+    }
 
-async fn try_insert_batch_at(
-    client: &Client,
-    event_type: &str,
-    count: i32,
-    created_at: Option<&str>,
-) -> Result<u64, tokio_postgres::Error> {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at) \
-             SELECT gen_random_uuid(), 'order', 'agg-' || (i % 5), $1, jsonb_build_object('seq', i), \
-                    COALESCE($3::text::timestamptz, clock_timestamp()) \
-             FROM generate_series(1, $2::int) i",
-            &[&event_type, &count, &created_at],
-        )
-        .await
+    pub fn aggregate(mut self, aggregate_id: &'a str) -> Self {
+        self.aggregate_id = Some(aggregate_id);
+        self
+    }
+
+    /// The payload, as JSON text.
+    pub fn payload(mut self, json: &'a str) -> Self {
+        self.payload = Some(json);
+        self
+    }
+
+    /// `created_at`, which picks the partition of a partitioned outbox.
+    pub fn created_at(mut self, timestamp: &'a str) -> Self {
+        self.created_at = Some(timestamp);
+        self
+    }
+
+    /// Commits them; returns the server's WAL position after the commit.
+    pub async fn insert(self, client: &Client) -> u64 {
+        self.try_insert(client).await.unwrap()
+    }
+
+    /// `insert` for a server that may go away: the error instead of a panic.
+    pub async fn try_insert(self, client: &Client) -> Result<u64, tokio_postgres::Error> {
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, created_at) \
+                 SELECT COALESCE($3::text::uuid, gen_random_uuid()), 'order', \
+                        COALESCE($4, 'agg-' || (i % 5)), $1, \
+                        COALESCE($5::text::jsonb, jsonb_build_object('seq', i)), \
+                        COALESCE($6::text::timestamptz, clock_timestamp()) \
+                 FROM generate_series(1, $2::int) i",
+                &[
+                    &self.event_type,
+                    &self.count,
+                    &self.id,
+                    &self.aggregate_id,
+                    &self.payload,
+                    &self.created_at,
+                ],
+            )
+            .await?;
+        let row = client
+            .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+            .await?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
 }
 
 /// Every event id of a type committed to the outbox.
