@@ -10,7 +10,7 @@ use rdkafka::config::ClientConfig;
 use super::{MissingField, OnPoison, OnUpdate, RunArgs, Source};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
-use crate::kafka::topics::TopicPolicy;
+use crate::kafka::topics::{CreationLog, TopicPolicy};
 use crate::outbox::expansion::{Behaviour, EmptyArrayBehavior, NullBehavior};
 use crate::outbox::mapping::MappingConfig;
 use crate::outbox::routing::{validate_topic, Router};
@@ -217,14 +217,15 @@ fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
     let compressed = kafka.kafka_properties.iter().any(|(k, v)| {
         matches!(k.as_str(), "compression.type" | "compression.codec") && v != "none"
     });
-    Ok(TopicPolicy::new(
-        kafka.topic_create,
+    Ok(TopicPolicy {
+        create: kafka.topic_create,
         allow,
-        kafka.topic_create_max_per_minute,
-        kafka.topic_partitions,
-        kafka.topic_replication_factor,
-        args.poison.dead_letter_topic.clone(),
-        args.poison.dead_letter_max_message_bytes,
-        !compressed,
-    ))
+        max_created_per_minute: kafka.topic_create_max_per_minute,
+        partitions: kafka.topic_partitions,
+        replication_factor: kafka.topic_replication_factor,
+        dead_letter_topic: args.poison.dead_letter_topic.clone(),
+        dead_letter_max_message_bytes: args.poison.dead_letter_max_message_bytes,
+        check_sizes: !compressed,
+        created: CreationLog::default(),
+    })
 }

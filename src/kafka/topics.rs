@@ -45,40 +45,20 @@ pub struct TopicPolicy {
     /// Off with compression: the broker checks the compressed size.
     pub check_sizes: bool,
     /// When walrelay created topics in the last minute; outlives sessions.
-    created: Mutex<VecDeque<Instant>>,
+    pub created: CreationLog,
 }
 
-impl TopicPolicy {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        create: bool,
-        allow: Option<Regex>,
-        max_created_per_minute: u32,
-        partitions: i32,
-        replication_factor: Option<i32>,
-        dead_letter_topic: String,
-        dead_letter_max_message_bytes: usize,
-        check_sizes: bool,
-    ) -> Self {
-        TopicPolicy {
-            create,
-            allow,
-            max_created_per_minute,
-            partitions,
-            replication_factor,
-            dead_letter_topic,
-            dead_letter_max_message_bytes,
-            check_sizes,
-            created: Mutex::new(VecDeque::new()),
-        }
-    }
+/// When walrelay created topics in the last minute.
+#[derive(Debug, Default)]
+pub struct CreationLog(Mutex<VecDeque<Instant>>);
 
+impl TopicPolicy {
     /// Takes one creation from this minute's budget, or says why not.
     fn take_creation(&self, topic: &str) -> std::result::Result<(), String> {
         if self.max_created_per_minute == 0 {
             return Ok(());
         }
-        let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        let mut created = self.created.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         while created
             .front()
@@ -329,7 +309,17 @@ mod tests {
     use super::*;
 
     fn policy(cap: u32) -> TopicPolicy {
-        TopicPolicy::new(true, None, cap, 1, None, "dlq".into(), 1 << 20, true)
+        TopicPolicy {
+            create: true,
+            allow: None,
+            max_created_per_minute: cap,
+            partitions: 1,
+            replication_factor: None,
+            dead_letter_topic: "dlq".into(),
+            dead_letter_max_message_bytes: 1 << 20,
+            check_sizes: true,
+            created: CreationLog::default(),
+        }
     }
 
     #[test]
@@ -340,7 +330,7 @@ mod tests {
         let err = p.take_creation("c").unwrap_err();
         assert!(err.contains("--topic-create-max-per-minute (2)"), "{err}");
         // Age the window as if a minute had passed.
-        for t in p.created.lock().unwrap().iter_mut() {
+        for t in p.created.0.lock().unwrap().iter_mut() {
             *t -= MINUTE;
         }
         assert!(p.take_creation("c").is_ok());
