@@ -15,18 +15,25 @@
 //! Big transaction (`-- bigtxn`): one transaction of BENCH_BIG_ROWS
 //! (1,000,000) rows; reports walrelay's peak RSS while it drains it.
 //!
-//! Latency: inserts one event per transaction at BENCH_RATE events/s and
-//! measures, per event, the time from just before its commit to the moment
-//! a consumer reads it from Kafka; prints walrelay's per-stage histograms.
+//! Latency (issue 11's set-up): BENCH_RATE events/s (2,000) in transactions
+//! of BENCH_TXN_EVENTS (20), each payload carrying the writer's clock just
+//! before its INSERT; a consumer with `assign()` and fetch.wait.max.ms =
+//! BENCH_FETCH_WAIT_MS (5) records when it reads each one. Prints p50/p99
+//! of commit to readable, and walrelay's per-stage histograms.
 //!
 //! Crash loop (`-- crash`): BENCH_CRASH_EVENTS (20,000) events while
 //! walrelay is killed five times and the broker hangs; lost and duplicated.
+//!
+//! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
+//! streaming and to the acknowledgement of an event waiting in the slot.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 #[path = "relay/crash_loop.rs"]
 mod crash_loop;
+#[path = "relay/startup.rs"]
+mod startup;
 
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -74,6 +81,9 @@ fn main() {
     }
     if wants("crash") {
         runtime.block_on(crash_loop::crash_loop());
+    }
+    if wants("startup") {
+        runtime.block_on(startup::startup());
     }
 }
 
@@ -164,6 +174,9 @@ async fn throughput() {
     }
     let confirmed_secs = started.elapsed().as_secs_f64();
     let rss = rss_kib(relay.pid());
+    if std::env::var("BENCH_SHOW_LOG").is_ok() {
+        println!("{}", relay.log());
+    }
     println!(
         "pg_recvlogical: {events} events in {recv_secs:.2}s = {:.0} events/s",
         events as f64 / recv_secs
@@ -180,6 +193,7 @@ async fn throughput() {
 async fn latency() {
     let rate = env_or("BENCH_RATE", 2000);
     let seconds = env_or("BENCH_SECONDS", 15);
+    let per_txn = env_or("BENCH_TXN_EVENTS", 20).max(1);
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
@@ -195,28 +209,32 @@ async fn latency() {
         .await
         .unwrap();
     let brokers = broker.brokers();
-    let total = (rate * seconds) as usize;
+    let total = ((rate * seconds) as usize).div_ceil(per_txn as usize) * per_txn as usize;
     let reader = std::thread::spawn(move || read_latencies(&brokers, total + 1));
     tokio::time::sleep(Duration::from_secs(2)).await;
 
+    // One statement, one transaction of `per_txn` rows.
     let insert = client
         .prepare(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (gen_random_uuid(), 'order', 'order-' || ($1::int % 100), 'Latency', \
-                     jsonb_build_object('sent_us', $2::bigint))",
+             SELECT gen_random_uuid(), 'order', 'order-' || (($1::int + i) % 100), 'Latency', \
+                    jsonb_build_object('sent_us', $2::bigint) \
+             FROM generate_series(1, $3::int) i",
         )
         .await
         .unwrap();
-    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let transactions = total / per_txn as usize;
+    let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
     let start = Instant::now();
-    for i in 0..total {
-        let due = start + interval * i as u32;
+    for t in 0..transactions {
+        let due = start + interval * t as u32;
         let now = Instant::now();
         if due > now {
             tokio::time::sleep(due - now).await;
         }
+        let first = (t * per_txn as usize) as i32;
         client
-            .execute(&insert, &[&(i as i32), &unix_us()])
+            .execute(&insert, &[&first, &unix_us(), &(per_txn as i32)])
             .await
             .unwrap();
     }
@@ -225,7 +243,7 @@ async fn latency() {
     latencies.sort_unstable();
     let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "latency at {achieved:.0} events/s over {seconds}s ({} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "latency at {achieved:.0} events/s ({per_txn} a transaction) over {seconds}s ({} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         latencies.len(),
         pct(0.50) as f64 / 1000.0,
         pct(0.99) as f64 / 1000.0,
@@ -286,7 +304,7 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
         .set("enable.auto.commit", "false")
         .set(
             "fetch.wait.max.ms",
-            std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "1".into()),
+            std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "5".into()),
         )
         .set("fetch.error.backoff.ms", "1")
         .create()
