@@ -38,6 +38,12 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
         None,
     ),
     ("table.op.invalid.behavior", "--on-update", None),
+    // Same default (tracingspancontext) on both sides.
+    (
+        "tracing.span.context.field",
+        "--field-tracing-span-context",
+        None,
+    ),
 ];
 
 /// A shell expansion that stops with a message when the variable is unset,
@@ -362,6 +368,32 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         flag(&mut args, flag_name, Some(format.into()));
         notes.extend(note);
     }
+    // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
+    // on Connect's classpath): walrelay creates no spans, it passes the
+    // writer's context through.
+    let trace_column = get(&format!("{prefix}tracing.span.context.field"))
+        .unwrap_or("tracingspancontext")
+        .to_string();
+    notes.push(format!(
+        "tracing: walrelay sends the writer's traceparent/tracestate from column \
+         {trace_column:?} (when the table has it) unchanged as headers, so consumers continue \
+         the writer's trace; Debezium sent them only with OpenTelemetry installed in Connect, \
+         with the span id of its own db-log-write span; --field-tracing-span-context '' sends none"
+    ));
+    let operation_key = format!("{prefix}tracing.operation.name");
+    if let Some(name) = get(&operation_key) {
+        notes.push(format!(
+            "{operation_key}={name}: walrelay creates no spans, so there is no operation to name"
+        ));
+    }
+    let only_key = format!("{prefix}tracing.with.context.field.only");
+    if get(&only_key).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
+        notes.push(format!(
+            "{only_key}=false: Debezium started a new trace for rows without a context; walrelay \
+             sends trace headers only for rows that carry one (as with true, the router's default)"
+        ));
+    }
+    used.extend([operation_key, only_key]);
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
     used.push(format!("{prefix}type"));
@@ -610,5 +642,34 @@ mod tests {
             flag(&m, "--json-payload-null-behavior"),
             Some("optional-bytes")
         );
+    }
+
+    #[test]
+    fn tracing_options_map_to_the_trace_context_column_with_notes() {
+        let m = migrate(
+            &with_router(
+                "transforms.outbox.tracing.span.context.field=trace_ctx\n\
+                 transforms.outbox.tracing.operation.name=outbox-read\n\
+                 transforms.outbox.tracing.with.context.field.only=false\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--field-tracing-span-context"), Some("trace_ctx"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("column \"trace_ctx\""), "{notes}");
+        assert!(
+            notes.contains("tracing.operation.name=outbox-read: walrelay creates no spans"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("tracing.with.context.field.only=false"),
+            "{notes}"
+        );
+        assert!(!notes.contains("has no walrelay equivalent"), "{notes}");
+        // Unset: Debezium's default column is walrelay's, so no flag is needed.
+        let m = migrate(&with_router(""), Options::default()).unwrap();
+        assert_eq!(flag(&m, "--field-tracing-span-context"), None);
+        assert!(m.notes.iter().any(|n| n.contains("\"tracingspancontext\"")));
     }
 }

@@ -26,6 +26,8 @@ mod event_type;
 mod missing_and_tombstones;
 #[path = "debezium_router/partitioning.rs"]
 mod partitioning;
+#[path = "debezium_router/trace_context.rs"]
+mod trace_context;
 #[path = "debezium_router/typed_columns.rs"]
 mod typed_columns;
 
@@ -72,6 +74,16 @@ struct Expected {
 
 /// Runs walrelay with `flags` over the rows `inserts` writes; returns what Kafka holds.
 async fn relay_rows(flags: &[&str], inserts: &str, topics: &[&str], count: usize) -> Vec<Received> {
+    relay_rows_and_log(flags, inserts, topics, count).await.0
+}
+
+/// `relay_rows`, and walrelay's log once the messages arrived.
+async fn relay_rows_and_log(
+    flags: &[&str],
+    inserts: &str,
+    topics: &[&str],
+    count: usize,
+) -> (Vec<Received>, String) {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client().await;
@@ -85,7 +97,7 @@ async fn relay_rows(flags: &[&str], inserts: &str, topics: &[&str], count: usize
     reader.subscribe(topics);
     let got = reader.read(count, WAIT);
     assert_eq!(got.len(), count, "got {got:?}\nlog:\n{}", relay.log());
-    got
+    (got, relay.log())
 }
 
 fn check(got: &[Received], expected: &[Expected]) {

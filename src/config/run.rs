@@ -150,6 +150,14 @@ pub struct MappingArgs {
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]
     pub tombstone_on_empty_payload: bool,
+
+    /// The column with the writer's trace context, sent as traceparent/tracestate headers; '' for none (tracing.span.context.field).
+    #[arg(
+        long,
+        env = "WALRELAY_FIELD_TRACING_SPAN_CONTEXT",
+        default_value = "tracingspancontext"
+    )]
+    pub field_tracing_span_context: String,
 }
 
 /// The Kafka cluster and the topics walrelay produces to.

@@ -192,6 +192,7 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         key_format: m.key_format,
         value_format: m.value_format,
         ignore_missing_placements: m.fields_additional_missing == MissingField::Ignore,
+        tracing_span_context: Some(m.field_tracing_span_context.clone()).filter(|c| !c.is_empty()),
         expansion: Behaviour {
             keep_null_fields: m.json_payload_null_behavior == NullBehavior::OptionalBytes,
             keep_empty_arrays: m.json_payload_empty_array_behavior

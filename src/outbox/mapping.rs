@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use tracing::warn;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
@@ -13,6 +14,7 @@ use super::expansion::{expand, Behaviour};
 use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::timestamp::parse_pg_timestamp_ms;
+use super::trace_context::TraceContext;
 use crate::error::Error;
 use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{Datum, Relation, Tuple};
@@ -40,6 +42,9 @@ pub struct MappingConfig {
     /// `table.field.additional.missing=ignore`: a placed column that is not
     /// in the table is left out instead of stopping walrelay.
     pub ignore_missing_placements: bool,
+    /// The column holding the writer's trace context
+    /// (`tracing.span.context.field`); None turns propagation off.
+    pub tracing_span_context: Option<String>,
 }
 
 impl MappingConfig {
@@ -61,6 +66,7 @@ impl MappingConfig {
             value_format: Format::String,
             expansion: Behaviour::default(),
             ignore_missing_placements: false,
+            tracing_span_context: Some("tracingspancontext".into()),
         }
     }
 
@@ -94,6 +100,8 @@ pub struct OutboxSchema {
     route_by: Col,
     timestamp: Option<Col>,
     placements: Vec<(Col, Target)>,
+    /// The trace context column, when the table has it.
+    trace_context: Option<Col>,
     /// Any envelope placement configured, present in the table or not: the
     /// value is then an envelope (EventRouterDelegate.onlyHeadersInOutputMessage).
     envelope: bool,
@@ -114,8 +122,9 @@ pub struct OutboxEvent {
     /// The Kafka value: the payload, an envelope around it, or None (a tombstone).
     pub payload: Option<Bytes>,
     pub route_value: Option<Bytes>,
-    /// Every header, in order: `id`, `event_type` (when there is one), then
-    /// those of `column:header` placements.
+    /// Every header, in order: `traceparent` and `tracestate` (when the row
+    /// carries a trace context), `id`, `event_type` (when there is one),
+    /// then those of `column:header` placements.
     pub headers: Vec<Header>,
     pub partition: Option<i32>,
     /// From `--field-timestamp`; the commit time otherwise.
@@ -142,6 +151,25 @@ impl OutboxEvent {
             .iter()
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// Puts the writer's trace context (see outbox::trace_context) first in
+    /// the headers, where Debezium's tracing puts it (before "id"). A
+    /// malformed one is logged and left out: the event is still published,
+    /// as Debezium publishes it with a new, unconnected trace.
+    pub fn add_trace_context(&mut self, stored: &[u8]) {
+        match TraceContext::parse(stored) {
+            Ok(Some(context)) => {
+                self.headers.splice(0..0, context.headers());
+            }
+            Ok(None) => {}
+            Err(problem) => warn!(
+                event_id = %self.id_text(),
+                "publishing the event without trace headers: {problem}; the writer \
+                 must store W3C trace context as java.util.Properties text \
+                 (traceparent=00-<trace-id>-<span-id>-<flags>)"
+            ),
+        }
     }
 
     /// The event id for messages and logs.
@@ -203,6 +231,12 @@ impl OutboxSchema {
                 })
                 .map(|p| Ok((find(&p.column)?, p.target.clone())))
                 .collect::<Result<_, Error>>()?,
+            // Optional: Debezium reads the field only when the row has it
+            // (ActivateTracingSpan.apply), and most outbox tables do not.
+            trace_context: config
+                .tracing_span_context
+                .as_deref()
+                .and_then(|name| find(name).ok()),
             envelope: config
                 .placements
                 .iter()
@@ -339,6 +373,12 @@ impl OutboxSchema {
                     Ok(ms) => event.timestamp_ms = Some(ms),
                     Err(e) => return Err(fail(event, format!("timestamp column: {e}"))),
                 }
+            }
+        }
+
+        if let Some(col) = self.trace_context {
+            if let Some(stored) = read!(col) {
+                event.add_trace_context(&stored);
             }
         }
 
@@ -586,7 +626,7 @@ mod tests {
                 content in column_text(),
                 route_by in "[a-z_]{1,12}",
             ) {
-                let _ = crate::outbox::message::event_from_message(&content, &route_by);
+                let _ = crate::outbox::message::event_from_message(&content, &route_by, Some("tracingspancontext"));
             }
 
             #[test]
@@ -680,5 +720,56 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.event.id_text(), "e-2");
         assert!(err.reason.contains("key column"), "{}", err.reason);
+    }
+
+    #[test]
+    fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let rel = relation(&[
+            ("id", 25),
+            ("aggregate_id", 25),
+            ("event_type", 25),
+            ("payload", 3802),
+            ("tracingspancontext", 1043),
+        ]);
+        let schema =
+            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap();
+        let row = |context: Datum| vec![text("e-1"), text("k"), text("T"), text("{}"), context];
+        let event = schema
+            .event(row(text(&format!(
+                "#Mon Nov 30 2026\ntraceparent={parent}\n"
+            ))))
+            .unwrap();
+        let names: Vec<&str> = event.headers.iter().map(|(n, _)| n.as_ref()).collect();
+        assert_eq!(names, ["traceparent", "id", "event_type"]);
+        assert_eq!(event.header("traceparent"), Some(parent.as_bytes()));
+        assert_eq!(
+            event.payload.as_deref(),
+            Some(&b"{}"[..]),
+            "not in the value"
+        );
+        // NULL, or malformed: the same event, without trace headers.
+        for context in [Datum::Null, text("traceparent=00-zz"), text("")] {
+            let event = schema.event(row(context)).unwrap();
+            assert_eq!(event.header("traceparent"), None);
+            assert_eq!(event.id_text(), "e-1");
+        }
+        // Turned off: the column is not read.
+        let mut off = MappingConfig::defaults();
+        off.tracing_span_context = None;
+        let schema = OutboxSchema::from_relation(&rel, &off, &table()).unwrap();
+        let event = schema
+            .event(row(text(&format!("traceparent={parent}"))))
+            .unwrap();
+        assert_eq!(event.header("traceparent"), None);
+    }
+
+    #[test]
+    fn a_table_without_the_trace_context_column_maps_without_trace_headers() {
+        let event = debezium(|c| c.tracing_span_context = Some("tracingspancontext".into()))
+            .event(row(Some("{}")))
+            .unwrap();
+        assert_eq!(event.header("traceparent"), None);
+        assert_eq!(event.headers.len(), 1, "only id: {:?}", event.headers);
     }
 }

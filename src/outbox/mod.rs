@@ -10,3 +10,4 @@ pub mod message;
 pub mod placement;
 pub mod routing;
 pub mod timestamp;
+pub mod trace_context;

@@ -210,11 +210,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             return Ok(());
         }
         let route_by = &self.settings.mapping.route_by;
+        let trace_field = self.settings.mapping.tracing_span_context.as_deref();
         if message.transactional {
-            let mapped = event_from_message(&message.content, route_by);
+            let mapped = event_from_message(&message.content, route_by, trace_field);
             return self.apply_event(mapped, "a transactional message").await;
         }
-        let event = event_from_message(&message.content, route_by).unwrap_or_else(|e| *e.event);
+        let event = event_from_message(&message.content, route_by, trace_field)
+            .unwrap_or_else(|e| *e.event);
         let reason = format!(
             "a non-transactional message with prefix {:?} is sent even when its transaction \
              rolls back, so it is not an outbox event; emit events with \
