@@ -23,7 +23,11 @@ async fn insert_one(client: &tokio_postgres::Client) {
 fn wait_until(relay: &Relay, what: &str, check: impl Fn(&Relay) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !check(relay) {
-        assert!(Instant::now() < deadline, "no {what}; log:\n{}", relay.log());
+        assert!(
+            Instant::now() < deadline,
+            "no {what}; log:\n{}",
+            relay.log()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }

@@ -148,14 +148,46 @@ pub enum OnPoison {
     DeadLetter,
 }
 
-fn parse_property(s: &str) -> std::result::Result<(String, String), String> {
-    let (key, value) = s
-        .split_once('=')
-        .ok_or_else(|| "expected key=value, e.g. -X linger.ms=5".to_string())?;
-    if key.trim().is_empty() {
-        return Err("the property name is empty; expected key=value".into());
+/// The key=value pairs of one `-X` (or of `WALRELAY_KAFKA_PROPERTIES`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Properties(pub Vec<(String, String)>);
+
+/// Pairs separated by commas. A comma starts a new pair only when what
+/// follows is itself `name=…`; otherwise it belongs to the value, so lists
+/// such as `debug=broker,topic` or `ssl.cipher.suites=A,B` pass whole.
+/// `\,` is a comma that never separates.
+fn parse_properties(s: &str) -> std::result::Result<Properties, String> {
+    let is_name = |name: &str| {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    };
+    const ESCAPED_COMMA: char = '\u{0}';
+    let s = s.replace("\\,", &ESCAPED_COMMA.to_string());
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for segment in s.split(',') {
+        match segment.split_once('=') {
+            Some((key, value)) if is_name(key.trim()) => {
+                pairs.push((key.trim().to_string(), value.to_string()))
+            }
+            _ => match pairs.last_mut() {
+                Some((_, value)) => {
+                    value.push(',');
+                    value.push_str(segment);
+                }
+                None => {
+                    return Err(format!(
+                        "expected key=value, e.g. -X linger.ms=5, got {segment:?}"
+                    ))
+                }
+            },
+        }
     }
-    Ok((key.trim().to_string(), value.to_string()))
+    for (_, value) in &mut pairs {
+        *value = value.replace(ESCAPED_COMMA, ",");
+    }
+    Ok(Properties(pairs))
 }
 
 /// Bytes with an optional unit: 1048576, 512MiB, 1GB, 10 GiB.
@@ -236,11 +268,32 @@ mod tests {
     fn kafka_properties_repeat_and_keep_equals_signs_in_values() {
         let a = args(&["-X", "linger.ms=5", "-X", "sasl.jaas.config=a=b"]);
         assert_eq!(
-            a.kafka.kafka_properties,
+            a.kafka.properties(),
             vec![
                 ("linger.ms".into(), "5".into()),
                 ("sasl.jaas.config".into(), "a=b".into())
             ]
+        );
+    }
+
+    #[test]
+    fn a_comma_separates_properties_but_stays_inside_a_list_value() {
+        let a = args(&["-X", "debug=broker,topic,msg", "-X", "acks=all,linger.ms=1"]);
+        assert_eq!(
+            a.kafka.properties(),
+            vec![
+                ("debug".into(), "broker,topic,msg".into()),
+                ("acks".into(), "all".into()),
+                ("linger.ms".into(), "1".into())
+            ]
+        );
+        assert!(parse_properties("broker,topic").is_err());
+        assert_eq!(
+            parse_properties(r"sasl.oauthbearer.extensions=a=1\,b=2").unwrap(),
+            Properties(vec![(
+                "sasl.oauthbearer.extensions".into(),
+                "a=1,b=2".into()
+            )])
         );
     }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{
-    parse_bytes, parse_duration, parse_property, ConnArgs, MissingField, OnPoison, OnUpdate, Source,
+    parse_bytes, parse_duration, parse_properties, ConnArgs, MissingField, OnPoison, OnUpdate,
+    Properties, Source,
 };
 use crate::outbox::column::DecimalMode;
 use crate::outbox::expansion::{EmptyArrayBehavior, NullBehavior};
@@ -173,11 +174,10 @@ pub struct KafkaArgs {
         short = 'X',
         long = "kafka-property",
         env = "WALRELAY_KAFKA_PROPERTIES",
-        value_delimiter = ',',
         hide_env_values = true,
-        value_parser = parse_property
+        value_parser = parse_properties
     )]
-    pub kafka_properties: Vec<(String, String)>,
+    pub kafka_properties: Vec<Properties>,
 
     /// Partitions for topics walrelay creates.
     #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
@@ -311,6 +311,16 @@ pub struct WatchdogArgs {
     pub alert_webhook: Option<String>,
 }
 
+impl KafkaArgs {
+    /// Every -X property, in the order given (a later one wins).
+    pub fn properties(&self) -> Vec<(String, String)> {
+        self.kafka_properties
+            .iter()
+            .flat_map(|p| p.0.iter().cloned())
+            .collect()
+    }
+}
+
 impl fmt::Debug for RunArgs {
     // The URL and the Kafka properties can hold passwords: only their shape is shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -326,8 +336,8 @@ impl fmt::Debug for RunArgs {
                 "kafka_properties",
                 &self
                     .kafka
-                    .kafka_properties
-                    .iter()
+                    .properties()
+                    .into_iter()
                     .map(|(k, _)| k)
                     .collect::<Vec<_>>(),
             )

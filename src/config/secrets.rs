@@ -7,16 +7,13 @@ impl Command {
     /// Postgres password (as typed and decoded) and the values of librdkafka
     /// properties that hold credentials.
     pub fn secrets(&self) -> Vec<String> {
-        let (pg_url, properties): (Option<&str>, &[(String, String)]) = match self {
-            Command::Run(args) => (Some(&args.conn.pg_url), &args.kafka.kafka_properties),
-            Command::Check(args) => (
-                Some(&args.run.conn.pg_url),
-                &args.run.kafka.kafka_properties,
-            ),
-            Command::Status(args) => (Some(&args.conn.pg_url), &[]),
+        let (pg_url, properties): (Option<&str>, Vec<(String, String)>) = match self {
+            Command::Run(args) => (Some(&args.conn.pg_url), args.kafka.properties()),
+            Command::Check(args) => (Some(&args.run.conn.pg_url), args.run.kafka.properties()),
+            Command::Status(args) => (Some(&args.conn.pg_url), Vec::new()),
             Command::MigrateFromDebezium { .. }
             | Command::Completions { .. }
-            | Command::Man { .. } => (None, &[]),
+            | Command::Man { .. } => (None, Vec::new()),
         };
         let mut secrets = Vec::new();
         if let Some(url) = pg_url {
@@ -28,7 +25,7 @@ impl Command {
                 .iter()
                 .any(|word| key.contains(word))
             {
-                secrets.push(value.clone());
+                secrets.push(value);
             }
         }
         secrets

@@ -137,10 +137,10 @@ impl Settings {
             kafka_brokers: kafka.kafka_brokers.clone(),
             kafka: client_config(
                 &kafka.kafka_brokers,
-                &kafka.kafka_properties,
+                &kafka.properties(),
                 poison.dead_letter_max_message_bytes,
             ),
-            event_max_bytes: event_max_bytes(&kafka.kafka_properties),
+            event_max_bytes: event_max_bytes(&kafka.properties()),
             topics: topic_policy(args)?,
             on_poison: poison.on_poison,
             flow: Flow {
@@ -215,7 +215,7 @@ fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
             ))
         })?;
     // The broker checks the compressed size, which walrelay cannot know.
-    let compressed = kafka.kafka_properties.iter().any(|(k, v)| {
+    let compressed = kafka.properties().iter().any(|(k, v)| {
         matches!(k.as_str(), "compression.type" | "compression.codec") && v != "none"
     });
     Ok(TopicPolicy {
