@@ -63,6 +63,10 @@ pub async fn startup() {
         first.push(started.elapsed());
         if std::env::var("BENCH_SHOW_LOG").is_ok() {
             println!("{}", relay.log());
+            let (_, metrics) = relay.http_get("/metrics").unwrap();
+            for line in metrics.lines().filter(|l| l.contains("stage_latency_seconds_sum")) {
+                println!("{line}");
+            }
         }
         drop(relay);
     }
