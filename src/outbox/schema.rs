@@ -208,9 +208,11 @@ fn numeric(type_modifier: i32, decimals: DecimalMode) -> ConnectSchema {
             )
         },
         DecimalMode::Precise => {
-            // The typmod of numeric(p, s) is ((p << 16) | s) + 4.
+            // Postgres's make_numeric_typmod: ((p << 16) | (s & 0x7ff)) + 4,
+            // the scale an 11-bit signed number (negative from PostgreSQL 15).
             let packed = type_modifier - 4;
-            let (precision, scale) = ((packed >> 16) & 0xffff, packed & 0xffff);
+            let precision = (packed >> 16) & 0xffff;
+            let scale = ((packed & 0x7ff) ^ 0x400) - 0x400;
             ConnectSchema {
                 parameters: vec![
                     ("scale", scale.to_string()),
