@@ -14,7 +14,7 @@ use super::connect::json_object;
 use super::expansion::{expand, Behaviour};
 use super::format::Format;
 use super::placement::{self, Placement, Target};
-use super::schema::{envelope_name, with_schema, ConnectSchema};
+use super::schema::{ConnectSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
 use crate::error::Error;
@@ -119,11 +119,8 @@ pub struct OutboxSchema {
     key_format: Format,
     value_format: Format,
     expansion: Behaviour,
-    /// JsonConverter's schema texts under json-with-schema (None otherwise).
-    key_schema: Option<String>,
-    value_schema: Option<String>,
-    /// The envelope's schema and the start of its name, `<prefix>.<schema>.<table>`.
-    envelope_schema: Option<(ConnectSchema, String)>,
+    /// JsonConverter's schemas under json-with-schema (none otherwise).
+    schemas: RecordSchemas,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -263,7 +260,7 @@ impl OutboxSchema {
             })
         };
         let key_schema = match config.key_format {
-            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?.json(None)),
+            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?),
             _ => None,
         };
         let (mut value_schema, mut envelope_schema) = (None, None);
@@ -287,7 +284,7 @@ impl OutboxSchema {
                     format!("{prefix}.{}.{}", table.schema, table.name),
                 ));
             } else {
-                value_schema = Some(payload_schema.json(None));
+                value_schema = Some(payload_schema);
             }
         }
         Ok(OutboxSchema {
@@ -305,9 +302,7 @@ impl OutboxSchema {
                 .as_deref()
                 .and_then(|name| find(name).ok()),
             envelope,
-            key_schema,
-            value_schema,
-            envelope_schema,
+            schemas: RecordSchemas::new(key_schema, value_schema, envelope_schema),
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
             decimals: config.decimals,
@@ -364,13 +359,7 @@ impl OutboxSchema {
         // Other typed keys are written as StringConverter writes them (toString).
         if self.key_format.is_json() {
             match self.typed(self.key, event.key.as_deref()) {
-                Ok(value) => {
-                    let json = value.json_text();
-                    event.key = Some(Bytes::from(match &self.key_schema {
-                        Some(schema) => with_schema(schema, &json),
-                        None => json,
-                    }))
-                }
+                Ok(value) => event.key = Some(Bytes::from(self.schemas.key(value.json_text()))),
                 Err(e) => return Err(fail(event, format!("key column: {e}"))),
             }
         } else if self.key.type_oid == placement::oid::BYTEA {
@@ -464,24 +453,11 @@ impl OutboxSchema {
             };
             envelope_fields.insert(0, ("payload", payload));
             let json = json_object(&envelope_fields);
-            Some(Bytes::from(match &self.envelope_schema {
-                Some((schema, name_start)) => {
-                    // getSchemaName puts the route-by value (not the topic) in the name.
-                    let route = event
-                        .route_value
-                        .as_deref()
-                        .map_or("null".into(), String::from_utf8_lossy);
-                    let name = envelope_name(name_start, &route);
-                    with_schema(&schema.json(Some(&name)), &json)
-                }
-                None => json,
-            }))
+            let route_value = event.route_value.as_deref();
+            Some(Bytes::from(self.schemas.envelope(json, route_value)))
         } else if self.value_format.is_json() {
             match self.envelope_payload(payload.as_ref()) {
-                Ok(json) => Some(Bytes::from(match &self.value_schema {
-                    Some(schema) => with_schema(schema, &json),
-                    None => json,
-                })),
+                Ok(json) => Some(Bytes::from(self.schemas.value(json))),
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             }
         } else {

@@ -224,16 +224,69 @@ fn numeric(type_modifier: i32, decimals: DecimalMode) -> ConnectSchema {
     }
 }
 
+/// The schemas of one outbox table's records under json-with-schema, and
+/// the documents that carry them; a side without a schema is written bare.
+#[derive(Debug, Clone, Default)]
+pub struct RecordSchemas {
+    key: Option<String>,
+    value: Option<String>,
+    /// The envelope struct and the start of its name, `<prefix>.<schema>.<table>`.
+    envelope: Option<(ConnectSchema, String)>,
+}
+
+impl RecordSchemas {
+    /// `key` and `value` are the key and payload columns' schemas;
+    /// `envelope` the envelope struct (instead of `value`) and its name's start.
+    pub fn new(
+        key: Option<ConnectSchema>,
+        value: Option<ConnectSchema>,
+        envelope: Option<(ConnectSchema, String)>,
+    ) -> Self {
+        RecordSchemas {
+            key: key.map(|s| s.json(None)),
+            value: value.map(|s| s.json(None)),
+            envelope,
+        }
+    }
+
+    /// The key's JSON, with its schema when it has one.
+    pub fn key(&self, json: String) -> String {
+        match &self.key {
+            Some(schema) => with_schema(schema, &json),
+            None => json,
+        }
+    }
+
+    /// The payload's JSON (no envelope), with its schema when it has one.
+    pub fn value(&self, json: String) -> String {
+        match &self.value {
+            Some(schema) => with_schema(schema, &json),
+            None => json,
+        }
+    }
+
+    /// An envelope's JSON, with its schema named after the event's route-by
+    /// value (getSchemaName's routedTopic is the field, not the topic).
+    pub fn envelope(&self, json: String, route_value: Option<&[u8]>) -> String {
+        let Some((schema, row)) = &self.envelope else {
+            return json;
+        };
+        // Java's string concatenation of a null route-by value.
+        let route = route_value.map_or("null".into(), String::from_utf8_lossy);
+        with_schema(&schema.json(Some(&envelope_name(row, &route))), &json)
+    }
+}
+
 /// EventRouterDelegate.getSchemaName: the row's value schema name
 /// (TableSchemaBuilder: `<topic.prefix>.<schema>.<table>` then `.Value`)
 /// with the route-by value put before its last part. `row` is the part
 /// before `.Value`.
-pub fn envelope_name(row: &str, route_value: &str) -> String {
+fn envelope_name(row: &str, route_value: &str) -> String {
     format!("{row}.{route_value}.Value")
 }
 
 /// JsonConverter's schemas.enable=true document: `{"schema":…,"payload":…}`.
-pub fn with_schema(schema: &str, payload: &str) -> String {
+fn with_schema(schema: &str, payload: &str) -> String {
     format!("{{\"schema\":{schema},\"payload\":{payload}}}")
 }
 
