@@ -406,6 +406,24 @@ mod tests {
     }
 
     #[test]
+    fn record_schemas_wrap_only_the_sides_that_have_one() {
+        let string = ConnectSchema::of_column(25, -1, DecimalMode::Precise, false).unwrap();
+        let schemas = RecordSchemas::new(Some(string), None, None);
+        assert_eq!(
+            schemas.key("\"k\"".into()),
+            r#"{"schema":{"type":"string","optional":false},"payload":"k"}"#
+        );
+        assert_eq!(schemas.value("\"v\"".into()), "\"v\"");
+        let envelope = ConnectSchema::envelope(vec![]);
+        let schemas = RecordSchemas::new(None, None, Some((envelope, "p.public.outbox".into())));
+        // Java concatenates a null route-by value as "null".
+        assert_eq!(
+            schemas.envelope("{}".into(), None),
+            r#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.null.Value"},"payload":{}}"#
+        );
+    }
+
+    #[test]
     fn a_type_without_a_known_schema_is_refused_with_the_fix() {
         // interval (1186) is io.debezium.time.MicroDuration, which walrelay does not write.
         let err = ConnectSchema::of_column(1186, -1, DecimalMode::Precise, true).unwrap_err();
