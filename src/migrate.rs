@@ -360,13 +360,37 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         flag(&mut args, "--tombstone-on-empty-payload", None);
     }
     for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
-        let (format, note) = converter_format(
+        let (mut format, note) = converter_format(
             side,
             get(&format!("{side}.converter")),
             get(&format!("{side}.converter.schemas.enable")),
         );
-        flag(&mut args, flag_name, Some(format.into()));
         notes.extend(note);
+        if side == "value" && format == "json-with-schema" {
+            if flag_on("table.expand.json.payload") {
+                format = "json";
+                notes.push(
+                    "value.converter=JsonConverter with schemas.enable=true and \
+                     table.expand.json.payload=true: walrelay does not build the schema Debezium \
+                     derives from the JSON, so it writes the payload part alone \
+                     (--value-format json, as schemas.enable=false would); consumers that read \
+                     .payload must read the whole value"
+                        .into(),
+                );
+            } else if let Some((key, topic_prefix)) = ["topic.prefix", "database.server.name"]
+                .into_iter()
+                .find_map(|k| get(k).map(|v| (k, v)))
+            {
+                // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
+                flag(
+                    &mut args,
+                    "--schema-topic-prefix",
+                    Some(topic_prefix.to_string()),
+                );
+                used.push(key.to_string());
+            }
+        }
+        flag(&mut args, flag_name, Some(format.into()));
     }
     // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
     // on Connect's classpath): walrelay creates no spans, it passes the
@@ -623,6 +647,38 @@ mod tests {
         assert_eq!(flag(&m, "--topic-replication-factor"), None);
         assert_eq!(flag(&m, "--on-update"), Some("fatal"));
         assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+    }
+
+    #[test]
+    fn json_converter_with_schemas_becomes_json_with_schema_named_by_the_topic_prefix() {
+        // JsonConverterConfig.SCHEMAS_ENABLE_DEFAULT is true: an unset
+        // schemas.enable writes {"schema", "payload"}.
+        let m = migrate(
+            &with_router(
+                "topic.prefix=orders\n\
+                 key.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                 value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                 value.converter.schemas.enable=true\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--key-format"), Some("json-with-schema"));
+        assert_eq!(flag(&m, "--value-format"), Some("json-with-schema"));
+        assert_eq!(flag(&m, "--schema-topic-prefix"), Some("orders"));
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("topic.prefix"), "{notes}");
+        // walrelay refuses to build the schema of an expanded payload: json it is, with a note.
+        let m = migrate(
+            &with_router(
+                "value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                 transforms.outbox.table.expand.json.payload=true\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--value-format"), Some("json"));
+        assert!(m.notes.iter().any(|n| n.contains("schemas.enable=true")));
     }
 
     #[test]

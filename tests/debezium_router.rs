@@ -26,6 +26,8 @@ mod event_type;
 mod missing_and_tombstones;
 #[path = "debezium_router/partitioning.rs"]
 mod partitioning;
+#[path = "debezium_router/schemas.rs"]
+mod schemas;
 #[path = "debezium_router/trace_context.rs"]
 mod trace_context;
 #[path = "debezium_router/typed_columns.rs"]
@@ -84,10 +86,21 @@ async fn relay_rows_and_log(
     topics: &[&str],
     count: usize,
 ) -> (Vec<Received>, String) {
+    relay_rows_in(TABLE, flags, inserts, topics, count).await
+}
+
+/// As `relay_rows_and_log`, with the outbox table `table` creates.
+async fn relay_rows_in(
+    table: &str,
+    flags: &[&str],
+    inserts: &str,
+    topics: &[&str],
+    count: usize,
+) -> (Vec<Received>, String) {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client().await;
-    client.batch_execute(TABLE).await.unwrap();
+    client.batch_execute(table).await.unwrap();
     let mut args = DEBEZIUM_COLUMNS.to_vec();
     args.extend_from_slice(flags);
     let relay = Relay::start_with(&pg, &broker, &args);

@@ -320,4 +320,27 @@ mod tests {
         };
         assert!(err.to_string().contains("lower-case letters"), "{err}");
     }
+
+    #[test]
+    fn json_with_schema_combinations_it_cannot_write_are_refused_at_start_up() {
+        let refused = |extra: &[&str]| Settings::from_args(&args(extra)).err().unwrap().to_string();
+        let err = refused(&[
+            "--value-format",
+            "json-with-schema",
+            "--expand-json-payload",
+        ]);
+        assert!(err.contains("--value-format json"), "{err}");
+        let err = refused(&["--key-format", "json-with-schema", "--source", "messages"]);
+        assert!(err.contains("--source messages"), "{err}");
+        let envelope = [
+            "--value-format",
+            "json-with-schema",
+            "--fields-additional-placement",
+            "t:envelope",
+        ];
+        let err = refused(&envelope);
+        assert!(err.contains("--schema-topic-prefix"), "{err}");
+        let named = [&envelope[..], &["--schema-topic-prefix", "dbserver1"]].concat();
+        assert!(Settings::from_args(&args(&named)).is_ok());
+    }
 }

@@ -140,13 +140,17 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = DecimalMode::Precise)]
     pub decimal_handling_mode: DecimalMode,
 
-    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would.
     #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = Format::String)]
     pub key_format: Format,
 
-    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false) would.
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would.
     #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
     pub value_format: Format,
+
+    /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value).
+    #[arg(long, env = "WALRELAY_SCHEMA_TOPIC_PREFIX")]
+    pub schema_topic_prefix: Option<String>,
 
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]

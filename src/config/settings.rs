@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
 use crate::outbox::expansion::{Behaviour, EmptyArrayBehavior, NullBehavior};
+use crate::outbox::format::Format;
 use crate::outbox::mapping::MappingConfig;
+use crate::outbox::placement::Target;
 use crate::outbox::routing::{validate_topic, Router};
 use crate::postgres::names::TableName;
 use crate::postgres::PgTarget;
@@ -96,6 +98,7 @@ impl Settings {
                 "--replication-timeout must be at least 1s (e.g. 30s)",
             ));
         }
+        check_formats(args)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
         validate_topic(&poison.dead_letter_topic)
@@ -175,6 +178,45 @@ impl Settings {
     }
 }
 
+/// The json-with-schema format's limits, told at start-up rather than per event.
+fn check_formats(args: &RunArgs) -> Result<()> {
+    let m = &args.mapping;
+    let with_schema = |f: Format| f == Format::JsonWithSchema;
+    if !with_schema(m.key_format) && !with_schema(m.value_format) {
+        return Ok(());
+    }
+    if args.source.source == Source::Messages {
+        return Err(Error::permanent(
+            "--key-format/--value-format json-with-schema needs the outbox table's column \
+             types, which --source messages does not have; use json or string",
+        ));
+    }
+    if with_schema(m.value_format) && m.expand_json_payload {
+        return Err(Error::permanent(
+            "--expand-json-payload with --value-format json-with-schema is not supported \
+             (walrelay does not build the schema Debezium derives from the JSON); use \
+             --value-format json (JsonConverter with schemas.enable=false), or drop \
+             --expand-json-payload",
+        ));
+    }
+    let envelope = m
+        .fields_additional_placement
+        .iter()
+        .any(|p| matches!(p.target, Target::Envelope(_)));
+    let prefix_set = m
+        .schema_topic_prefix
+        .as_deref()
+        .is_some_and(|p| !p.is_empty());
+    if with_schema(m.value_format) && envelope && !prefix_set {
+        return Err(Error::permanent(
+            "--value-format json-with-schema with an envelope placement names the envelope's \
+             schema after Debezium's topic.prefix: set --schema-topic-prefix to the \
+             connector's topic.prefix (database.server.name before Debezium 2.0)",
+        ));
+    }
+    Ok(())
+}
+
 /// The mapping and routing flags as one mapping.
 fn mapping_config(args: &RunArgs) -> MappingConfig {
     let m = &args.mapping;
@@ -191,6 +233,7 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         decimals: m.decimal_handling_mode,
         key_format: m.key_format,
         value_format: m.value_format,
+        schema_topic_prefix: m.schema_topic_prefix.clone(),
         ignore_missing_placements: m.fields_additional_missing == MissingField::Ignore,
         tracing_span_context: Some(m.field_tracing_span_context.clone()).filter(|c| !c.is_empty()),
         expansion: Behaviour {

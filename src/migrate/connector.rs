@@ -46,7 +46,8 @@ pub fn converter_format(
             "string",
             Some(format!(
                 "no {side}.converter: the Connect worker's default applies; --{side}-format string \
-                 matches StringConverter, json matches JsonConverter with schemas.enable=false"
+                 matches StringConverter, json matches JsonConverter with schemas.enable=false, \
+                 json-with-schema with schemas.enable=true"
             )),
         );
     };
@@ -57,15 +58,7 @@ pub fn converter_format(
             // JsonConverterConfig.SCHEMAS_ENABLE_DEFAULT is true.
             let schemas = schemas_enable.is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
             if schemas {
-                (
-                    "json",
-                    Some(format!(
-                        "{side}.converter=JsonConverter with schemas.enable=true (its default): \
-                         walrelay does not write the {{\"schema\", \"payload\"}} envelope; it \
-                         writes the payload part alone, as schemas.enable=false would. Consumers \
-                         that read .payload must read the whole value"
-                    )),
-                )
+                ("json-with-schema", None)
             } else {
                 ("json", None)
             }
@@ -154,9 +147,14 @@ mod tests {
         );
         // JsonConverterConfig.SCHEMAS_ENABLE_DEFAULT = true (apache/kafka
         // connect/json/.../JsonConverterConfig.java): unset means schemas.
-        let (format, note) = converter_format("value", Some(json), None);
-        assert_eq!(format, "json");
-        assert!(note.unwrap().contains("schemas.enable=true"));
+        assert_eq!(
+            converter_format("value", Some(json), None),
+            ("json-with-schema", None)
+        );
+        assert_eq!(
+            converter_format("key", Some(json), Some("true")),
+            ("json-with-schema", None)
+        );
         let (format, note) = converter_format(
             "value",
             Some("io.debezium.converters.BinaryDataConverter"),

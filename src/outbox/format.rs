@@ -10,4 +10,14 @@ pub enum Format {
     /// JsonConverter with schemas.enable=false: a JSON value (text columns
     /// become JSON strings, a NULL the text `null`).
     Json,
+    /// JsonConverter with schemas.enable=true: `{"schema":…,"payload":…}`,
+    /// the schema Debezium gives the column (or the envelope struct).
+    JsonWithSchema,
+}
+
+impl Format {
+    /// Whether the bytes are JsonConverter's, with or without a schema.
+    pub fn is_json(self) -> bool {
+        matches!(self, Format::Json | Format::JsonWithSchema)
+    }
 }

@@ -4,6 +4,7 @@
 //! matter.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use tracing::warn;
@@ -13,6 +14,7 @@ use super::connect::json_object;
 use super::expansion::{expand, Behaviour};
 use super::format::Format;
 use super::placement::{self, Placement, Target};
+use super::schema::{ConnectSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
 use crate::error::Error;
@@ -45,6 +47,9 @@ pub struct MappingConfig {
     /// The column holding the writer's trace context
     /// (`tracing.span.context.field`); None turns propagation off.
     pub tracing_span_context: Option<String>,
+    /// Debezium's `topic.prefix`, which names the envelope's schema under
+    /// json-with-schema.
+    pub schema_topic_prefix: Option<String>,
 }
 
 impl MappingConfig {
@@ -67,6 +72,7 @@ impl MappingConfig {
             expansion: Behaviour::default(),
             ignore_missing_placements: false,
             tracing_span_context: Some("tracingspancontext".into()),
+            schema_topic_prefix: None,
         }
     }
 
@@ -82,12 +88,14 @@ impl MappingConfig {
     }
 }
 
-/// A column's position and type in the latest Relation message.
+/// A column's position and type in the latest Relation message, and
+/// whether it may be NULL (from the catalog).
 #[derive(Debug, Clone, Copy)]
 struct Col {
     index: usize,
     type_oid: u32,
     type_modifier: i32,
+    optional: bool,
 }
 
 /// The outbox table as the mapping needs it, from its latest Relation message.
@@ -111,6 +119,8 @@ pub struct OutboxSchema {
     key_format: Format,
     value_format: Format,
     expansion: Behaviour,
+    /// JsonConverter's schemas under json-with-schema (none otherwise).
+    schemas: RecordSchemas,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -192,10 +202,12 @@ pub struct MappingError {
 impl OutboxSchema {
     /// Finds the mapped columns in a Relation message. A missing one (for
     /// example after a rename) is a permanent error naming the column.
+    /// `not_null` names the table's NOT NULL columns (pgoutput does not say).
     pub fn from_relation(
         relation: &Relation,
         config: &MappingConfig,
         table: &TableName,
+        not_null: &BTreeSet<String>,
     ) -> Result<Self, Error> {
         let find = |name: &str| {
             relation
@@ -206,6 +218,7 @@ impl OutboxSchema {
                     index,
                     type_oid: relation.columns[index].type_oid,
                     type_modifier: relation.columns[index].type_modifier,
+                    optional: !not_null.contains(name),
                 })
                 .ok_or_else(|| {
                     Error::permanent(format!(
@@ -215,32 +228,81 @@ impl OutboxSchema {
                     ))
                 })
         };
+        let present: Vec<&Placement> = config
+            .placements
+            .iter()
+            .filter(|p| {
+                !config.ignore_missing_placements
+                    || relation.columns.iter().any(|c| c.name == p.column)
+            })
+            .collect();
+        let placements: Vec<(Col, Target)> = present
+            .iter()
+            .map(|p| Ok((find(&p.column)?, p.target.clone())))
+            .collect::<Result<_, Error>>()?;
+        let envelope = config
+            .placements
+            .iter()
+            .any(|p| matches!(p.target, Target::Envelope(_)));
+        let key = find(&config.key)?;
+        let payload = find(&config.payload)?;
+        let schema_of = |col: Col, name: &str, flag: &str| {
+            ConnectSchema::of_column(
+                col.type_oid,
+                col.type_modifier,
+                config.decimals,
+                col.optional,
+            )
+            .map_err(|e| {
+                Error::permanent(format!(
+                    "{flag} json-with-schema cannot write column {name:?} of {table}: {e}"
+                ))
+            })
+        };
+        let key_schema = match config.key_format {
+            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?),
+            _ => None,
+        };
+        let (mut value_schema, mut envelope_schema) = (None, None);
+        if config.value_format == Format::JsonWithSchema {
+            let payload_schema = schema_of(payload, &config.payload, "--value-format")?;
+            if envelope {
+                // EventRouterDelegate.getSchemaBuilder: payload, then the
+                // envelope placements in configuration order.
+                let mut fields = vec![("payload".to_string(), payload_schema)];
+                for ((col, target), placement) in placements.iter().zip(&present) {
+                    if let Target::Envelope(alias) = target {
+                        fields.push((
+                            alias.clone(),
+                            schema_of(*col, &placement.column, "--value-format")?,
+                        ));
+                    }
+                }
+                let prefix = config.schema_topic_prefix.as_deref().unwrap_or_default();
+                envelope_schema = Some((
+                    ConnectSchema::envelope(fields),
+                    format!("{prefix}.{}.{}", table.schema, table.name),
+                ));
+            } else {
+                value_schema = Some(payload_schema);
+            }
+        }
         Ok(OutboxSchema {
             id: find(&config.id)?,
-            key: find(&config.key)?,
+            key,
             event_type: config.event_type.as_deref().map(find).transpose()?,
-            payload: find(&config.payload)?,
+            payload,
             route_by: find(&config.route_by)?,
             timestamp: config.timestamp.as_deref().map(find).transpose()?,
-            placements: config
-                .placements
-                .iter()
-                .filter(|p| {
-                    !config.ignore_missing_placements
-                        || relation.columns.iter().any(|c| c.name == p.column)
-                })
-                .map(|p| Ok((find(&p.column)?, p.target.clone())))
-                .collect::<Result<_, Error>>()?,
+            placements,
             // Optional: Debezium reads the field only when the row has it
             // (ActivateTracingSpan.apply), and most outbox tables do not.
             trace_context: config
                 .tracing_span_context
                 .as_deref()
                 .and_then(|name| find(name).ok()),
-            envelope: config
-                .placements
-                .iter()
-                .any(|p| matches!(p.target, Target::Envelope(_))),
+            envelope,
+            schemas: RecordSchemas::new(key_schema, value_schema, envelope_schema),
             expand_json_payload: config.expand_json_payload,
             tombstone_on_empty_payload: config.tombstone_on_empty_payload,
             decimals: config.decimals,
@@ -295,9 +357,9 @@ impl OutboxSchema {
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
         // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
         // Other typed keys are written as StringConverter writes them (toString).
-        if self.key_format == Format::Json {
+        if self.key_format.is_json() {
             match self.typed(self.key, event.key.as_deref()) {
-                Ok(value) => event.key = Some(Bytes::from(value.json_text())),
+                Ok(value) => event.key = Some(Bytes::from(self.schemas.key(value.json_text()))),
                 Err(e) => return Err(fail(event, format!("key column: {e}"))),
             }
         } else if self.key.type_oid == placement::oid::BYTEA {
@@ -390,10 +452,12 @@ impl OutboxSchema {
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             };
             envelope_fields.insert(0, ("payload", payload));
-            Some(Bytes::from(json_object(&envelope_fields)))
-        } else if self.value_format == Format::Json {
+            let json = json_object(&envelope_fields);
+            let route_value = event.route_value.as_deref();
+            Some(Bytes::from(self.schemas.envelope(json, route_value)))
+        } else if self.value_format.is_json() {
             match self.envelope_payload(payload.as_ref()) {
-                Ok(json) => Some(Bytes::from(json)),
+                Ok(json) => Some(Bytes::from(self.schemas.value(json))),
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             }
         } else {
@@ -496,8 +560,13 @@ mod tests {
             ("aggregate_id", 25),
             ("id", 2950),
         ]);
-        let schema =
-            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap();
+        let schema = OutboxSchema::from_relation(
+            &rel,
+            &MappingConfig::defaults(),
+            &table(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
         let event = schema
             .event(vec![
                 text("{}"),
@@ -521,8 +590,13 @@ mod tests {
             ("kind", 25),
             ("payload", 3802),
         ]);
-        let err =
-            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap_err();
+        let err = OutboxSchema::from_relation(
+            &rel,
+            &MappingConfig::defaults(),
+            &table(),
+            &BTreeSet::new(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("\"event_type\""), "{err}");
     }
 
@@ -537,7 +611,8 @@ mod tests {
             ("payload", 3802),
             ("shard", 25),
         ]);
-        let schema = OutboxSchema::from_relation(&rel, &config, &table()).unwrap();
+        let schema =
+            OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new()).unwrap();
         let err = schema
             .event(vec![
                 text("e-9"),
@@ -600,7 +675,7 @@ mod tests {
             .iter()
             .map(|p| p.parse().unwrap())
             .collect();
-            OutboxSchema::from_relation(&rel, &config, &table()).unwrap()
+            OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new()).unwrap()
         }
 
         proptest! {
@@ -656,7 +731,7 @@ mod tests {
             ("type", 25),
             ("payload", 3802),
         ]);
-        OutboxSchema::from_relation(&rel, &c, &table()).unwrap()
+        OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap()
     }
 
     fn row(payload: Option<&str>) -> Tuple {
@@ -690,6 +765,65 @@ mod tests {
     }
 
     #[test]
+    fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
+        let mut c = MappingConfig::defaults();
+        c.key = "aggregateid".into();
+        c.route_by = "aggregatetype".into();
+        c.event_type = None;
+        c.key_format = Format::JsonWithSchema;
+        c.value_format = Format::JsonWithSchema;
+        let rel = relation(&[
+            ("id", 2950),
+            ("aggregatetype", 25),
+            ("aggregateid", 25),
+            ("type", 25),
+            ("payload", 3802),
+        ]);
+        let not_null: BTreeSet<String> = ["aggregateid".to_string()].into();
+        let schema = OutboxSchema::from_relation(&rel, &c, &table(), &not_null).unwrap();
+        let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
+        assert_eq!(
+            event.key.as_deref(),
+            Some(&br#"{"schema":{"type":"string","optional":false},"payload":"1"}"#[..])
+        );
+        assert_eq!(
+            event.payload.as_deref(),
+            Some(
+                &br#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"a\": 1}"}"#[..]
+            )
+        );
+
+        c.placements
+            .push("type:envelope:eventType".parse().unwrap());
+        c.schema_topic_prefix = Some("dbserver1".into());
+        let schema = OutboxSchema::from_relation(&rel, &c, &table(), &not_null).unwrap();
+        let event = schema.event(row(None)).unwrap();
+        assert_eq!(
+            std::str::from_utf8(event.payload.as_deref().unwrap()).unwrap(),
+            "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":true,\
+             \"name\":\"io.debezium.data.Json\",\"version\":1,\"field\":\"payload\"},\
+             {\"type\":\"string\",\"optional\":true,\"field\":\"eventType\"}],\"optional\":false,\
+             \"name\":\"dbserver1.public.outbox.order.Value\"},\
+             \"payload\":{\"payload\":null,\"eventType\":\"OrderCreated\"}}"
+        );
+    }
+
+    #[test]
+    fn json_with_schema_refuses_a_column_type_it_cannot_describe() {
+        let mut c = MappingConfig::defaults();
+        c.value_format = Format::JsonWithSchema;
+        c.payload = "body".into();
+        let rel = relation(&[
+            ("id", 25),
+            ("aggregate_id", 25),
+            ("event_type", 25),
+            ("body", 142),
+        ]);
+        let err = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap_err();
+        assert!(err.to_string().contains("\"body\""), "{err}");
+    }
+
+    #[test]
     fn an_envelope_placement_of_a_missing_column_still_makes_an_envelope() {
         let schema = debezium(|c| {
             c.placements.push("region:envelope".parse().unwrap());
@@ -709,7 +843,7 @@ mod tests {
             ("event_type", 25),
             ("payload", 17),
         ]);
-        let schema = OutboxSchema::from_relation(&rel, &c, &table()).unwrap();
+        let schema = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap();
         let event = schema
             .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
             .unwrap();
@@ -732,8 +866,13 @@ mod tests {
             ("payload", 3802),
             ("tracingspancontext", 1043),
         ]);
-        let schema =
-            OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table()).unwrap();
+        let schema = OutboxSchema::from_relation(
+            &rel,
+            &MappingConfig::defaults(),
+            &table(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
         let row = |context: Datum| vec![text("e-1"), text("k"), text("T"), text("{}"), context];
         let event = schema
             .event(row(text(&format!(
@@ -757,7 +896,7 @@ mod tests {
         // Turned off: the column is not read.
         let mut off = MappingConfig::defaults();
         off.tracing_span_context = None;
-        let schema = OutboxSchema::from_relation(&rel, &off, &table()).unwrap();
+        let schema = OutboxSchema::from_relation(&rel, &off, &table(), &BTreeSet::new()).unwrap();
         let event = schema
             .event(row(text(&format!("traceparent={parent}"))))
             .unwrap();

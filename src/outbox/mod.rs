@@ -9,5 +9,6 @@ pub mod mapping;
 pub mod message;
 pub mod placement;
 pub mod routing;
+pub mod schema;
 pub mod timestamp;
 pub mod trace_context;

@@ -8,6 +8,8 @@
 //! reading of the catalog ([`inspect`]) serves the start-up checks and the
 //! watchdog, and [`Binding::problem`] says what is wrong and how to fix it.
 
+use std::collections::BTreeSet;
+
 use tokio_postgres::Client;
 use tracing::info;
 
@@ -323,10 +325,12 @@ pub async fn publishes_updates(
 }
 
 /// How a relation that appears in the replication stream relates to the outbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelationRole {
-    /// The outbox table itself, or one of its partitions: its rows are events.
-    Outbox,
+    /// The outbox table itself, or one of its partitions: its rows are
+    /// events. `not_null` names its NOT NULL columns, which the Relation
+    /// message does not carry (Debezium's schemas mark the others optional).
+    Outbox { not_null: BTreeSet<String> },
     /// Another table the publication publishes: its rows are not events.
     Other,
     /// Neither, as far as the catalog says now (for example, a dropped table).
@@ -343,11 +347,35 @@ pub struct RelationResolver {
 
 impl RelationResolver {
     pub async fn role(&self, relation: &Relation) -> Result<RelationRole> {
-        if relation.namespace == self.table.schema && relation.name == self.table.name {
-            return Ok(RelationRole::Outbox);
-        }
-        relation_role(&self.client, &self.publication, &self.table, relation.oid).await
+        let is_outbox = relation.namespace == self.table.schema && relation.name == self.table.name;
+        let role = if is_outbox {
+            RelationRole::Outbox {
+                not_null: BTreeSet::new(),
+            }
+        } else {
+            relation_role(&self.client, &self.publication, &self.table, relation.oid).await?
+        };
+        Ok(match role {
+            RelationRole::Outbox { .. } => RelationRole::Outbox {
+                not_null: not_null_columns(&self.client, relation.oid).await?,
+            },
+            other => other,
+        })
     }
+}
+
+/// The NOT NULL columns of a relation (a partition's include those of its
+/// root, which Postgres copies to every partition).
+pub async fn not_null_columns(client: &Client, oid: u32) -> Result<BTreeSet<String>> {
+    let rows = client
+        .query(
+            "SELECT attname::text FROM pg_catalog.pg_attribute \
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attnotnull",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot read the columns of relation oid {oid}"), e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Places a relation walrelay has not seen before in this session. Runs once
@@ -384,7 +412,9 @@ pub async fn relation_role(
         .await
         .map_err(failed)?;
     Ok(match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
-        (true, _) => RelationRole::Outbox,
+        (true, _) => RelationRole::Outbox {
+            not_null: BTreeSet::new(),
+        },
         (false, true) => RelationRole::Other,
         (false, false) => RelationRole::Unknown,
     })

@@ -8,7 +8,7 @@
 //! an event that cannot be published; `Upstream` and `Sink` are the two
 //! peers, so the whole loop runs in tests without Postgres or Kafka.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -263,13 +263,17 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
     /// A relation seen for the first time is placed by the upstream: the
     /// outbox or one of its partitions maps as the outbox, another published
     /// table is ignored (said once), and anything else stops the relay,
-    /// because its rows might be events walrelay cannot read.
+    /// because its rows might be events walrelay cannot read. The outbox is
+    /// placed again on every Relation message, for its NOT NULL columns.
     async fn on_relation(&mut self, relation: Relation) -> Result<()> {
         let known = self.relations.get(&relation.oid).map(Option::is_some);
-        let is_outbox = match known {
-            Some(is_outbox) => is_outbox,
-            None => match self.upstream.place(&relation).await? {
-                RelationRole::Outbox => true,
+        let not_null = match known {
+            Some(false) => None,
+            _ => match self.upstream.place(&relation).await? {
+                RelationRole::Outbox { not_null } => Some(not_null),
+                // Known as the outbox, no longer placed (renamed or dropped
+                // since): still the outbox, its columns read as nullable.
+                _ if known.is_some() => Some(BTreeSet::new()),
                 RelationRole::Other => {
                     warn!(
                         table = %format!("{}.{}", relation.namespace, relation.name),
@@ -277,14 +281,15 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                         "the publication also publishes this table; its changes are not outbox \
                          events and are ignored"
                     );
-                    false
+                    None
                 }
                 RelationRole::Unknown => return Err(self.unplaceable(&relation)),
             },
         };
-        let schema = if is_outbox {
+        let schema = if let Some(not_null) = not_null {
             let table = &self.settings.table;
-            let schema = OutboxSchema::from_relation(&relation, &self.settings.mapping, table)?;
+            let schema =
+                OutboxSchema::from_relation(&relation, &self.settings.mapping, table, &not_null)?;
             if known.is_some() {
                 info!(table = %table, "outbox table schema changed; mapping updated");
             }

@@ -53,7 +53,9 @@ impl Upstream for Scripted {
 
     async fn place(&mut self, relation: &Relation) -> Result<RelationRole> {
         Ok(match relation.name.as_str() {
-            "outbox" => RelationRole::Outbox,
+            "outbox" => RelationRole::Outbox {
+                not_null: Default::default(),
+            },
             _ => RelationRole::Other,
         })
     }
