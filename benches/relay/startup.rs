@@ -64,7 +64,10 @@ pub async fn startup() {
         if std::env::var("BENCH_SHOW_LOG").is_ok() {
             println!("{}", relay.log());
             let (_, metrics) = relay.http_get("/metrics").unwrap();
-            for line in metrics.lines().filter(|l| l.contains("stage_latency_seconds_sum")) {
+            for line in metrics
+                .lines()
+                .filter(|l| l.contains("stage_latency_seconds_sum"))
+            {
                 println!("{line}");
             }
         }
