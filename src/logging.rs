@@ -29,9 +29,19 @@ pub enum LogFormat {
 /// renamed `field_<name>` so it cannot overwrite them.
 const RESERVED: [&str; 5] = ["time", "level", "target", "message", "span"];
 
-/// Installs the global subscriber. `WALRELAY_LOG` filters (default `info`).
-pub fn init(format: LogFormat, secrets: Vec<String>) {
-    let filter = EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// Installs the global subscriber. `WALRELAY_LOG` filters (default `info`);
+/// `kafka_debug` (a `-X debug=…`) lets librdkafka's debug lines through, since
+/// asking librdkafka for them is the point of setting it.
+pub fn init(format: LogFormat, secrets: Vec<String>, kafka_debug: bool) {
+    let mut filter =
+        EnvFilter::try_from_env("WALRELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    if kafka_debug {
+        filter = filter.add_directive(
+            "librdkafka=debug"
+                .parse()
+                .expect("a valid filter directive"),
+        );
+    }
     let redactor = Arc::new(Redactor::new(secrets));
     let registry = tracing_subscriber::registry().with(filter);
     match format {

@@ -13,7 +13,12 @@ use walrelay::{check, completions, logging, migrate, relay, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format, cli.command.secrets());
+    let kafka_debug = cli
+        .command
+        .kafka_properties()
+        .iter()
+        .any(|(k, _)| k == "debug");
+    logging::init(cli.log_format, cli.command.secrets(), kafka_debug);
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

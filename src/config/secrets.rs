@@ -3,18 +3,28 @@
 use super::Command;
 
 impl Command {
+    /// The `-X` properties of a command that talks to Kafka.
+    pub fn kafka_properties(&self) -> Vec<(String, String)> {
+        match self {
+            Command::Run(args) => args.kafka.properties(),
+            Command::Check(args) => args.run.kafka.properties(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The secrets this command line carries, for the logs to mask: the
     /// Postgres password (as typed and decoded) and the values of librdkafka
     /// properties that hold credentials.
     pub fn secrets(&self) -> Vec<String> {
-        let (pg_url, properties): (Option<&str>, Vec<(String, String)>) = match self {
-            Command::Run(args) => (Some(&args.conn.pg_url), args.kafka.properties()),
-            Command::Check(args) => (Some(&args.run.conn.pg_url), args.run.kafka.properties()),
-            Command::Status(args) => (Some(&args.conn.pg_url), Vec::new()),
+        let pg_url = match self {
+            Command::Run(args) => Some(&args.conn.pg_url),
+            Command::Check(args) => Some(&args.run.conn.pg_url),
+            Command::Status(args) => Some(&args.conn.pg_url),
             Command::MigrateFromDebezium { .. }
             | Command::Completions { .. }
-            | Command::Man { .. } => (None, Vec::new()),
+            | Command::Man { .. } => None,
         };
+        let properties = self.kafka_properties();
         let mut secrets = Vec::new();
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
