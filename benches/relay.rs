@@ -24,6 +24,9 @@
 //! Crash loop (`-- crash`): BENCH_CRASH_EVENTS (20,000) events while
 //! walrelay is killed five times and the broker hangs; lost and duplicated.
 //!
+//! Broker floor (`-- floor`): the latency load produced straight to the
+//! broker, no Postgres and no relay.
+//!
 //! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
 //! streaming and to the acknowledgement of an event waiting in the slot.
 
@@ -32,6 +35,8 @@ mod support;
 
 #[path = "relay/crash_loop.rs"]
 mod crash_loop;
+#[path = "relay/floor.rs"]
+mod floor;
 #[path = "relay/startup.rs"]
 mod startup;
 
@@ -84,6 +89,9 @@ fn main() {
     }
     if wants("startup") {
         runtime.block_on(startup::startup());
+    }
+    if wants("floor") {
+        runtime.block_on(floor::floor());
     }
 }
 
@@ -190,15 +198,80 @@ async fn throughput() {
     );
 }
 
+/// walrelay, then (with BENCH_REFERENCE_PYTHON) the reference relay, each
+/// on a fresh Postgres and broker under the same load.
 async fn latency() {
+    measure_latency(None).await;
+    if let Ok(python) = std::env::var("BENCH_REFERENCE_PYTHON") {
+        measure_latency(Some(&python)).await;
+    }
+}
+
+/// The simple single-threaded relay of benches/reference/relay.py,
+/// (its Python needs psycopg2 and confluent-kafka: benches/reference/setup.sh).
+struct Reference(std::process::Child);
+
+impl Reference {
+    async fn start(
+        python: &str,
+        pg: &Postgres,
+        broker: &Broker,
+        client: &tokio_postgres::Client,
+    ) -> Self {
+        for sql in [
+            "CREATE PUBLICATION reference FOR TABLE outbox WITH (publish = 'insert')",
+            "SELECT pg_create_logical_replication_slot('reference', 'pgoutput')",
+        ] {
+            client.batch_execute(sql).await.unwrap();
+        }
+        broker.create_topic("outbox.event.Latency", 3);
+        let linger = std::env::var("BENCH_REFERENCE_LINGER_MS").unwrap_or_else(|_| "1".into());
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/reference/relay.py");
+        let child = Command::new(python)
+            .args([
+                script,
+                &pg.url(),
+                "reference",
+                "reference",
+                &broker.brokers(),
+                &linger,
+            ])
+            .spawn()
+            .unwrap();
+        Reference(child)
+    }
+}
+
+impl Drop for Reference {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn measure_latency(reference: Option<&str>) {
     let rate = env_or("BENCH_RATE", 2000);
     let seconds = env_or("BENCH_SECONDS", 15);
     let per_txn = env_or("BENCH_TXN_EVENTS", 20).max(1);
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    let relay = start_relay(&pg, &broker);
-    relay.wait_ready(Duration::from_secs(60));
+    let (relay, _reference) = match reference {
+        None => {
+            let relay = start_relay(&pg, &broker);
+            relay.wait_ready(Duration::from_secs(60));
+            (Some(relay), None)
+        }
+        Some(python) => (
+            None,
+            Some(Reference::start(python, &pg, &broker, &client).await),
+        ),
+    };
+    let name = if reference.is_some() {
+        "reference relay"
+    } else {
+        "walrelay"
+    };
     // Create the topic and warm up the connection before measuring.
     client
         .execute(
@@ -226,6 +299,8 @@ async fn latency() {
     let transactions = total / per_txn as usize;
     let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
     let start = Instant::now();
+    // How long the writer's own INSERT and COMMIT take: part of every figure.
+    let mut commits = Vec::with_capacity(transactions);
     for t in 0..transactions {
         let due = start + interval * t as u32;
         let now = Instant::now();
@@ -233,26 +308,29 @@ async fn latency() {
             tokio::time::sleep(due - now).await;
         }
         let first = (t * per_txn as usize) as i32;
+        let sent = unix_us();
         client
-            .execute(&insert, &[&first, &unix_us(), &(per_txn as i32)])
+            .execute(&insert, &[&first, &sent, &(per_txn as i32)])
             .await
             .unwrap();
+        commits.push(unix_us() - sent);
     }
     let achieved = total as f64 / start.elapsed().as_secs_f64();
-    let mut latencies = reader.join().unwrap();
-    latencies.sort_unstable();
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    commits.sort_unstable();
+    let at =
+        |v: &[i64], p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64 / 1000.0;
     println!(
-        "latency at {achieved:.0} events/s ({per_txn} a transaction) over {seconds}s ({} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        latencies.len(),
-        pct(0.50) as f64 / 1000.0,
-        pct(0.99) as f64 / 1000.0,
-        *latencies.last().unwrap() as f64 / 1000.0
+        "  the writer's INSERT and COMMIT: p50 {:.2} ms, p99 {:.2} ms",
+        at(&commits, 0.50),
+        at(&commits, 0.99)
     );
+    let latencies = reader.join().unwrap();
+    report_latencies(name, achieved, per_txn, seconds, latencies);
     // Where the time goes, as walrelay itself sees it.
-    let (_, body) = relay.http_get("/metrics").unwrap();
-    print_stages(&body);
-    drop(relay);
+    if let Some(relay) = relay {
+        let (_, body) = relay.http_get("/metrics").unwrap();
+        print_stages(&body);
+    }
 }
 
 async fn big_transaction() {
@@ -293,6 +371,25 @@ async fn big_transaction() {
         "one transaction of {rows} rows: committed after {committed:.1}s, confirmed after {total:.1}s; \
          walrelay peak RSS {} MiB, most events in flight seen {max_inflight:.0}",
         rss_kib(relay.pid()) / 1024
+    );
+}
+
+/// p50, p99 and max of commit (or send) to readable.
+fn report_latencies(
+    name: &str,
+    achieved: f64,
+    per_txn: u64,
+    seconds: u64,
+    mut latencies: Vec<i64>,
+) {
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    println!(
+        "{name}: latency at {achieved:.0} events/s ({per_txn} a transaction) over {seconds}s ({} events): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        pct(0.50) as f64 / 1000.0,
+        pct(0.99) as f64 / 1000.0,
+        *latencies.last().unwrap() as f64 / 1000.0
     );
 }
 
