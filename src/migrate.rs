@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 mod connector;
-use connector::{converter_format, outbox_table, parse};
+use connector::{converter_format, outbox_tables, parse};
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 const POSTGRES_CONNECTOR: &str = "io.debezium.connector.postgresql.PostgresConnector";
@@ -168,8 +168,8 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     }
     used.push("bootstrap.servers".into());
 
-    match get("table.include.list").map(outbox_table) {
-        Some(Ok(table)) => flag(&mut args, "--table", Some(table)),
+    match get("table.include.list").map(outbox_tables) {
+        Some(Ok(tables)) => flag(&mut args, "--table", Some(tables)),
         Some(Err(note)) => notes.push(note),
         None => notes.push(
             "no table.include.list: walrelay reads public.outbox unless you pass --table \

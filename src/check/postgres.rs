@@ -6,7 +6,7 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Settings, Source};
-use crate::postgres::names::quote_ident;
+use crate::postgres::names::{quote_ident, TableName};
 use crate::postgres::publication::{self, Binding};
 use crate::postgres::{describe_target, setup, slot};
 use crate::watchdog::human_bytes;
@@ -51,9 +51,12 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
+#[derive(Clone)]
 struct Probe<'a> {
     client: &'a Client,
     settings: &'a Settings,
+    /// The outbox table being checked (each of `--table` in turn).
+    table: &'a TableName,
     version: i32,
     user: String,
     database: String,
@@ -74,6 +77,7 @@ impl<'a> Probe<'a> {
         Ok(Probe {
             client,
             settings,
+            table: &settings.tables[0],
             version: row.get(0),
             user: row.get(1),
             database: row.get(2),
@@ -90,50 +94,15 @@ impl<'a> Probe<'a> {
         out.push(self.or_fail("postgres.max_slot_wal_keep_size", self.wal_keep().await));
         out.push(self.or_fail("postgres.role", self.role().await));
 
-        let binding = publication::inspect(
-            self.client,
-            &self.settings.publication,
-            &self.settings.table,
-        )
-        .await;
         match self.settings.source {
             Source::Table => {
-                out.push(
-                    match setup::check_table(
-                        self.client,
-                        &self.settings.table,
-                        &self.settings.mapping.column_names(),
-                    )
-                    .await
-                    {
-                        Ok(()) => Check::pass(
-                            "postgres.table",
-                            format!(
-                                "{} has the mapped columns {}",
-                                self.settings.table,
-                                self.settings.mapping.column_names().join(", ")
-                            ),
-                        ),
-                        Err(e) => Check::from_error("postgres.table", &e),
-                    },
-                );
-                match (self.table().await, &binding) {
-                    (Ok(Some(table)), Ok(binding)) => {
-                        out.push(self.table_select(&table));
-                        out.push(self.partitioning(&table, binding));
-                        out.push(self.publication_check(Some(&table), binding));
+                for table in &self.settings.tables {
+                    Probe {
+                        table,
+                        ..self.clone()
                     }
-                    (Ok(None), _) => {
-                        for name in [
-                            "postgres.table_select",
-                            "postgres.partitioning",
-                            "postgres.publication",
-                        ] {
-                            out.push(Check::skip(name, "needs the table"));
-                        }
-                    }
-                    (Err(e), _) => out.push(self.query_failed("postgres.table", &e)),
-                    (_, Err(e)) => out.push(Check::from_error("postgres.publication", e)),
+                    .table_checks(out)
+                    .await;
                 }
             }
             Source::Messages => {
@@ -144,6 +113,8 @@ impl<'a> Probe<'a> {
                     ),
                     Err(e) => Check::from_error("postgres.messages", &e),
                 });
+                let binding =
+                    publication::inspect(self.client, &self.settings.publication, self.table).await;
                 out.push(match &binding {
                     Ok(binding) => self.publication_check(None, binding),
                     Err(e) => Check::from_error("postgres.publication", e),
@@ -152,6 +123,50 @@ impl<'a> Probe<'a> {
         }
         out.push(self.or_fail("postgres.slot", self.slot().await));
         out.push(self.or_fail("postgres.slot_failover", self.failover().await));
+    }
+
+    /// The checks of one outbox table: its columns, the role's rights, its
+    /// partitioning and its place in the publication.
+    async fn table_checks(&self, out: &mut Vec<Check>) {
+        let binding =
+            publication::inspect(self.client, &self.settings.publication, self.table).await;
+        out.push(
+            match setup::check_table(
+                self.client,
+                self.table,
+                &self.settings.mapping.column_names(),
+            )
+            .await
+            {
+                Ok(()) => Check::pass(
+                    "postgres.table",
+                    format!(
+                        "{} has the mapped columns {}",
+                        self.table,
+                        self.settings.mapping.column_names().join(", ")
+                    ),
+                ),
+                Err(e) => Check::from_error("postgres.table", &e),
+            },
+        );
+        match (self.table().await, &binding) {
+            (Ok(Some(table)), Ok(binding)) => {
+                out.push(self.table_select(&table));
+                out.push(self.partitioning(&table, binding));
+                out.push(self.publication_check(Some(&table), binding));
+            }
+            (Ok(None), _) => {
+                for name in [
+                    "postgres.table_select",
+                    "postgres.partitioning",
+                    "postgres.publication",
+                ] {
+                    out.push(Check::skip(name, "needs the table"));
+                }
+            }
+            (Err(e), _) => out.push(self.query_failed("postgres.table", &e)),
+            (_, Err(e)) => out.push(Check::from_error("postgres.publication", e)),
+        }
     }
 
     fn or_fail(&self, name: &'static str, result: Result<Check, tokio_postgres::Error>) -> Check {
@@ -323,7 +338,7 @@ impl<'a> Probe<'a> {
                  FROM pg_catalog.pg_class c \
                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
-                &[&self.settings.table.schema, &self.settings.table.name],
+                &[&self.table.schema, &self.table.name],
             )
             .await?;
         Ok(row.map(|r| TableInfo {
@@ -337,18 +352,15 @@ impl<'a> Probe<'a> {
         if table.can_select {
             Check::pass(
                 "postgres.table_select",
-                format!("role {} may SELECT from {}", self.user, self.settings.table),
+                format!("role {} may SELECT from {}", self.user, self.table),
             )
         } else {
             Check::fail(
                 "postgres.table_select",
-                format!(
-                    "role {} may not SELECT from {}",
-                    self.user, self.settings.table
-                ),
+                format!("role {} may not SELECT from {}", self.user, self.table),
                 format!(
                     "as the table's owner: GRANT SELECT ON {} TO {};",
-                    self.settings.table.quoted(),
+                    self.table.quoted(),
                     quote_ident(&self.user)
                 ),
             )
@@ -371,13 +383,13 @@ impl<'a> Probe<'a> {
                     format!(
                         "publication {name:?} is absent and role {} cannot create it: it does \
                          not own {}",
-                        self.user, self.settings.table
+                        self.user, self.table
                     ),
                     format!(
                         "as the table's owner: CREATE PUBLICATION {} FOR TABLE {} WITH \
                          (publish = 'insert'{});",
                         quote_ident(name),
-                        self.settings.table.quoted(),
+                        self.table.quoted(),
                         if table.is_some_and(|t| t.partitioned) {
                             ", publish_via_partition_root = true"
                         } else {
@@ -394,7 +406,7 @@ impl<'a> Probe<'a> {
             );
         }
         // The same reading of the catalog that run and the watchdog judge.
-        match binding.problem(name, &self.settings.table, None) {
+        match binding.problem(name, self.table, None) {
             Some(problem) => Check {
                 name: "postgres.publication",
                 status: super::Status::Fail,
@@ -403,10 +415,7 @@ impl<'a> Probe<'a> {
             },
             None => Check::pass(
                 "postgres.publication",
-                format!(
-                    "publication {name:?} publishes inserts into {}",
-                    self.settings.table
-                ),
+                format!("publication {name:?} publishes inserts into {}", self.table),
             ),
         }
     }
@@ -415,7 +424,7 @@ impl<'a> Probe<'a> {
         if !table.partitioned {
             return Check::pass(
                 "postgres.partitioning",
-                format!("{} is not partitioned", self.settings.table),
+                format!("{} is not partitioned", self.table),
             );
         }
         let name = &self.settings.publication;
@@ -424,7 +433,7 @@ impl<'a> Probe<'a> {
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned, and PostgreSQL before 13 cannot publish it through its root",
-                    self.settings.table
+                    self.table
                 ),
                 "upgrade to PostgreSQL 13 or later, or use a plain outbox table",
             );
@@ -435,14 +444,14 @@ impl<'a> Probe<'a> {
                 format!(
                     "{} is partitioned; walrelay run creates publication {name:?} with \
                      publish_via_partition_root = true",
-                    self.settings.table
+                    self.table
                 ),
             ),
             Some(p) if p.via_root => Check::pass(
                 "postgres.partitioning",
                 format!(
                     "{} is partitioned and publication {name:?} publishes via the partition root",
-                    self.settings.table
+                    self.table
                 ),
             ),
             Some(_) => Check::fail(
@@ -450,7 +459,7 @@ impl<'a> Probe<'a> {
                 format!(
                     "{} is partitioned but publication {name:?} publishes its partitions under \
                      their own names, so a partition attached later could be missed",
-                    self.settings.table
+                    self.table
                 ),
                 format!(
                     "ALTER PUBLICATION {} SET (publish_via_partition_root = true);",

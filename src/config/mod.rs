@@ -247,7 +247,7 @@ mod tests {
     fn defaults_follow_the_documented_values() {
         let a = args(&[]);
         let s = Settings::from_args(&a).unwrap();
-        assert_eq!(s.table.to_string(), "public.outbox");
+        assert_eq!(s.tables_text(), "public.outbox");
         assert_eq!(s.slot, "walrelay");
         assert_eq!(s.watchdog.lag_warn_bytes, 1 << 30);
         assert_eq!(s.mapping.route_by, "event_type");
@@ -255,6 +255,22 @@ mod tests {
         assert_eq!(s.metrics_addr.to_string(), "127.0.0.1:9187");
         assert_eq!(s.topics.partitions, 3);
         assert!(s.failover_slot);
+    }
+
+    #[test]
+    fn several_outbox_tables_are_repeated_or_comma_separated_and_each_named_once() {
+        let s = Settings::from_args(&args(&[
+            "--table",
+            "app.outbox,billing.outbox",
+            "--table",
+            "o",
+        ]))
+        .unwrap();
+        assert_eq!(s.tables_text(), "app.outbox, billing.outbox, public.o");
+        let Err(twice) = Settings::from_args(&args(&["--table", "outbox,public.outbox"])) else {
+            panic!("a table named twice was accepted");
+        };
+        assert!(twice.to_string().contains("twice"), "{twice}");
     }
 
     #[test]

@@ -39,9 +39,14 @@ pub struct RunArgs {
 #[derive(Args, Clone)]
 #[command(next_help_heading = "Source")]
 pub struct SourceArgs {
-    /// The outbox table, as schema.table (schema defaults to public).
-    #[arg(long, env = "WALRELAY_TABLE", default_value = "public.outbox")]
-    pub table: TableName,
+    /// The outbox table, as schema.table (schema defaults to public); repeat or comma-separate for several tables mapped alike (table.include.list).
+    #[arg(
+        long,
+        env = "WALRELAY_TABLE",
+        default_value = "public.outbox",
+        value_delimiter = ','
+    )]
+    pub table: Vec<TableName>,
 
     /// Where events come from: INSERTs into --table, or pg_logical_emit_message (PostgreSQL 14+).
     #[arg(long, env = "WALRELAY_SOURCE", value_enum, default_value_t = Source::Table)]

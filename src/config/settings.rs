@@ -26,7 +26,8 @@ pub struct Settings {
     pub slot: String,
     pub publication: String,
     pub source: Source,
-    pub table: TableName,
+    /// The outbox tables (at least one), all mapped alike.
+    pub tables: Vec<TableName>,
     pub message_prefix: String,
     pub on_update: OnUpdate,
     pub failover_slot: bool,
@@ -130,7 +131,7 @@ impl Settings {
             slot: args.conn.slot.clone(),
             publication: args.conn.publication.clone(),
             source: source.source,
-            table: source.table.clone(),
+            tables: outbox_tables(&source.table)?,
             message_prefix: source.message_prefix.clone(),
             on_update: source.on_update,
             failover_slot: source.failover_slot,
@@ -215,6 +216,31 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The `--table` list: at least one, each once.
+fn outbox_tables(tables: &[TableName]) -> Result<Vec<TableName>> {
+    if tables.is_empty() {
+        return Err(Error::permanent(
+            "--table names no table: give the outbox table as schema.table",
+        ));
+    }
+    for (i, table) in tables.iter().enumerate() {
+        if tables[..i].contains(table) {
+            return Err(Error::permanent(format!(
+                "--table names {table} twice: give each outbox table once"
+            )));
+        }
+    }
+    Ok(tables.to_vec())
+}
+
+impl Settings {
+    /// The outbox tables for messages: `public.outbox` or `a.outbox, b.outbox`.
+    pub fn tables_text(&self) -> String {
+        let names: Vec<String> = self.tables.iter().map(ToString::to_string).collect();
+        names.join(", ")
+    }
 }
 
 /// The mapping and routing flags as one mapping.

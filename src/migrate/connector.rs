@@ -6,33 +6,40 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 
-/// The outbox table named by `table.include.list`, a comma-separated list
-/// of regular expressions matched against `schema.table`; or why not.
-pub fn outbox_table(list: &str) -> std::result::Result<String, String> {
+/// The outbox tables named by `table.include.list`, a comma-separated list
+/// of regular expressions matched against `schema.table`, as the value of
+/// `--table`; or why not.
+pub fn outbox_tables(list: &str) -> std::result::Result<String, String> {
     let entries: Vec<&str> = list
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .collect();
-    let [entry] = entries[..] else {
-        return Err(format!(
-            "table.include.list names several tables ({list}); walrelay reads one outbox table: \
-             run one walrelay per outbox table, each with its own --slot, and pass --table"
-        ));
-    };
-    // `public\.outbox` and `public.outbox` name the same table; anything
-    // else with regex syntax matches tables walrelay cannot guess.
-    let literal = entry.replace("\\.", ".");
-    let plain = literal
-        .chars()
-        .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '$');
-    match literal.split('.').collect::<Vec<_>>()[..] {
-        [schema, table] if plain && !schema.is_empty() && !table.is_empty() => Ok(literal),
-        _ => Err(format!(
-            "table.include.list {entry:?} is a pattern, not one schema.table: pass --table with \
-             the outbox table it matches (walrelay reads public.outbox otherwise)"
-        )),
+    let mut tables = Vec::with_capacity(entries.len());
+    for entry in entries {
+        // `public\.outbox` and `public.outbox` name the same table; anything
+        // else with regex syntax matches tables walrelay cannot guess.
+        let literal = entry.replace("\\.", ".");
+        let plain = literal
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '$');
+        match literal.split('.').collect::<Vec<_>>()[..] {
+            [schema, table] if plain && !schema.is_empty() && !table.is_empty() => {
+                tables.push(literal)
+            }
+            _ => {
+                return Err(format!(
+                    "table.include.list {entry:?} is a pattern, not one schema.table: pass \
+                     --table with the outbox tables it matches, comma-separated (walrelay reads \
+                     public.outbox otherwise)"
+                ))
+            }
+        }
     }
+    if tables.is_empty() {
+        return Err("table.include.list is empty: pass --table schema.table".into());
+    }
+    Ok(tables.join(","))
 }
 
 /// The walrelay format for a side's converter, and a note when it differs.
@@ -170,14 +177,17 @@ mod tests {
     }
 
     #[test]
-    fn table_include_list_regexes_name_one_table_or_a_note() {
-        assert_eq!(outbox_table("public\\.outbox").unwrap(), "public.outbox");
+    fn table_include_list_names_the_outbox_tables_or_a_note() {
+        assert_eq!(outbox_tables("public\\.outbox").unwrap(), "public.outbox");
         assert_eq!(
-            outbox_table(" inventory.outbox_events ").unwrap(),
+            outbox_tables(" inventory.outbox_events ").unwrap(),
             "inventory.outbox_events"
         );
-        assert!(outbox_table("public\\.outbox.*").is_err());
-        assert!(outbox_table("public.outbox,public.other").is_err());
-        assert!(outbox_table("outbox").is_err());
+        assert_eq!(
+            outbox_tables("public.outbox, billing\\.outbox").unwrap(),
+            "public.outbox,billing.outbox"
+        );
+        assert!(outbox_tables("public\\.outbox.*").is_err());
+        assert!(outbox_tables("outbox").is_err());
     }
 }

@@ -244,11 +244,11 @@ async fn read_binding(client: &Client, publication: &str, table: &TableName) -> 
     Ok(binding)
 }
 
-/// Creates the publication if it is absent (for the table, or with no tables
-/// for the table-less outbox) and checks that an existing one covers the
-/// table. Returns the table's oid (for the table source).
-pub async fn ensure(client: &Client, name: &str, table: Option<&TableName>) -> Result<Option<u32>> {
-    let Some(table) = table else {
+/// Creates the publication if it is absent (for the outbox tables, or with
+/// no tables for the table-less outbox) and checks that it covers each
+/// table. Returns the tables' oids, in order.
+pub async fn ensure(client: &Client, name: &str, tables: &[TableName]) -> Result<Vec<u32>> {
+    if tables.is_empty() {
         let exists = client
             .query_opt(
                 "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
@@ -263,18 +263,30 @@ pub async fn ensure(client: &Client, name: &str, table: Option<&TableName>) -> R
             create(client, &format!("CREATE PUBLICATION {}", quote_ident(name))).await?;
             info!(publication = name, "created publication");
         }
-        return Ok(None);
-    };
-    let mut binding = inspect(client, name, table).await?;
-    let Some(info) = binding.table else {
-        return Err(Error::permanent(format!(
-            "table {table} does not exist (or this user cannot see it): create it \
-             (sql/outbox.sql has the default layout) or point --table at your outbox table"
-        )));
-    };
-    if binding.publication.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut infos = Vec::with_capacity(tables.len());
+    let mut exists = false;
+    for table in tables {
+        let binding = inspect(client, name, table).await?;
+        let Some(info) = binding.table else {
+            return Err(Error::permanent(format!(
+                "table {table} does not exist (or this user cannot see it): create it \
+                 (sql/outbox.sql has the default layout) or point --table at your outbox table"
+            )));
+        };
+        exists = binding.publication.is_some();
+        infos.push(info);
+    }
+    if exists {
+        info!(publication = name, "reusing publication");
+    } else {
         let version = server_version(client).await?;
-        if info.partitioned && version < PARTITION_ROOT_VERSION {
+        if let Some((table, _)) = tables
+            .iter()
+            .zip(&infos)
+            .find(|(_, info)| info.partitioned && version < PARTITION_ROOT_VERSION)
+        {
             return Err(Error::permanent(format!(
                 "the outbox table {table} is partitioned, which logical replication supports \
                  from PostgreSQL 13 on (this server is {}): upgrade, or use a plain table",
@@ -288,21 +300,22 @@ pub async fn ensure(client: &Client, name: &str, table: Option<&TableName>) -> R
         } else {
             "publish = 'insert'"
         };
+        let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
         let sql = format!(
             "CREATE PUBLICATION {} FOR TABLE {} WITH ({options})",
             quote_ident(name),
-            table.quoted()
+            list.join(", ")
         );
         create(client, &sql).await?;
         info!(publication = name, "created publication");
-        binding = inspect(client, name, table).await?;
-    } else {
-        info!(publication = name, "reusing publication");
     }
-    match binding.problem(name, table, None) {
-        Some(problem) => Err(Error::permanent(problem)),
-        None => Ok(Some(info.oid)),
+    for table in tables {
+        let binding = inspect(client, name, table).await?;
+        if let Some(problem) = binding.problem(name, table, None) {
+            return Err(Error::permanent(problem));
+        }
     }
+    Ok(infos.iter().map(|info| info.oid).collect())
 }
 
 async fn create(client: &Client, sql: &str) -> Result<()> {
@@ -342,18 +355,22 @@ pub enum RelationRole {
 pub struct RelationResolver {
     pub client: Client,
     pub publication: String,
-    pub table: TableName,
+    /// The outbox tables.
+    pub tables: Vec<TableName>,
 }
 
 impl RelationResolver {
     pub async fn role(&self, relation: &Relation) -> Result<RelationRole> {
-        let is_outbox = relation.namespace == self.table.schema && relation.name == self.table.name;
+        let is_outbox = self
+            .tables
+            .iter()
+            .any(|t| relation.namespace == t.schema && relation.name == t.name);
         let role = if is_outbox {
             RelationRole::Outbox {
                 not_null: BTreeSet::new(),
             }
         } else {
-            relation_role(&self.client, &self.publication, &self.table, relation.oid).await?
+            relation_role(&self.client, &self.publication, &self.tables, relation.oid).await?
         };
         Ok(match role {
             RelationRole::Outbox { .. } => RelationRole::Outbox {
@@ -383,7 +400,7 @@ pub async fn not_null_columns(client: &Client, oid: u32) -> Result<BTreeSet<Stri
 pub async fn relation_role(
     client: &Client,
     publication: &str,
-    table: &TableName,
+    tables: &[TableName],
     oid: u32,
 ) -> Result<RelationRole> {
     let failed = |e| sql_error(format!("cannot look up relation oid {oid}"), e);
@@ -395,19 +412,22 @@ pub async fn relation_role(
     if !exists {
         return Ok(RelationRole::Unknown);
     }
+    let schemas: Vec<&str> = tables.iter().map(|t| t.schema.as_str()).collect();
+    let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
     let row = client
         .query_one(
             "SELECT \
                EXISTS (SELECT 1 FROM pg_catalog.pg_partition_ancestors($1::oid::regclass) a \
                        JOIN pg_catalog.pg_class c ON c.oid = a.relid \
                        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                       WHERE n.nspname = $2 AND c.relname = $3), \
+                       JOIN unnest($2::text[], $3::text[]) AS o(nspname, relname) \
+                            ON o.nspname = n.nspname AND o.relname = c.relname), \
                EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t \
                        JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
                        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid \
                             AND c.relname = t.tablename \
                        WHERE t.pubname = $4 AND c.oid = $1)",
-            &[&oid, &table.schema, &table.name, &publication],
+            &[&oid, &schemas, &names, &publication],
         )
         .await
         .map_err(failed)?;

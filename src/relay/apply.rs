@@ -26,6 +26,7 @@ use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
 use crate::postgres::lsn::Lsn;
+use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
 use crate::postgres::publication::RelationRole;
 use crate::postgres::replication::ReplicationMessage;
@@ -287,7 +288,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             },
         };
         let schema = if let Some(not_null) = not_null {
-            let table = &self.settings.table;
+            let table = &self.outbox_name(&relation);
             let schema =
                 OutboxSchema::from_relation(&relation, &self.settings.mapping, table, &not_null)?;
             if known.is_some() {
@@ -301,6 +302,19 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         Ok(())
     }
 
+    /// The outbox table a relation belongs to, for messages: the one
+    /// `--table`, or with several the relation's own name (a partition is
+    /// named as itself).
+    fn outbox_name(&self, relation: &Relation) -> TableName {
+        match self.settings.tables.as_slice() {
+            [table] => table.clone(),
+            _ => TableName {
+                schema: relation.namespace.clone(),
+                name: relation.name.clone(),
+            },
+        }
+    }
+
     fn unplaceable(&self, relation: &Relation) -> Error {
         Error::permanent(format!(
             "the replication stream carries changes of table {}.{} (oid {}), which is not the \
@@ -312,7 +326,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             relation.namespace,
             relation.name,
             relation.oid,
-            self.settings.table,
+            self.settings.tables_text(),
             self.settings.publication
         ))
     }

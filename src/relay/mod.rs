@@ -47,14 +47,17 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let metrics = Metrics::new();
     metrics::serve(settings.metrics_addr, metrics.clone()).await?;
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
-    let (outbox_oid_tx, outbox_oid_rx) = watch::channel(None);
+    let (outbox_oid_tx, outbox_oid_rx) = watch::channel(Vec::new());
     let watchdog = tokio::spawn(watchdog::run(
         watchdog::Watched {
             pg: settings.pg.clone(),
             slot: settings.slot.clone(),
             publication: settings.publication.clone(),
-            table: (settings.source == Source::Table).then(|| settings.table.clone()),
-            outbox_oid: outbox_oid_rx,
+            tables: match settings.source {
+                Source::Table => settings.tables.clone(),
+                Source::Messages => Vec::new(),
+            },
+            outbox_oids: outbox_oid_rx,
         },
         settings.watchdog.clone(),
         metrics.clone(),
@@ -106,12 +109,12 @@ async fn supervise(
     settings: &Settings,
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
-    outbox_oid: &watch::Sender<Option<u32>>,
+    outbox_oids: &watch::Sender<Vec<u32>>,
 ) -> Result<()> {
     info!(
         postgres = %describe_target(&settings.pg.config),
         kafka = %settings.kafka_brokers,
-        table = %settings.table,
+        tables = %settings.tables_text(),
         slot = %settings.slot,
         "walrelay starting"
     );
@@ -125,7 +128,14 @@ async fn supervise(
             return Ok(());
         }
         let session_start = Instant::now();
-        let result = session(settings, metrics, shutdown, &mut ever_connected, outbox_oid).await;
+        let result = session(
+            settings,
+            metrics,
+            shutdown,
+            &mut ever_connected,
+            outbox_oids,
+        )
+        .await;
         metrics.set_streaming(false);
         let err = match result {
             Ok(()) => return Ok(()),
@@ -176,13 +186,13 @@ async fn session(
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
     ever_connected: &mut bool,
-    outbox_oid: &watch::Sender<Option<u32>>,
+    outbox_oids: &watch::Sender<Vec<u32>>,
 ) -> Result<()> {
     // A server that accepts the connection and then says nothing must not
     // hold the session, or a stop request, forever.
     let opening = tokio::time::timeout(
         settings.timeouts.setup,
-        open(settings, ever_connected, outbox_oid),
+        open(settings, ever_connected, outbox_oids),
     );
     let opened = tokio::select! {
         opened = opening => opened.map_err(|_| Error::transient(format!(
@@ -211,20 +221,26 @@ async fn session(
 async fn open(
     settings: &Settings,
     ever_connected: &mut bool,
-    outbox_oid: &watch::Sender<Option<u32>>,
+    outbox_oids: &watch::Sender<Vec<u32>>,
 ) -> Result<Opened> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
-    let resolver_table = match settings.source {
+    let outbox_tables = match settings.source {
         Source::Table => {
-            setup::check_table(&client, &settings.table, &settings.mapping.column_names()).await?;
-            let oid =
-                publication::ensure(&client, &settings.publication, Some(&settings.table)).await?;
-            outbox_oid.send_replace(oid);
+            for table in &settings.tables {
+                setup::check_table(&client, table, &settings.mapping.column_names()).await?;
+            }
+            let oids =
+                publication::ensure(&client, &settings.publication, &settings.tables).await?;
+            outbox_oids.send_replace(oids);
             if settings.on_update != OnUpdate::Warn
-                && !publication::publishes_updates(&client, &settings.publication, &settings.table)
-                    .await?
+                && !publication::publishes_updates(
+                    &client,
+                    &settings.publication,
+                    &settings.tables[0],
+                )
+                .await?
             {
                 warn!(
                     publication = %settings.publication,
@@ -232,11 +248,11 @@ async fn open(
                      run ALTER PUBLICATION … SET (publish = 'insert, update') to enforce it"
                 );
             }
-            Some(settings.table.clone())
+            Some(settings.tables.clone())
         }
         Source::Messages => {
             setup::check_messages_supported(&client).await?;
-            publication::ensure(&client, &settings.publication, None).await?;
+            publication::ensure(&client, &settings.publication, &[]).await?;
             None
         }
     };
@@ -268,10 +284,10 @@ async fn open(
     )
     .await?;
     info!(slot = %settings.slot, resume_lsn = %confirmed, "streaming started");
-    let resolver = resolver_table.map(|table| RelationResolver {
+    let resolver = outbox_tables.map(|tables| RelationResolver {
         client,
         publication: settings.publication.clone(),
-        table,
+        tables,
     });
     Ok(Opened {
         upstream: PgUpstream {

@@ -28,10 +28,10 @@ pub struct Watched {
     pub pg: PgTarget,
     pub slot: String,
     pub publication: String,
-    /// The outbox table, for the table source.
-    pub table: Option<TableName>,
-    /// The table's oid when the current session checked it.
-    pub outbox_oid: watch::Receiver<Option<u32>>,
+    /// The outbox tables (none for the table-less outbox).
+    pub tables: Vec<TableName>,
+    /// The tables' oids, in order, when the current session checked them.
+    pub outbox_oids: watch::Receiver<Vec<u32>>,
 }
 
 /// State kept between checks.
@@ -50,11 +50,17 @@ impl SourceWatch {
         metrics: &Metrics,
         webhook: Option<&Webhook>,
     ) -> Result<()> {
-        let (Some(table), Some(expected)) = (&watched.table, *watched.outbox_oid.borrow()) else {
-            return Ok(());
-        };
-        let binding = publication::inspect(client, &watched.publication, table).await?;
-        let Some(problem) = binding.problem(&watched.publication, table, Some(expected)) else {
+        let expected = watched.outbox_oids.borrow().clone();
+        let mut found = None;
+        // Before the first session checked the tables there is nothing to compare.
+        for (table, oid) in watched.tables.iter().zip(expected) {
+            let binding = publication::inspect(client, &watched.publication, table).await?;
+            if let Some(problem) = binding.problem(&watched.publication, table, Some(oid)) {
+                found = Some((table, problem));
+                break;
+            }
+        }
+        let Some((table, problem)) = found else {
             metrics.set_publication_broken(false);
             return Ok(());
         };
