@@ -321,3 +321,42 @@ async fn table_role_publication_and_slot_problems_fail_with_their_fixes() {
     );
     assert_check(&doc, "kafka.idempotent_write", "fail", "IDEMPOTENT_WRITE");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outbox_table_is_checked_and_a_missing_one_fails_by_name() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA billing; \
+             CREATE TABLE billing.outbox (LIKE public.outbox INCLUDING ALL);",
+        )
+        .await
+        .unwrap();
+    let tables = ["--table", "public.outbox,billing.outbox,audit.outbox"];
+    let (ok, doc) = check(&pg.url(), &broker.brokers(), &tables);
+    assert!(!ok, "{doc:#}");
+    let table_checks: Vec<&Value> = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"] == "postgres.table")
+        .collect();
+    assert_eq!(table_checks.len(), 3, "{doc:#}");
+    for (check, table) in table_checks.iter().zip(["public.outbox", "billing.outbox"]) {
+        assert_eq!(check["status"], "pass", "{check:#}");
+        assert!(
+            check["detail"].as_str().unwrap().contains(table),
+            "{check:#}"
+        );
+    }
+    assert_eq!(table_checks[2]["status"], "fail", "{doc:#}");
+    assert!(
+        table_checks[2]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("audit.outbox"),
+        "{doc:#}"
+    );
+}
