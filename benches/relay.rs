@@ -151,6 +151,12 @@ async fn throughput() {
             "--no-loop",
         ])
         .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
+        // pgoutput's binary mode (PostgreSQL 14+), to weigh it against text.
+        .args(if std::env::var("BENCH_RECVLOGICAL_BINARY").is_ok() {
+            &["-o", "binary=true"][..]
+        } else {
+            &[][..]
+        })
         .args(["-E", &end_lsn, "-f", "/dev/null"])
         .status()
         .unwrap();
