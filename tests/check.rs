@@ -327,13 +327,7 @@ async fn every_outbox_table_is_checked_and_a_missing_one_fails_by_name() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    client
-        .batch_execute(
-            "CREATE SCHEMA billing; \
-             CREATE TABLE billing.outbox (LIKE public.outbox INCLUDING ALL);",
-        )
-        .await
-        .unwrap();
+    support::outbox::add_outbox(&client, "billing").await;
     let tables = ["--table", "public.outbox,billing.outbox,audit.outbox"];
     let (ok, doc) = check(&pg.url(), &broker.brokers(), &tables);
     assert!(!ok, "{doc:#}");

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::outbox::add_outbox;
 use support::{Broker, Postgres, Relay};
 use tokio_postgres::Client;
 
@@ -15,13 +16,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The default outbox and a second one, billing.outbox, of the same layout.
 async fn two_outboxes(pg: &Postgres) -> Client {
     let client = pg.client_with_outbox().await;
-    client
-        .batch_execute(
-            "CREATE SCHEMA billing; \
-             CREATE TABLE billing.outbox (LIKE public.outbox INCLUDING ALL);",
-        )
-        .await
-        .unwrap();
+    add_outbox(&client, "billing").await;
     client
 }
 

@@ -139,3 +139,14 @@ pub fn read_until_all_arrive(
     );
     seen
 }
+
+/// A second outbox table, `SCHEMA.outbox`, laid out like the default one.
+pub async fn add_outbox(client: &Client, schema: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; \
+             CREATE TABLE {schema}.outbox (LIKE public.outbox INCLUDING ALL);"
+        ))
+        .await
+        .unwrap();
+}
