@@ -155,6 +155,12 @@ impl Relay {
         .await
     }
 
+    /// Acknowledges record `index` and waits for the confirmation it allows.
+    async fn ack_until_confirmed(&self, index: usize, lsn: Lsn) {
+        self.sink.ack(index);
+        self.wait_until_confirmed(lsn).await;
+    }
+
     /// The furthest position any status update has confirmed.
     fn confirmed(&self) -> Lsn {
         self.confirmed
@@ -245,8 +251,7 @@ async fn a_commit_is_confirmed_only_after_the_sink_acknowledges_its_event() {
     assert_eq!(header(event, "event_type").as_deref(), Some("OrderPlaced"));
     assert_eq!(relay.confirmed_after_a_while().await, START);
 
-    relay.sink.ack(0);
-    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.ack_until_confirmed(0, commit_end(INSERT)).await;
     relay.stop().await;
 }
 
@@ -261,9 +266,8 @@ async fn a_full_window_stops_reading_until_an_acknowledgement() {
 
     relay.sink.ack(0);
     relay.wait_for_records(2).await;
-    relay.sink.ack(1);
     relay
-        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .ack_until_confirmed(1, commit_end(INSERT_AFTER_ALTER))
         .await;
     relay.stop().await;
 }
@@ -281,9 +285,8 @@ async fn acknowledgements_out_of_order_confirm_only_the_unbroken_prefix() {
         START,
         "the later transaction was confirmed before the earlier one"
     );
-    relay.sink.ack(0);
     relay
-        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .ack_until_confirmed(0, commit_end(INSERT_AFTER_ALTER))
         .await;
     relay.stop().await;
 }
@@ -330,8 +333,7 @@ async fn a_poison_event_is_dead_lettered_and_confirmed_once_its_copy_is_acknowle
     );
     assert_eq!(relay.confirmed_after_a_while().await, START);
 
-    relay.sink.ack(1);
-    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.ack_until_confirmed(1, commit_end(INSERT)).await;
     relay.stop().await;
 }
 
@@ -349,8 +351,7 @@ async fn an_event_for_a_topic_walrelay_may_not_use_is_dead_lettered_without_bein
         Some("topic is not allowed")
     );
     assert_eq!(header(&records[0], "walrelay.original-topic"), None);
-    relay.sink.ack(0);
-    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    relay.ack_until_confirmed(0, commit_end(INSERT)).await;
     relay.stop().await;
 }
 
@@ -360,8 +361,7 @@ async fn an_update_of_an_outbox_row_is_ignored_unless_on_update_is_fatal() {
     relay.feed(INSERT);
     relay.feed(UPDATE);
     relay.wait_for_records(1).await;
-    relay.sink.ack(0);
-    relay.wait_until_confirmed(commit_end(UPDATE)).await;
+    relay.ack_until_confirmed(0, commit_end(UPDATE)).await;
     assert_eq!(relay.records().len(), 1, "an UPDATE became an event");
     relay.stop().await;
 
@@ -392,8 +392,7 @@ async fn a_non_transactional_message_is_never_published_as_an_event() {
     relay.feed_raw(lsn, emitted(false, lsn, "walrelay", content));
     let records = relay.wait_for_records(1).await;
     assert_eq!(records[0].topic, "walrelay.dead-letter");
-    relay.sink.ack(0);
-    relay.wait_until_confirmed(lsn).await;
+    relay.ack_until_confirmed(0, lsn).await;
     relay.stop().await;
 }
 
@@ -411,8 +410,7 @@ async fn a_transactional_message_is_an_event_of_its_transaction() {
     let records = relay.wait_for_records(1).await;
     assert_eq!(records[0].topic, "outbox.event.OrderPaid");
     assert_eq!(records[0].value.as_deref(), Some(&br#"{"total": 5}"#[..]));
-    relay.sink.ack(0);
-    relay.wait_until_confirmed(commit.0).await;
+    relay.ack_until_confirmed(0, commit.0).await;
     assert_eq!(relay.records().len(), 1);
     relay.stop().await;
 }
@@ -428,9 +426,8 @@ async fn a_full_sink_queue_is_waited_out_without_losing_the_record() {
     assert_eq!(relay.records().len(), 1);
     relay.sink.ack(0);
     relay.wait_for_records(2).await;
-    relay.sink.ack(1);
     relay
-        .wait_until_confirmed(commit_end(INSERT_AFTER_ALTER))
+        .ack_until_confirmed(1, commit_end(INSERT_AFTER_ALTER))
         .await;
     relay.stop().await;
 }
