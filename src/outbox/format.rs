@@ -10,7 +10,7 @@ pub enum Format {
     /// JsonConverter with schemas.enable=false: a JSON value (text columns
     /// become JSON strings, a NULL the text `null`).
     Json,
-    /// JsonConverter with schemas.enable=true: `{"schema":…,"payload":…}`,
+    /// JsonConverter with schemas.enable=true: `{"schema":...,"payload":...}`,
     /// the schema Debezium gives the column (or the envelope struct).
     JsonWithSchema,
 }
