@@ -36,7 +36,7 @@ mod typed_columns;
 use std::time::Duration;
 
 use support::kafka::Received;
-use support::{Broker, Postgres, Relay};
+use support::{Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -97,20 +97,15 @@ async fn relay_rows_in(
     topics: &[&str],
     count: usize,
 ) -> (Vec<Received>, String) {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(table).await.unwrap();
     let mut args = DEBEZIUM_COLUMNS.to_vec();
     args.extend_from_slice(flags);
-    let relay = Relay::start_with(&pg, &broker, &args);
-    relay.wait_ready(WAIT);
-    client.batch_execute(inserts).await.unwrap();
-    let reader = broker.consumer();
+    let stack = Stack::start_on(table, &args).await;
+    stack.client.batch_execute(inserts).await.unwrap();
+    let reader = stack.broker.consumer();
     reader.subscribe(topics);
     let got = reader.read(count, WAIT);
-    assert_eq!(got.len(), count, "got {got:?}\nlog:\n{}", relay.log());
-    (got, relay.log())
+    assert_eq!(got.len(), count, "got {got:?}\nlog:\n{}", stack.relay.log());
+    (got, stack.relay.log())
 }
 
 fn check(got: &[Received], expected: &[Expected]) {

@@ -12,34 +12,23 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::KafkaReader;
 use support::outbox::{current_lsn, events};
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay};
+use support::{eventually, Postgres, Relay, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(60);
 const DLQ: &str = "walrelay.dead-letter";
 
 /// An outbox with a partition column, and a relay placing events by it.
-async fn partitioned(policy: &str) -> (Postgres, Broker, tokio_postgres::Client, Relay) {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    client
-        .batch_execute("ALTER TABLE outbox ADD COLUMN shard int")
-        .await
-        .unwrap();
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
-        &[
-            "--on-poison",
-            policy,
-            "--topic-partitions",
-            "2",
-            "--fields-additional-placement",
-            "shard:partition",
-        ],
-    );
-    relay.wait_ready(WAIT);
-    (pg, broker, client, relay)
+async fn partitioned(policy: &str) -> Stack {
+    let sql = [OUTBOX_SQL, "ALTER TABLE outbox ADD COLUMN shard int"].concat();
+    let flags = [
+        "--on-poison",
+        policy,
+        "--topic-partitions",
+        "2",
+        "--fields-additional-placement",
+        "shard:partition",
+    ];
+    Stack::start_on(&sql, &flags).await
 }
 
 async fn insert_on_shard(client: &tokio_postgres::Client, id: &str, shard: i32) -> u64 {
@@ -56,24 +45,24 @@ async fn insert_on_shard(client: &tokio_postgres::Client, id: &str, shard: i32) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_beyond_the_topic_is_dead_lettered_instead_of_retried_forever() {
-    let (_pg, broker, client, relay) = partitioned("dead-letter").await;
+    let stack = partitioned("dead-letter").await;
 
     // librdkafka refuses a partition beyond the topic in the delivery report
     // while it does not know the topic yet, at send time once it does.
     let first = "00000000-0000-0000-0000-0000000000f1";
     let second = "00000000-0000-0000-0000-0000000000f2";
-    insert_on_shard(&client, first, 7).await;
-    insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a1", 1).await;
-    let reader = broker.consumer();
+    insert_on_shard(&stack.client, first, 7).await;
+    insert_on_shard(&stack.client, "00000000-0000-0000-0000-0000000000a1", 1).await;
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Sharded", DLQ]);
     let mut got = reader.read(2, WAIT);
-    insert_on_shard(&client, second, 9).await;
-    let end = insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a2", 0).await;
+    insert_on_shard(&stack.client, second, 9).await;
+    let end = insert_on_shard(&stack.client, "00000000-0000-0000-0000-0000000000a2", 0).await;
     got.extend(reader.read(2, WAIT));
     let dead: Vec<_> = got.iter().filter(|m| m.topic == DLQ).collect();
     let good: Vec<_> = got.iter().filter(|m| m.topic != DLQ).collect();
-    assert_eq!(good.len(), 2, "{got:?}\n{}", relay.log());
-    assert_eq!(dead.len(), 2, "{got:?}\n{}", relay.log());
+    assert_eq!(good.len(), 2, "{got:?}\n{}", stack.relay.log());
+    assert_eq!(dead.len(), 2, "{got:?}\n{}", stack.relay.log());
     for (id, partition) in [(first, 7), (second, 9)] {
         let record = dead.iter().find(|m| m.header("id") == Some(id)).unwrap();
         let reason = record.header("walrelay.reason").unwrap();
@@ -84,38 +73,41 @@ async fn a_partition_beyond_the_topic_is_dead_lettered_instead_of_retried_foreve
         assert_eq!(record.value.as_deref(), Some(r#"{"n": 1}"#));
     }
     eventually(WAIT, "the slot to pass every event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+        (confirmed_flush_lsn(&stack.client, "walrelay").await >= end - 1024).then_some(())
     })
     .await;
     // Which path refuses the first one (the delivery report or the send)
     // depends on whether librdkafka already knew the topic: both are poison.
-    let (_, metrics) = relay.http_get("/metrics").unwrap();
+    let (_, metrics) = stack.relay.http_get("/metrics").unwrap();
     assert!(
         metrics.contains("walrelay_dead_letter_events_total 2"),
         "{metrics}"
     );
     assert!(
-        !relay.log().contains("session ended; reconnecting"),
+        !stack.relay.log().contains("session ended; reconnecting"),
         "{}",
-        relay.log()
+        stack.relay.log()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_beyond_the_topic_halts_the_relay_and_names_the_event() {
-    let (_pg, _broker, client, mut relay) = partitioned("halt").await;
-    let before = insert_on_shard(&client, "00000000-0000-0000-0000-0000000000a1", 0).await;
+    let mut stack = partitioned("halt").await;
+    let before = insert_on_shard(&stack.client, "00000000-0000-0000-0000-0000000000a1", 0).await;
     let id = "00000000-0000-0000-0000-0000000000f3";
-    insert_on_shard(&client, id, 5).await;
+    insert_on_shard(&stack.client, id, 5).await;
 
-    let status = relay.wait(WAIT).expect("walrelay halts on a poison event");
+    let status = stack
+        .relay
+        .wait(WAIT)
+        .expect("walrelay halts on a poison event");
     assert!(!status.success());
-    let log = relay.log();
+    let log = stack.relay.log();
     assert!(
         log.contains(id) && log.contains("partition 5") && log.contains("2 partitions"),
         "{log}"
     );
-    assert!(confirmed_flush_lsn(&client, "walrelay").await <= before);
+    assert!(confirmed_flush_lsn(&stack.client, "walrelay").await <= before);
 }
 
 /// A mock cluster with the event's topic and the dead-letter topic, and a

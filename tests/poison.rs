@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay, Stack};
+use support::{eventually, Broker, Postgres, Relay, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -201,27 +201,19 @@ async fn poison_events_are_dead_lettered_whole_with_their_reason_and_the_relay_g
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_ascii_timestamp_in_a_row_is_dead_lettered_instead_of_crashing_walrelay() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    client
-        .batch_execute("ALTER TABLE outbox ADD COLUMN happened_at text")
-        .await
-        .unwrap();
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
+    let stack = Stack::start_on(
+        &[OUTBOX_SQL, "ALTER TABLE outbox ADD COLUMN happened_at text"].concat(),
         &[
             "--on-poison",
             "dead-letter",
             "--field-timestamp",
             "happened_at",
         ],
-    );
-    relay.wait_ready(WAIT);
+    )
+    .await;
 
     let insert = |id: &'static str, at: &'static str| {
-        let client = &client;
+        let client = &stack.client;
         async move {
             client
                 .execute(
@@ -243,10 +235,10 @@ async fn a_non_ascii_timestamp_in_a_row_is_dead_lettered_instead_of_crashing_wal
     )
     .await;
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.Fine", "walrelay.dead-letter"]);
     let got = reader.read(2, WAIT);
-    assert_eq!(got.len(), 2, "{got:?}\n{}", relay.log());
+    assert_eq!(got.len(), 2, "{got:?}\n{}", stack.relay.log());
     let dead = got
         .iter()
         .find(|m| m.topic == "walrelay.dead-letter")
@@ -259,8 +251,12 @@ async fn a_non_ascii_timestamp_in_a_row_is_dead_lettered_instead_of_crashing_wal
     let fine = got.iter().find(|m| m.topic == "outbox.event.Fine").unwrap();
     assert_eq!(fine.timestamp, Some(1_795_990_200_123));
     eventually(WAIT, "the slot to pass every event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+        (confirmed_flush_lsn(&stack.client, "walrelay").await >= end - 1024).then_some(())
     })
     .await;
-    assert!(!relay.log().contains("panicked"), "{}", relay.log());
+    assert!(
+        !stack.relay.log().contains("panicked"),
+        "{}",
+        stack.relay.log()
+    );
 }

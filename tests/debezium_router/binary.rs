@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::support::{Broker, Postgres, Relay};
+use crate::support::Stack;
 
 const EVENTS: usize = 120;
 
@@ -30,19 +30,9 @@ impl XorShift {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytea_payloads_and_keys_arrive_as_their_raw_bytes() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client
-        .batch_execute(
-            "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
+    let stack = Stack::start_on(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
              aggregateid bytea, type text, payload bytea)",
-        )
-        .await
-        .unwrap();
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
         &[
             "--field-event-key",
             "aggregateid",
@@ -51,8 +41,8 @@ async fn bytea_payloads_and_keys_arrive_as_their_raw_bytes() {
             "--route-by-field",
             "aggregatetype",
         ],
-    );
-    relay.wait_ready(Duration::from_secs(60));
+    )
+    .await;
 
     let mut rng = XorShift(0x5eed_0000_0000_0001);
     let mut sent: HashMap<String, (Vec<u8>, Vec<u8>)> = HashMap::new();
@@ -61,7 +51,8 @@ async fn bytea_payloads_and_keys_arrive_as_their_raw_bytes() {
         // Zero bytes, 0x5c ('\') and bytes above 0x7f are all likely within 120 rows.
         let key = rng.bytes(16);
         let payload = rng.bytes(400);
-        client
+        stack
+            .client
             .execute(
                 "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
                  VALUES ($1::text::uuid, 'blob', $2, 'Stored', $3)",
@@ -72,10 +63,10 @@ async fn bytea_payloads_and_keys_arrive_as_their_raw_bytes() {
         sent.insert(id, (key, payload));
     }
 
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.blob"]);
     let got = reader.read(EVENTS, Duration::from_secs(60));
-    assert_eq!(got.len(), EVENTS, "log:\n{}", relay.log());
+    assert_eq!(got.len(), EVENTS, "log:\n{}", stack.relay.log());
     for m in &got {
         let id = m.header("id").unwrap();
         let (key, payload) = &sent[id];

@@ -9,16 +9,12 @@
 use std::time::Duration;
 
 use crate::support::kafka::Received;
-use crate::support::{Broker, Postgres, Relay};
+use crate::support::Stack;
 
 const TABLE: &str = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
                      aggregateid text, type text, payload jsonb)";
 
 async fn relay_json(extra: &[&str], inserts: &str, count: usize) -> Vec<Received> {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(TABLE).await.unwrap();
     let mut args = vec![
         "--field-event-key",
         "aggregateid",
@@ -32,13 +28,12 @@ async fn relay_json(extra: &[&str], inserts: &str, count: usize) -> Vec<Received
         "json",
     ];
     args.extend_from_slice(extra);
-    let relay = Relay::start_with(&pg, &broker, &args);
-    relay.wait_ready(Duration::from_secs(60));
-    client.batch_execute(inserts).await.unwrap();
-    let reader = broker.consumer();
+    let stack = Stack::start_on(TABLE, &args).await;
+    stack.client.batch_execute(inserts).await.unwrap();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.order"]);
     let mut got = reader.read(count, Duration::from_secs(60));
-    assert_eq!(got.len(), count, "log:\n{}", relay.log());
+    assert_eq!(got.len(), count, "log:\n{}", stack.relay.log());
     got.sort_by(|a, b| a.header("id").cmp(&b.header("id")));
     got
 }

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Broker, Postgres, Relay};
+use crate::support::Stack;
 
 /// The "Basic outbox table" of outbox-event-router.adoc: id uuid,
 /// aggregatetype, aggregateid and type varchar(255) not null, payload jsonb.
@@ -66,15 +66,11 @@ async fn the_migrated_command_sends_only_the_id_header_from_the_documented_table
         "{stdout}"
     );
 
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(DOCUMENTED_TABLE).await.unwrap();
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let relay = Relay::start_with(&pg, &broker, &args);
-    relay.wait_ready(Duration::from_secs(60));
+    let stack = Stack::start_on(DOCUMENTED_TABLE, &args).await;
     // The documented example row (outbox-event-router.adoc, "Example outbox message").
-    client
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES \
              ('4d47e190-0402-4048-bc2c-89dd54343cdc', 'order', '1', 'OrderCreated', \
@@ -82,10 +78,10 @@ async fn the_migrated_command_sends_only_the_id_header_from_the_documented_table
         )
         .await
         .unwrap();
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.order"]);
     let got = reader.read(1, Duration::from_secs(60));
-    assert_eq!(got.len(), 1, "{stdout}\nlog:\n{}", relay.log());
+    assert_eq!(got.len(), 1, "{stdout}\nlog:\n{}", stack.relay.log());
     let m = &got[0];
     // "# Kafka Message Headers: "id=4d47e190-0402-4048-bc2c-89dd54343cdc"".
     assert_eq!(m.headers.len(), 1, "{:?}", m.headers);

@@ -7,23 +7,13 @@
 
 use std::time::Duration;
 
-use crate::support::{Broker, Postgres, Relay};
+use crate::support::Stack;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_placed_columns_are_skipped_and_blank_payloads_are_tombstones() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client
-        .batch_execute(
-            "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
+    let stack = Stack::start_on(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
              aggregateid text, payload text, tenant text)",
-        )
-        .await
-        .unwrap();
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
         &[
             "--field-event-key",
             "aggregateid",
@@ -37,9 +27,10 @@ async fn missing_placed_columns_are_skipped_and_blank_payloads_are_tombstones() 
             "--fields-additional-missing",
             "ignore",
         ],
-    );
-    relay.wait_ready(Duration::from_secs(60));
-    client
+    )
+    .await;
+    stack
+        .client
         .batch_execute(
             "INSERT INTO outbox VALUES \
                ('00000000-0000-0000-0000-000000000091', 'doc', 'd-1', E' \\t\\r\\n', 't-1'), \
@@ -47,10 +38,10 @@ async fn missing_placed_columns_are_skipped_and_blank_payloads_are_tombstones() 
         )
         .await
         .unwrap();
-    let reader = broker.consumer();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.doc"]);
     let mut got = reader.read(2, Duration::from_secs(60));
-    assert_eq!(got.len(), 2, "log:\n{}", relay.log());
+    assert_eq!(got.len(), 2, "log:\n{}", stack.relay.log());
     got.sort_by(|a, b| a.header("id").cmp(&b.header("id")));
     assert_eq!(got[0].value, None, "whitespace only is empty after trim()");
     assert_eq!(got[1].value.as_deref(), Some(" kept "));

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Broker, Postgres, Relay};
+use crate::support::Stack;
 
 const TABLE: &str = "CREATE TABLE outbox (
     id uuid PRIMARY KEY, aggregatetype text, aggregateid text, payload jsonb,
@@ -72,18 +72,13 @@ const EXPECTED: &[(&str, &str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_columns_in_headers_and_envelope_are_written_as_by_debezium() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(TABLE).await.unwrap();
     let placement: Vec<String> = EXPECTED
         .iter()
         .flat_map(|(c, _, _)| [format!("{c}:header"), format!("{c}:envelope")])
         .collect();
     let placement = placement.join(",");
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
+    let stack = Stack::start_on(
+        TABLE,
         &[
             "--field-event-key",
             "aggregateid",
@@ -94,13 +89,13 @@ async fn typed_columns_in_headers_and_envelope_are_written_as_by_debezium() {
             "--fields-additional-placement",
             &placement,
         ],
-    );
-    relay.wait_ready(Duration::from_secs(60));
-    client.batch_execute(ROW).await.unwrap();
-    let reader = broker.consumer();
+    )
+    .await;
+    stack.client.batch_execute(ROW).await.unwrap();
+    let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.typed"]);
     let got = reader.read(1, Duration::from_secs(60));
-    assert_eq!(got.len(), 1, "log:\n{}", relay.log());
+    assert_eq!(got.len(), 1, "log:\n{}", stack.relay.log());
     let m = &got[0];
     for (column, header, _) in EXPECTED {
         assert_eq!(m.header(column), Some(*header), "header {column}");

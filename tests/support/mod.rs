@@ -82,11 +82,21 @@ pub struct Stack {
     pub relay: Relay,
 }
 
+/// The default outbox table, sql/outbox.sql.
+pub const OUTBOX_SQL: &str = include_str!("../../sql/outbox.sql");
+
 impl Stack {
     pub async fn start(flags: &[&str]) -> Self {
+        Self::start_on(OUTBOX_SQL, flags).await
+    }
+
+    /// Like `start`, with the database prepared by `sql` (the outbox table
+    /// a test needs) in place of the default outbox.
+    pub async fn start_on(sql: &str, flags: &[&str]) -> Self {
         let pg = Postgres::start();
         let broker = Broker::start();
-        let client = pg.client_with_outbox().await;
+        let client = pg.client().await;
+        client.batch_execute(sql).await.unwrap();
         let relay = Relay::start_with(&pg, &broker, flags);
         relay.wait_ready(Duration::from_secs(60));
         Stack {

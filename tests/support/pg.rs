@@ -271,10 +271,7 @@ impl Postgres {
     /// A client with the default outbox table created.
     pub async fn client_with_outbox(&self) -> Client {
         let client = self.client().await;
-        client
-            .batch_execute(include_str!("../../sql/outbox.sql"))
-            .await
-            .unwrap();
+        client.batch_execute(super::OUTBOX_SQL).await.unwrap();
         client
     }
 
