@@ -223,29 +223,32 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
 }
 
+/// A `walrelay run` command line with a database and brokers that need not
+/// exist, plus `extra`: for tests of what the flags become.
+#[cfg(test)]
+pub(crate) fn run_args(extra: &[&str]) -> RunArgs {
+    let mut argv = vec![
+        "walrelay",
+        "run",
+        "--pg-url",
+        "postgres://u:hunter2@localhost/db",
+        "--kafka-brokers",
+        "localhost:9092",
+    ];
+    argv.extend_from_slice(extra);
+    let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("expected run");
+    };
+    *args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(extra: &[&str]) -> RunArgs {
-        let mut argv = vec![
-            "walrelay",
-            "run",
-            "--pg-url",
-            "postgres://u:hunter2@localhost/db",
-            "--kafka-brokers",
-            "localhost:9092",
-        ];
-        argv.extend_from_slice(extra);
-        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("expected run");
-        };
-        *args
-    }
-
     #[test]
     fn defaults_follow_the_documented_values() {
-        let a = args(&[]);
+        let a = run_args(&[]);
         let s = Settings::from_args(&a).unwrap();
         assert_eq!(s.tables_text(), "public.outbox");
         assert_eq!(s.slot, "walrelay");
@@ -259,7 +262,7 @@ mod tests {
 
     #[test]
     fn several_outbox_tables_are_repeated_or_comma_separated_and_each_named_once() {
-        let s = Settings::from_args(&args(&[
+        let s = Settings::from_args(&run_args(&[
             "--table",
             "app.outbox,billing.outbox",
             "--table",
@@ -267,7 +270,8 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(s.tables_text(), "app.outbox, billing.outbox, public.o");
-        let Err(twice) = Settings::from_args(&args(&["--table", "outbox,public.outbox"])) else {
+        let Err(twice) = Settings::from_args(&run_args(&["--table", "outbox,public.outbox"]))
+        else {
             panic!("a table named twice was accepted");
         };
         assert!(twice.to_string().contains("twice"), "{twice}");
@@ -275,14 +279,14 @@ mod tests {
 
     #[test]
     fn failover_slot_is_on_unless_turned_off_explicitly() {
-        assert!(args(&["--failover-slot"]).source.failover_slot);
-        assert!(!args(&["--failover-slot=false"]).source.failover_slot);
-        assert!(!args(&["--failover-slot", "false"]).source.failover_slot);
+        assert!(run_args(&["--failover-slot"]).source.failover_slot);
+        assert!(!run_args(&["--failover-slot=false"]).source.failover_slot);
+        assert!(!run_args(&["--failover-slot", "false"]).source.failover_slot);
     }
 
     #[test]
     fn kafka_properties_repeat_and_keep_equals_signs_in_values() {
-        let a = args(&["-X", "linger.ms=5", "-X", "sasl.jaas.config=a=b"]);
+        let a = run_args(&["-X", "linger.ms=5", "-X", "sasl.jaas.config=a=b"]);
         assert_eq!(
             a.kafka.properties(),
             vec![
@@ -294,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_comma_separates_properties_but_stays_inside_a_list_value() {
-        let a = args(&["-X", "debug=broker,topic,msg", "-X", "acks=all,linger.ms=1"]);
+        let a = run_args(&["-X", "debug=broker,topic,msg", "-X", "acks=all,linger.ms=1"]);
         assert_eq!(
             a.kafka.properties(),
             vec![
@@ -315,7 +319,7 @@ mod tests {
 
     #[test]
     fn debug_output_hides_the_password() {
-        let a = args(&["-X", "sasl.password=topsecret"]);
+        let a = run_args(&["-X", "sasl.password=topsecret"]);
         let text = format!("{a:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(!text.contains("topsecret"), "{text}");
@@ -331,7 +335,7 @@ mod tests {
 
     #[test]
     fn invalid_slot_name_is_rejected_with_the_rule() {
-        let Err(err) = Settings::from_args(&args(&["--slot", "My-Slot"])) else {
+        let Err(err) = Settings::from_args(&run_args(&["--slot", "My-Slot"])) else {
             panic!("an invalid slot name was accepted");
         };
         assert!(err.to_string().contains("lower-case letters"), "{err}");
@@ -339,7 +343,12 @@ mod tests {
 
     #[test]
     fn json_with_schema_combinations_it_cannot_write_are_refused_at_start_up() {
-        let refused = |extra: &[&str]| Settings::from_args(&args(extra)).err().unwrap().to_string();
+        let refused = |extra: &[&str]| {
+            Settings::from_args(&run_args(extra))
+                .err()
+                .unwrap()
+                .to_string()
+        };
         let err = refused(&[
             "--value-format",
             "json-with-schema",
@@ -357,6 +366,6 @@ mod tests {
         let err = refused(&envelope);
         assert!(err.contains("--schema-topic-prefix"), "{err}");
         let named = [&envelope[..], &["--schema-topic-prefix", "dbserver1"]].concat();
-        assert!(Settings::from_args(&args(&named)).is_ok());
+        assert!(Settings::from_args(&run_args(&named)).is_ok());
     }
 }

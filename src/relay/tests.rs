@@ -7,12 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use clap::Parser;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::{ApplyLoop, Ticket, Upstream};
-use crate::config::{Cli, Command, Settings};
+use crate::config::{run_args, Settings};
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
@@ -75,21 +74,10 @@ struct Relay {
 impl Relay {
     /// Runs with the flags of `walrelay run` plus `flags`.
     fn start(flags: &[&str]) -> Relay {
-        let mut argv = vec![
-            "walrelay",
-            "run",
-            "--pg-url",
-            "postgres://walrelay@localhost/app",
-            "--kafka-brokers",
-            "localhost:9092",
-            // Status updates often enough that a test sees each step.
-            "--status-interval",
-            "20ms",
-        ];
+        // Status updates often enough that a test sees each step.
+        let mut argv = vec!["--status-interval", "20ms"];
         argv.extend_from_slice(flags);
-        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
-            unreachable!("a run command line")
-        };
+        let args = run_args(&argv);
         // The loop borrows its settings for as long as it runs.
         let settings: &'static Settings = Box::leak(Box::new(Settings::from_args(&args).unwrap()));
         let (feed, messages) = mpsc::unbounded_channel();
