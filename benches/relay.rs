@@ -47,6 +47,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
+use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
 use support::{Broker, Postgres, Relay};
 
@@ -279,14 +280,11 @@ async fn measure_latency(reference: Option<&str>) {
         "walrelay"
     };
     // Create the topic and warm up the connection before measuring.
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (gen_random_uuid(), 'order', 'warm', 'Latency', '{\"warmup\": true}')",
-            &[],
-        )
-        .await
-        .unwrap();
+    events("Latency", 1)
+        .aggregate("warm")
+        .payload(r#"{"warmup": true}"#)
+        .insert(&client)
+        .await;
     let brokers = broker.brokers();
     let total = ((rate * seconds) as usize).div_ceil(per_txn as usize) * per_txn as usize;
     let reader = std::thread::spawn(move || read_latencies(&brokers, total + 1));

@@ -5,18 +5,16 @@
 
 use std::time::{Duration, Instant};
 
+use super::support::outbox::events;
 use super::support::{Broker, Postgres, Relay};
 use super::{env_or, start_relay};
 
 async fn insert_one(client: &tokio_postgres::Client) {
-    client
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (gen_random_uuid(), 'order', 'o-1', 'Startup', '{}')",
-            &[],
-        )
-        .await
-        .unwrap();
+    events("Startup", 1)
+        .aggregate("o-1")
+        .payload("{}")
+        .insert(client)
+        .await;
 }
 
 /// Polls often: the figures are milliseconds.

@@ -265,20 +265,19 @@ pub async fn ensure(client: &Client, name: &str, tables: &[TableName]) -> Result
         }
         return Ok(Vec::new());
     }
-    let mut infos = Vec::with_capacity(tables.len());
-    let mut exists = false;
+    let mut bindings = Vec::with_capacity(tables.len());
     for table in tables {
         let binding = inspect(client, name, table).await?;
-        let Some(info) = binding.table else {
+        if binding.table.is_none() {
             return Err(Error::permanent(format!(
                 "table {table} does not exist (or this user cannot see it): create it \
                  (sql/outbox.sql has the default layout) or point --table at your outbox table"
             )));
-        };
-        exists = binding.publication.is_some();
-        infos.push(info);
+        }
+        bindings.push(binding);
     }
-    if exists {
+    let infos: Vec<TableInfo> = bindings.iter().filter_map(|b| b.table).collect();
+    if bindings.iter().all(|b| b.publication.is_some()) {
         info!(publication = name, "reusing publication");
     } else {
         let version = server_version(client).await?;
@@ -308,9 +307,13 @@ pub async fn ensure(client: &Client, name: &str, tables: &[TableName]) -> Result
         );
         create(client, &sql).await?;
         info!(publication = name, "created publication");
+        // Read again what the new publication binds.
+        bindings.clear();
+        for table in tables {
+            bindings.push(inspect(client, name, table).await?);
+        }
     }
-    for table in tables {
-        let binding = inspect(client, name, table).await?;
+    for (table, binding) in tables.iter().zip(&bindings) {
         if let Some(problem) = binding.problem(name, table, None) {
             return Err(Error::permanent(problem));
         }
