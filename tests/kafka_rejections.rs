@@ -316,3 +316,75 @@ async fn an_event_too_large_even_for_the_dead_letter_topic_halts_the_relay() {
     reader.subscribe(&[DLQ]);
     assert!(reader.read_for(Duration::from_secs(2)).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_walrelay_may_not_describe_halts_instead_of_passing_for_a_missing_one() {
+    // With --topic-create false a missing topic is poison; one walrelay may
+    // not see is a permission problem, and would dead-letter every event.
+    let (cluster, _pg, client, mut relay) = on_mock_cluster("dead-letter", &[]).await;
+    cluster
+        .topic_error(
+            "outbox.event.Placed",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        )
+        .unwrap();
+    let before = current_lsn(&client).await;
+    let id = "00000000-0000-0000-0000-0000000000e1";
+    events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
+
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("may not describe topic outbox.event.Placed")
+            && log.contains("DESCRIBE and WRITE"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("poison event sent to the dead-letter topic"),
+        "{log}"
+    );
+    assert!(confirmed_flush_lsn(&client, "walrelay").await <= before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_violation_is_dead_lettered_instead_of_retried_forever() {
+    let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION],
+    );
+    let id = "00000000-0000-0000-0000-0000000000e2";
+    let end = events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
+
+    let reader = KafkaReader::connect(&cluster.bootstrap_servers());
+    reader.subscribe(&[DLQ]);
+    let got = reader.read(1, WAIT);
+    assert_eq!(got.len(), 1, "{}", relay.log());
+    assert_eq!(got[0].header("id"), Some(id));
+    assert!(
+        got[0]
+            .header("walrelay.reason")
+            .unwrap()
+            .contains("olicy violation"),
+        "{:?}",
+        got[0].header("walrelay.reason")
+    );
+    eventually(WAIT, "the slot to pass the event", || async {
+        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+    assert!(
+        !relay.log().contains("session ended; reconnecting"),
+        "{}",
+        relay.log()
+    );
+}

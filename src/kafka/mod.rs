@@ -22,9 +22,13 @@ pub fn classify(error: &KafkaError, partition: Option<i32>) -> Rejection {
             Some(partition) => Rejection::UnknownPartition(partition),
             None => Rejection::Poison,
         },
+        // The record (or its batch) itself: sending it again cannot help.
+        // InvalidMessage is CORRUPT_MESSAGE (a CRC or a compacted topic's
+        // missing key), MessageBatchTooLarge is RECORD_LIST_TOO_LARGE, and a
+        // PolicyViolation is the broker's create or produce policy refusing it.
         Some(
             MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidTopic
-            | MessageBatchTooLarge | InvalidTimestamp,
+            | MessageBatchTooLarge | InvalidTimestamp | InvalidMessage | PolicyViolation,
         ) => Rejection::Poison,
         Some(
             TopicAuthorizationFailed
@@ -65,6 +69,11 @@ mod tests {
             RDKafkaErrorCode::InvalidTimestamp,
             RDKafkaErrorCode::UnknownPartition,
             RDKafkaErrorCode::MessageSizeTooLarge,
+            // RECORD_LIST_TOO_LARGE, CORRUPT_MESSAGE, POLICY_VIOLATION
+            RDKafkaErrorCode::MessageBatchTooLarge,
+            RDKafkaErrorCode::InvalidMessage,
+            RDKafkaErrorCode::PolicyViolation,
+            RDKafkaErrorCode::InvalidRecord,
         ] {
             assert_eq!(
                 classify(&delivery(code), None),

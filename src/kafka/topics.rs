@@ -250,11 +250,22 @@ impl<'a> TopicManager<'a> {
         .map_err(|e| {
             Error::transient(format!("cannot read metadata of topic {topic}")).with_source(e)
         })?;
-        Ok(metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len()))
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
+        // A topic walrelay may not describe is not a missing one: taking it
+        // for missing would dead-letter every event routed there.
+        if found.error()
+            == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+        {
+            return Err(Error::permanent(format!(
+                "walrelay may not describe topic {topic} (TopicAuthorizationFailed): this is a \
+                 permission problem, not the event, so walrelay stopped and the slot stays before \
+                 it; grant walrelay's principal DESCRIBE and WRITE on the topic and restart"
+            )));
+        }
+        Ok((found.error().is_none() && !found.partitions().is_empty())
+            .then(|| found.partitions().len()))
     }
 
     /// The topic's `max.message.bytes`; None if the broker does not say
