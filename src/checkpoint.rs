@@ -18,6 +18,8 @@ pub type TxnSeq = u64;
 #[derive(Debug)]
 struct Txn {
     pending: u64,
+    /// Any event was sent for it.
+    had_events: bool,
     /// Known once the Commit message arrives.
     end_lsn: Option<Lsn>,
 }
@@ -28,6 +30,9 @@ pub struct Checkpoint {
     /// Sequence number of `txns[0]`.
     first_seq: TxnSeq,
     confirmed: Lsn,
+    /// The end LSN of the newest confirmed transaction that had events:
+    /// what is worth remembering across a crash of Postgres.
+    delivered: Lsn,
 }
 
 impl Checkpoint {
@@ -37,11 +42,17 @@ impl Checkpoint {
             txns: VecDeque::new(),
             first_seq: 0,
             confirmed,
+            delivered: confirmed,
         }
     }
 
     pub fn confirmed(&self) -> Lsn {
         self.confirmed
+    }
+
+    /// The end LSN of the newest confirmed transaction that had events.
+    pub fn delivered(&self) -> Lsn {
+        self.delivered
     }
 
     /// Transactions read but not yet confirmed.
@@ -58,6 +69,7 @@ impl Checkpoint {
     pub fn begin(&mut self) -> TxnSeq {
         self.txns.push_back(Txn {
             pending: 0,
+            had_events: false,
             end_lsn: None,
         });
         self.first_seq + self.txns.len() as u64 - 1
@@ -65,7 +77,9 @@ impl Checkpoint {
 
     /// Records an event produced for `seq`, not yet acknowledged.
     pub fn event_sent(&mut self, seq: TxnSeq) {
-        self.txn_mut(seq).pending += 1;
+        let txn = self.txn_mut(seq);
+        txn.pending += 1;
+        txn.had_events = true;
     }
 
     /// Records that Kafka acknowledged one event of `seq`.
@@ -90,6 +104,9 @@ impl Checkpoint {
             match front.end_lsn {
                 Some(end) if front.pending == 0 => {
                     self.confirmed = self.confirmed.max(end);
+                    if front.had_events {
+                        self.delivered = self.confirmed;
+                    }
                     self.txns.pop_front();
                     self.first_seq += 1;
                 }
@@ -155,6 +172,7 @@ mod tests {
         cp.event_acked(a);
         cp.advance();
         assert_eq!(cp.confirmed(), Lsn(200));
+        assert_eq!(cp.delivered(), Lsn(200));
         assert!(cp.is_idle());
     }
 
@@ -191,5 +209,8 @@ mod tests {
         cp.commit(t, Lsn(42));
         assert!(cp.advance());
         assert_eq!(cp.confirmed(), Lsn(42));
+        assert_eq!(cp.delivered(), Lsn(0), "nothing was delivered");
+        assert!(cp.observe_wal_end(Lsn(90)));
+        assert_eq!(cp.delivered(), Lsn(0), "nor by a keepalive");
     }
 }

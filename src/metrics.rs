@@ -82,7 +82,14 @@ struct Inner {
     stage_latency: prometheus::HistogramVec,
     slot_missing: IntGauge,
     publication_broken: IntGauge,
+    ignored_messages: IntCounterVec,
+    /// The prefixes `ignored_messages` has a label for.
+    ignored_prefixes: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// Distinct prefixes `walrelay_ignored_messages_total` names; the rest are
+/// counted as `(other)`, so a writer inventing prefixes cannot grow /metrics.
+const IGNORED_PREFIX_LABELS: usize = 50;
 
 /// What the watchdog read from `pg_replication_slots`.
 #[derive(Debug, Clone, Default)]
@@ -226,6 +233,14 @@ impl Metrics {
             "walrelay_publication_broken",
             "1 when the publication no longer delivers the outbox table's INSERTs (table dropped, renamed or removed).",
         );
+        let ignored_messages = IntCounterVec::new(
+            Opts::new(
+                "walrelay_ignored_messages_total",
+                "Transactional pg_logical_emit_message messages whose prefix is not --message-prefix, by prefix (--source messages).",
+            ),
+            &["prefix"],
+        )
+        .expect("valid metric");
         let build_info = IntGaugeVec::new(
             Opts::new("walrelay_build_info", "walrelay's version, always 1."),
             &["version"],
@@ -261,6 +276,7 @@ impl Metrics {
             Box::new(stage_latency.clone()),
             Box::new(slot_missing.clone()),
             Box::new(publication_broken.clone()),
+            Box::new(ignored_messages.clone()),
         ] {
             registry
                 .register(collector)
@@ -306,6 +322,8 @@ impl Metrics {
             stage_latency,
             slot_missing,
             publication_broken,
+            ignored_messages,
+            ignored_prefixes: Default::default(),
         }))
     }
 
@@ -320,6 +338,24 @@ impl Metrics {
     /// A refused delivery, by the sink's short stable reason.
     pub fn record_publish_error(&self, reason: &str) {
         self.0.publish_errors.with_label_values(&[reason]).inc();
+    }
+
+    /// A message of another application's prefix, ignored.
+    pub fn record_ignored_message(&self, prefix: &str) {
+        let mut labelled = self
+            .0
+            .ignored_prefixes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let label = if labelled.contains(prefix) {
+            prefix
+        } else if labelled.len() < IGNORED_PREFIX_LABELS {
+            labelled.insert(prefix.to_string());
+            prefix
+        } else {
+            "(other)"
+        };
+        self.0.ignored_messages.with_label_values(&[label]).inc();
     }
 
     pub fn record_dead_letter(&self) {

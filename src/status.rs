@@ -2,9 +2,11 @@
 
 use crate::config::StatusArgs;
 use crate::error::{Error, Result};
+use crate::postgres::publication;
 use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::state::recovery::{lost_slot_error, missing_slot_error};
+use crate::postgres::state::StateTable;
 use crate::postgres::{describe_target, setup, PgTarget};
-use crate::postgres::{publication, slot_history};
 use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
@@ -13,20 +15,33 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let client = setup::connect(&pg).await?;
     let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;
-    let history = slot_history::read(&client, &args.conn.publication, slot_name).await?;
+    let state = StateTable(args.conn.state_table.clone())
+        .peek(&client, &args.conn.publication, slot_name)
+        .await?;
+    let remembered = state.as_ref().filter(|s| s.created.is_some());
     let tables = publication::tables(&client, &args.conn.publication).await?;
     let publication_exists = tables.is_some();
     let tables = tables.unwrap_or_default();
 
     if args.json {
+        let lsn_at = |v: Option<&(crate::postgres::lsn::Lsn, String)>| {
+            v.map(|(lsn, at)| serde_json::json!({"lsn": lsn.to_string(), "at": at}))
+        };
         let doc = serde_json::json!({
             "database": describe_target(&pg.config),
             "slot": report.as_ref().map(SlotReport::to_json),
-            "slot_history": history.as_ref().map(|h| serde_json::json!({
-                "created_lsn": h.created_lsn.to_string(),
-                "created_at": h.created_at,
-                "confirmed_lsn": h.confirmed.as_ref().map(|(lsn, _)| lsn.to_string()),
-                "confirmed_at": h.confirmed.as_ref().map(|(_, at)| at.clone()),
+            "state": state.as_ref().map(|s| serde_json::json!({
+                "table": args.conn.state_table.to_string(),
+                "created": lsn_at(s.created.as_ref()),
+                "delivered": s.delivered.as_ref().map(|d| serde_json::json!({
+                    "lsn": d.lsn.to_string(),
+                    "at": d.at,
+                    "system_id": d.server.as_ref().map(|s| s.system_id.clone()),
+                    "timeline": d.server.as_ref().map(|s| s.timeline),
+                })),
+                "verified": lsn_at(s.verified.as_ref()),
+                "outbox": s.outbox,
+                "settings": s.settings,
             })),
             "publication": {
                 "name": args.conn.publication,
@@ -37,25 +52,25 @@ pub async fn run(args: StatusArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         print_table(&pg, &args, report.as_ref(), publication_exists, &tables);
-        if let Some(h) = &history {
+        if let Some(s) = remembered {
+            let (lsn, at) = s.created.as_ref().expect("filtered on created");
             println!(
-                "history: walrelay has streamed from this slot since {} (created at LSN {}; last \
-                 recorded confirmed LSN {})",
-                h.created_at,
-                h.created_lsn,
-                h.last_confirmed()
+                "history: walrelay has streamed from this slot since {at} (created at LSN \
+                 {lsn}; last delivered position {}; outbox last found intact at {})",
+                s.last_delivered(),
+                s.last_verified()
             );
         }
     }
 
-    match (report, history) {
-        (None, Some(history)) => Err(slot_history::missing_slot_error(slot_name, &history)),
+    match (report, remembered) {
+        (None, Some(state)) => Err(missing_slot_error(slot_name, state)),
         (None, None) => Err(Error::permanent(format!(
             "replication slot {slot_name:?} does not exist; walrelay run creates it on its \
              first start"
         ))),
         (Some(r), _) if r.wal_status.as_deref() == Some("lost") => {
-            Err(slot_history::lost_slot_error(slot_name, r.confirmed_flush))
+            Err(lost_slot_error(slot_name, r.confirmed_flush))
         }
         (Some(_), _) => Ok(()),
     }

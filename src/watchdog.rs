@@ -12,8 +12,9 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
+use crate::postgres::setup;
 use crate::postgres::slot::{self, SlotReport};
-use crate::postgres::{setup, slot_history};
+use crate::postgres::state::recovery::lost_slot_error;
 
 mod source;
 mod webhook;
@@ -268,7 +269,7 @@ pub async fn run(
         }
         let c = client.as_ref().expect("connected above");
         match source
-            .check_publication(c, &watched, &metrics, settings.webhook.as_ref())
+            .check_source(c, &watched, &metrics, settings.webhook.as_ref())
             .await
         {
             Ok(()) => {}
@@ -284,7 +285,7 @@ pub async fn run(
         }
         let report = match slot::read(c, &slot_name).await {
             Ok(Some(report)) => {
-                source.slot_present(c, &watched, &metrics).await;
+                source.slot_present(&watched, &metrics);
                 report
             }
             Ok(None) => {
@@ -324,7 +325,7 @@ pub async fn run(
             level = assessment.level;
         }
         if assessment.lost {
-            let lost = slot_history::lost_slot_error(&slot_name, report.confirmed_flush);
+            let lost = lost_slot_error(&slot_name, report.confirmed_flush);
             let _ = fatal.send(lost).await;
             return;
         }

@@ -105,3 +105,39 @@ async fn a_non_transactional_message_is_refused_with_the_fix() {
         "the event is named: {log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_of_a_mistyped_prefix_are_counted_and_warned_about() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = client_with_helper(&pg).await;
+    // The writer says "walrelay.", walrelay listens for "walrelay".
+    let relay = Relay::start_with(&pg, &broker, FLAGS);
+    relay.wait_ready(WAIT);
+    for n in 0..3 {
+        client
+            .batch_execute(&format!(
+                "SELECT pg_logical_emit_message(true, 'walrelay.', '{{\"n\": {n}}}')"
+            ))
+            .await
+            .unwrap();
+    }
+    support::eventually(WAIT, "the ignored messages to be counted", || async {
+        let (_, metrics) = relay.http_get("/metrics")?;
+        metrics
+            .contains("walrelay_ignored_messages_total{prefix=\"walrelay.\"} 3")
+            .then_some(())
+    })
+    .await;
+    let log = relay.log();
+    assert!(
+        log.contains("none with --message-prefix has arrived yet") && log.contains("walrelay."),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("none with --message-prefix has arrived yet")
+            .count(),
+        1,
+        "said once per prefix"
+    );
+}

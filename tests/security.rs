@@ -6,12 +6,20 @@ mod support;
 
 use std::time::Duration;
 
+use support::outbox::events;
 use support::{Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Prepares the least-privilege set-up of docs/security.md as the table owner.
-async fn least_privilege_setup(pg: &Postgres, password_encryption: &str, password: &str) {
+/// Prepares the least-privilege set-up of docs/security.md as the table
+/// owner, with the state table a DBA creates (sql/walrelay_state.sql) or
+/// without it.
+async fn least_privilege_setup(
+    pg: &Postgres,
+    password_encryption: &str,
+    password: &str,
+    state_table: bool,
+) {
     let client = pg.client_with_outbox().await;
     client
         .batch_execute(&format!(
@@ -19,16 +27,23 @@ async fn least_privilege_setup(pg: &Postgres, password_encryption: &str, passwor
              SET password_encryption = '{password_encryption}';
              CREATE ROLE walrelay LOGIN REPLICATION PASSWORD '{password}';
              GRANT USAGE ON SCHEMA public TO walrelay;
-             GRANT SELECT ON public.outbox TO walrelay;"
+             GRANT SELECT ON public.outbox TO walrelay;
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC;"
         ))
         .await
         .unwrap();
+    if state_table {
+        client
+            .batch_execute(include_str!("../sql/walrelay_state.sql"))
+            .await
+            .unwrap();
+    }
 }
 
 async fn relays_one_event_as_the_walrelay_role(method: &str) {
     let password = format!("Pw-{method}-9f3c1");
     let pg = Postgres::start_with_host_auth(method);
-    least_privilege_setup(&pg, method, &password).await;
+    least_privilege_setup(&pg, method, &password, true).await;
     let broker = Broker::start();
     let relay = Relay::start_raw(&pg.url_as("walrelay", &password), &broker.brokers(), &[]);
     relay.wait_ready(WAIT);
@@ -68,6 +83,61 @@ async fn scram_sha_256_role_without_superuser_relays_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_role_without_superuser_relays_events() {
     relays_one_event_as_the_walrelay_role("md5").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_role_never_takes_a_dropped_slot_for_a_first_start() {
+    let password = "Pw-drop-4c1d";
+    let pg = Postgres::start_with_host_auth("scram-sha-256");
+    least_privilege_setup(&pg, "scram-sha-256", password, true).await;
+    let broker = Broker::start();
+    let url = pg.url_as("walrelay", password);
+    let mut relay = Relay::start_raw(&url, &broker.brokers(), &[]);
+    relay.wait_ready(WAIT);
+    assert!(relay.terminate(WAIT).success());
+
+    let client = pg.client().await;
+    events("WhileDown", 5).insert(&client).await;
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
+        .await
+        .unwrap();
+    let mut relay = Relay::start_raw(&url, &broker.brokers(), &[]);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("replication slot \"walrelay\" is missing"),
+        "{log}"
+    );
+    assert!(!slot_exists(&client).await, "walrelay recreated the slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_role_without_the_state_table_is_refused_before_any_slot_exists() {
+    let password = "Pw-nostate-71aa";
+    let pg = Postgres::start_with_host_auth("scram-sha-256");
+    least_privilege_setup(&pg, "scram-sha-256", password, false).await;
+    let broker = Broker::start();
+    let mut relay = Relay::start_raw(&pg.url_as("walrelay", password), &broker.brokers(), &[]);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(log.contains("sql/walrelay_state.sql"), "{log}");
+    assert!(log.contains("GRANT SELECT, INSERT, UPDATE ON"), "{log}");
+    let client = pg.client().await;
+    assert!(
+        !slot_exists(&client).await,
+        "a failed start left a slot behind"
+    );
+    assert!(!log.contains(password), "{log}");
+}
+
+async fn slot_exists(client: &tokio_postgres::Client) -> bool {
+    client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .is_some()
 }
 
 #[test]

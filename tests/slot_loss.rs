@@ -89,19 +89,43 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_start_on_a_database_creates_the_slot_and_remembers_it() {
     let stack = Stack::start(&[]).await;
-    let comment: Option<String> = stack
+    let row = stack
         .client
         .query_one(
-            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication \
-             WHERE pubname = 'walrelay'",
+            "SELECT s.created_lsn <= r.confirmed_flush_lsn, \
+                    s.settings->>'route_by_field', s.outbox->0->>'table' \
+             FROM walrelay_state s JOIN pg_replication_slots r ON r.slot_name = s.slot \
+             WHERE s.slot = 'walrelay'",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
-    let comment = comment.unwrap_or_default();
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the slot's creation is recorded");
+    assert_eq!(row.get::<_, String>(1), "event_type");
+    assert_eq!(row.get::<_, String>(2), "public.outbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_an_older_walrelay_remembered_in_the_publications_comment_is_not_forgotten() {
+    let mut stack = Stack::start(&[]).await;
+    stack.relay.kill9();
+    let (client, broker) = (&stack.client, &stack.broker);
+    // What an older walrelay left: a comment line, and no state table.
+    client
+        .batch_execute(
+            "COMMENT ON PUBLICATION walrelay IS 'walrelay-slot walrelay created_lsn=0/1000000 \
+               created_at=2026-11-01T10:00:00Z confirmed_lsn=0/1500000 \
+               confirmed_at=2026-11-02T10:00:00Z'; \
+             DROP TABLE walrelay_state; \
+             SELECT pg_drop_replication_slot('walrelay');",
+        )
+        .await
+        .unwrap();
+    let mut relay = Relay::start(&stack.pg, broker);
+    let log = relay.wait_for_failure(WAIT);
     assert!(
-        comment.starts_with("walrelay-slot walrelay created_lsn="),
-        "{comment:?}"
+        log.contains("replication slot \"walrelay\" is missing")
+            && log.contains("after LSN 0/1500000"),
+        "{log}"
     );
 }

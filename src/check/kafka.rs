@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaRespErr;
 use super::Check;
 use crate::config::{OnPoison, Settings};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
@@ -61,6 +61,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
                 "kafka.create_topics",
                 "kafka.idempotent_write",
                 "kafka.topics",
+                "kafka.durability",
             ] {
                 out.push(Check::skip(name, "needs a reachable broker"));
             }
@@ -103,6 +104,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             }),
     );
     out.push(topics(&admin, &metadata, settings).await);
+    out.push(super::durability::check(&admin, &metadata, settings).await);
     out
 }
 
@@ -447,7 +449,7 @@ async fn topics(
 }
 
 /// The topics --topic-replacement can produce: its ${...} and $n parts match anything.
-fn route_pattern(replacement: &str) -> regex::Regex {
+pub(super) fn route_pattern(replacement: &str) -> regex::Regex {
     let mut pattern = String::from("^");
     let mut chars = replacement.chars().peekable();
     while let Some(c) = chars.next() {

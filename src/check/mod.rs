@@ -2,8 +2,10 @@
 //! prints a checklist, each failure with its fix. It changes nothing: no
 //! slot, publication or topic is created.
 
+mod durability;
 mod kafka;
 mod postgres;
+mod state;
 
 use std::fmt::Write as _;
 

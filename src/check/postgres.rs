@@ -8,6 +8,7 @@ use super::Check;
 use crate::config::{Settings, Source};
 use crate::postgres::names::{quote_ident, TableName};
 use crate::postgres::publication::{self, Binding};
+use crate::postgres::state::decide::SlotPlan;
 use crate::postgres::{describe_target, setup, slot};
 use crate::watchdog::human_bytes;
 
@@ -121,7 +122,9 @@ impl<'a> Probe<'a> {
                 });
             }
         }
-        out.push(self.or_fail("postgres.slot", self.slot().await));
+        let (state, plan) = super::state::check(self.client, self.settings).await;
+        out.push(state);
+        out.push(self.or_fail("postgres.slot", self.slot(plan.as_ref()).await));
         out.push(self.or_fail("postgres.slot_failover", self.failover().await));
     }
 
@@ -469,7 +472,9 @@ impl<'a> Probe<'a> {
         }
     }
 
-    async fn slot(&self) -> Result<Check, tokio_postgres::Error> {
+    /// The slot; for an absent one, `plan` is what run would do
+    /// (`postgres.state`), None when run would refuse to start.
+    async fn slot(&self, plan: Option<&SlotPlan>) -> Result<Check, tokio_postgres::Error> {
         let name = self.slot_name();
         let report = match slot::read(self.client, name).await {
             Ok(r) => r,
@@ -478,10 +483,25 @@ impl<'a> Probe<'a> {
             }
         };
         let Some(r) = report else {
-            return Ok(Check::pass(
-                "postgres.slot",
-                format!("slot {name:?} is absent; walrelay run creates it with pgoutput"),
-            ));
+            return Ok(match plan {
+                Some(SlotPlan::CreateFirst) => Check::pass(
+                    "postgres.slot",
+                    format!("slot {name:?} is absent; walrelay run creates it with pgoutput"),
+                ),
+                Some(SlotPlan::CreateReplacing { gap_from }) => Check::warn(
+                    "postgres.slot",
+                    format!(
+                        "slot {name:?} is missing; with --recreate-missing-slot walrelay run \
+                         creates a new one, and events after LSN {gap_from} are not delivered"
+                    ),
+                    "publish those events again (docs/operations.md, \"Publishing events again\")",
+                ),
+                _ => Check::fail(
+                    "postgres.slot",
+                    format!("slot {name:?} is absent, and walrelay run would not create it"),
+                    "see postgres.state",
+                ),
+            });
         };
         let drop_fix = format!(
             "choose another --slot, or drop the old slot once nothing needs it \
@@ -568,15 +588,20 @@ impl<'a> Probe<'a> {
                     self.database
                 ),
             ),
+            None if self.settings.failover_slot => Check::pass(
+                "postgres.slot_failover",
+                format!(
+                    "slot {name:?} is absent; walrelay run creates it with failover = true \
+                     ({sync} for a standby to keep it)"
+                ),
+            ),
             None => Check::warn(
                 "postgres.slot_failover",
                 format!(
-                    "slot {name:?} is absent and walrelay run creates it with failover = false"
+                    "slot {name:?} is absent and walrelay run creates it with failover = false \
+                     (--failover-slot=false)"
                 ),
-                format!(
-                    "create it first: SELECT pg_create_logical_replication_slot('{name}', \
-                     'pgoutput', false, false, true); {sync}"
-                ),
+                format!("drop --failover-slot=false, {sync}"),
             ),
         })
     }

@@ -72,6 +72,10 @@ pub struct ConnArgs {
     /// The publication; created for the table with publish = 'insert' if absent.
     #[arg(long, env = "WALRELAY_PUBLICATION", default_value = "walrelay")]
     pub publication: String,
+
+    /// The table where walrelay remembers each slot (created if absent; sql/walrelay_state.sql for a least-privilege role).
+    #[arg(long, env = "WALRELAY_STATE_TABLE", default_value = crate::postgres::state::DEFAULT_TABLE)]
+    pub state_table: crate::postgres::names::TableName,
 }
 
 #[derive(Args, Clone)]

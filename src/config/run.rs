@@ -75,6 +75,14 @@ pub struct SourceArgs {
     /// Create a new slot although this database remembers one that is now missing (after a loss or a failover without slot sync); events in between are not delivered.
     #[arg(long, env = "WALRELAY_RECREATE_MISSING_SLOT")]
     pub recreate_missing_slot: bool,
+
+    /// Accept an outbox table that was replaced or left the publication since walrelay last read it, after its rows in between were published again.
+    #[arg(long, env = "WALRELAY_ACCEPT_OUTBOX_CHANGE")]
+    pub accept_outbox_change: bool,
+
+    /// Record this instance's tables, source, prefix and routing for the slot although other ones are recorded; instances with those then stop.
+    #[arg(long, env = "WALRELAY_ACCEPT_CONFIG_CHANGE")]
+    pub accept_config_change: bool,
 }
 
 /// How a row becomes a Kafka record, and which topic it goes to (Debezium's outbox event router).

@@ -17,6 +17,7 @@ use crate::outbox::mapping::MappingConfig;
 use crate::outbox::placement::Target;
 use crate::outbox::routing::{validate_topic, Router};
 use crate::postgres::names::TableName;
+use crate::postgres::state::StateTable;
 use crate::postgres::PgTarget;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
@@ -32,6 +33,10 @@ pub struct Settings {
     pub on_update: OnUpdate,
     pub failover_slot: bool,
     pub recreate_missing_slot: bool,
+    pub accept_outbox_change: bool,
+    pub accept_config_change: bool,
+    /// Where walrelay remembers the slot (`postgres::state`).
+    pub state_table: StateTable,
     pub mapping: MappingConfig,
     pub router: Router,
     /// For logs: where Kafka is.
@@ -136,6 +141,9 @@ impl Settings {
             on_update: source.on_update,
             failover_slot: source.failover_slot,
             recreate_missing_slot: source.recreate_missing_slot,
+            accept_outbox_change: source.accept_outbox_change,
+            accept_config_change: source.accept_config_change,
+            state_table: StateTable(args.conn.state_table.clone()),
             mapping: mapping_config(args),
             router,
             kafka_brokers: kafka.kafka_brokers.clone(),
@@ -236,6 +244,27 @@ fn outbox_tables(tables: &[TableName]) -> Result<Vec<TableName>> {
 }
 
 impl Settings {
+    /// The settings that decide what is published from the slot, as the
+    /// state table records them: two instances that differ here would
+    /// confirm past each other's events.
+    pub fn published(&self) -> serde_json::Value {
+        let mut tables: Vec<String> = self.tables.iter().map(ToString::to_string).collect();
+        tables.sort();
+        let (tables, prefix) = match self.source {
+            Source::Table => (serde_json::json!(tables), serde_json::Value::Null),
+            Source::Messages => (serde_json::Value::Null, self.message_prefix.clone().into()),
+        };
+        serde_json::json!({
+            "publication": self.publication,
+            "source": format!("{:?}", self.source).to_lowercase(),
+            "tables": tables,
+            "message_prefix": prefix,
+            "route_by_field": self.mapping.route_by,
+            "topic_regex": self.router.regex(),
+            "topic_replacement": self.router.replacement(),
+        })
+    }
+
     /// The outbox tables for messages: `public.outbox` or `a.outbox, b.outbox`.
     pub fn tables_text(&self) -> String {
         let names: Vec<String> = self.tables.iter().map(ToString::to_string).collect();

@@ -57,6 +57,11 @@ impl Router {
         &self.replacement
     }
 
+    /// The regex as given (`--topic-regex`).
+    pub fn regex(&self) -> &str {
+        self.first.as_str()
+    }
+
     /// The topic for a route-by value, or why it cannot be a Kafka topic.
     pub fn topic(&self, routed_by_value: &str) -> Result<String, String> {
         let topic = match self.replace_first(routed_by_value) {

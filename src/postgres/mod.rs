@@ -9,8 +9,8 @@ pub mod publication;
 pub mod replication;
 pub mod setup;
 pub mod slot;
-pub mod slot_history;
 pub mod socket;
+pub mod state;
 pub mod tls;
 pub mod wire;
 

@@ -13,8 +13,10 @@ use std::collections::BTreeSet;
 use tokio_postgres::Client;
 use tracing::info;
 
+use super::lsn::Lsn;
 use super::names::{quote_ident, TableName};
 use super::pgoutput::Relation;
+use super::state::OutboxIdentity;
 use super::{server_version, sql_error};
 use crate::error::{Error, Result};
 
@@ -36,6 +38,11 @@ pub struct Binding {
     pub partition_listed: bool,
     /// The row filter on the table (PostgreSQL 15+), which would drop events.
     pub row_filter: Option<String>,
+    /// How the publication includes the table: the publication's oid and
+    /// the catalog rows that list the table (or its schema, or all tables).
+    /// Removing a table and adding it back makes new rows, so this tells
+    /// a table that left the publication for a while from one that stayed.
+    pub membership: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +66,9 @@ impl Binding {
         &self,
         publication: &str,
         table: &TableName,
-        expected_oid: Option<u32>,
+        expected: Option<&OutboxIdentity>,
     ) -> Option<String> {
+        let expected_oid = expected.map(|e| e.oid);
         let pub_q = quote_ident(publication);
         let Some(info) = self.table else {
             return Some(format!(
@@ -110,6 +118,16 @@ impl Binding {
                 table.quoted()
             ));
         }
+        if let Some(expected) = expected.filter(|e| Some(&e.membership) != self.membership.as_ref())
+        {
+            return Some(format!(
+                "the outbox table {table} left publication {publication:?} and was added back \
+                 (its membership {} became {}): INSERTs made while it was out were not \
+                 published",
+                expected.membership,
+                self.membership.as_deref().unwrap_or("none")
+            ));
+        }
         if let Some(filter) = &self.row_filter {
             return Some(format!(
                 "publication {publication:?} publishes {table} with a row filter (WHERE \
@@ -120,6 +138,17 @@ impl Binding {
             ));
         }
         None
+    }
+}
+
+impl Binding {
+    /// The table as walrelay accepts it now, when it exists and is published.
+    pub fn identity(&self, table: &TableName) -> Option<OutboxIdentity> {
+        Some(OutboxIdentity {
+            table: table.to_string(),
+            oid: self.table?.oid,
+            membership: self.membership.clone()?,
+        })
     }
 }
 
@@ -208,10 +237,12 @@ async fn read_binding(client: &Client, publication: &str, table: &TableName) -> 
         table_listed: false,
         partition_listed: false,
         row_filter: None,
+        membership: None,
     };
     let (Some(info), Some(_)) = (table_info, publication_info) else {
         return Ok(binding);
     };
+    binding.membership = membership(client, version, publication, info.oid).await?;
     let row_filter = if version >= ROW_FILTER_VERSION {
         "t.rowfilter"
     } else {
@@ -244,10 +275,65 @@ async fn read_binding(client: &Client, publication: &str, table: &TableName) -> 
     Ok(binding)
 }
 
+/// The catalog rows through which `publication` includes the table `oid`
+/// (see [`Binding::membership`]); None if it does not include it at all.
+async fn membership(
+    client: &Client,
+    version: i32,
+    publication: &str,
+    oid: u32,
+) -> Result<Option<String>> {
+    // FOR TABLES IN SCHEMA came with PostgreSQL 15.
+    let schemas = if version >= ROW_FILTER_VERSION {
+        "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) \
+          FROM pg_catalog.pg_publication_namespace pn \
+          WHERE pn.pnpubid = p.oid AND pn.pnnspid IN \
+                (SELECT c.relnamespace FROM pg_catalog.pg_class c \
+                 WHERE c.oid = $2 OR c.oid IN \
+                       (SELECT relid FROM pg_catalog.pg_partition_ancestors($2::oid::regclass))))"
+    } else {
+        "NULL::text"
+    };
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT p.oid::text, p.puballtables, \
+                   (SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) \
+                    FROM pg_catalog.pg_publication_rel pr \
+                    WHERE pr.prpubid = p.oid AND (pr.prrelid = $2 \
+                      OR pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($2::oid::regclass)) \
+                      OR pr.prrelid IN (SELECT relid FROM pg_catalog.pg_partition_ancestors($2::oid::regclass)))), \
+                   {schemas} \
+                 FROM pg_catalog.pg_publication p WHERE p.pubname = $1"
+            ),
+            &[&publication, &oid],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot read how publication {publication:?} includes the outbox"), e))?;
+    let (pub_oid, all): (String, bool) = (row.get(0), row.get(1));
+    let rels: Option<String> = row.get(2);
+    let schemas: Option<String> = row.get(3);
+    let mut parts = vec![format!("publication {pub_oid}")];
+    if all {
+        parts.push("all tables".into());
+    }
+    if let Some(rels) = rels {
+        parts.push(format!("rel {rels}"));
+    }
+    if let Some(schemas) = schemas {
+        parts.push(format!("schema {schemas}"));
+    }
+    Ok((parts.len() > 1).then(|| parts.join(" ")))
+}
+
 /// Creates the publication if it is absent (for the outbox tables, or with
 /// no tables for the table-less outbox) and checks that it covers each
-/// table. Returns the tables' oids, in order.
-pub async fn ensure(client: &Client, name: &str, tables: &[TableName]) -> Result<Vec<u32>> {
+/// table. Returns the tables as they are now, in order.
+pub async fn ensure(
+    client: &Client,
+    name: &str,
+    tables: &[TableName],
+) -> Result<Vec<OutboxIdentity>> {
     if tables.is_empty() {
         let exists = client
             .query_opt(
@@ -313,12 +399,16 @@ pub async fn ensure(client: &Client, name: &str, tables: &[TableName]) -> Result
             bindings.push(inspect(client, name, table).await?);
         }
     }
+    let mut identities = Vec::with_capacity(tables.len());
     for (table, binding) in tables.iter().zip(&bindings) {
         if let Some(problem) = binding.problem(name, table, None) {
             return Err(Error::permanent(problem));
         }
+        identities.push(binding.identity(table).ok_or_else(|| {
+            Error::transient(format!("the outbox table {table} changed during start-up"))
+        })?);
     }
-    Ok(infos.iter().map(|info| info.oid).collect())
+    Ok(identities)
 }
 
 async fn create(client: &Client, sql: &str) -> Result<()> {
@@ -351,6 +441,16 @@ pub enum RelationRole {
     Other,
     /// Neither, as far as the catalog says now (for example, a dropped table).
     Unknown,
+    /// A table with an outbox table's name (or a partition of one) that is
+    /// not the table walrelay accepted: the outbox was dropped and
+    /// recreated, and rows written before the new one joined the
+    /// publication never reached the slot.
+    Replaced {
+        table: TableName,
+        oid: u32,
+        /// The last position at which the outbox was known intact.
+        since: Lsn,
+    },
 }
 
 /// Places the relations a session's stream names, over the session's own
@@ -360,28 +460,51 @@ pub struct RelationResolver {
     pub publication: String,
     /// The outbox tables.
     pub tables: Vec<TableName>,
+    /// The oids of the outbox tables walrelay accepted (see `state`).
+    pub accepted: Vec<u32>,
+    /// The WAL position at which the session's start found them intact.
+    pub intact_at: Lsn,
 }
 
 impl RelationResolver {
     pub async fn role(&self, relation: &Relation) -> Result<RelationRole> {
-        let is_outbox = self
+        let named = self
             .tables
             .iter()
-            .any(|t| relation.namespace == t.schema && relation.name == t.name);
-        let role = if is_outbox {
-            RelationRole::Outbox {
-                not_null: BTreeSet::new(),
+            .find(|t| relation.namespace == t.schema && relation.name == t.name);
+        let root = match named {
+            Some(table) => Some((table.clone(), relation.oid)),
+            None => {
+                match outbox_root(&self.client, &self.publication, &self.tables, relation.oid)
+                    .await?
+                {
+                    Placed::Under(table, root) => Some((table, root)),
+                    Placed::Published => return Ok(RelationRole::Other),
+                    Placed::Nowhere => return Ok(RelationRole::Unknown),
+                }
             }
-        } else {
-            relation_role(&self.client, &self.publication, &self.tables, relation.oid).await?
         };
-        Ok(match role {
-            RelationRole::Outbox { .. } => RelationRole::Outbox {
+        match root {
+            Some((table, oid)) if !self.accepted.contains(&oid) => Ok(RelationRole::Replaced {
+                table,
+                oid,
+                since: self.intact_at,
+            }),
+            _ => Ok(RelationRole::Outbox {
                 not_null: not_null_columns(&self.client, relation.oid).await?,
-            },
-            other => other,
-        })
+            }),
+        }
     }
+}
+
+/// Where the catalog puts a relation that is not named like an outbox table.
+enum Placed {
+    /// A partition of this outbox table, whose oid is the second.
+    Under(TableName, u32),
+    /// Another table the publication publishes.
+    Published,
+    /// Neither (for example, a table dropped since).
+    Nowhere,
 }
 
 /// The NOT NULL columns of a relation (a partition's include those of its
@@ -400,12 +523,12 @@ pub async fn not_null_columns(client: &Client, oid: u32) -> Result<BTreeSet<Stri
 
 /// Places a relation walrelay has not seen before in this session. Runs once
 /// per relation and session, so the per-event path never queries.
-pub async fn relation_role(
+async fn outbox_root(
     client: &Client,
     publication: &str,
     tables: &[TableName],
     oid: u32,
-) -> Result<RelationRole> {
+) -> Result<Placed> {
     let failed = |e| sql_error(format!("cannot look up relation oid {oid}"), e);
     let exists = client
         .query_opt("SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1", &[&oid])
@@ -413,34 +536,45 @@ pub async fn relation_role(
         .map_err(failed)?
         .is_some();
     if !exists {
-        return Ok(RelationRole::Unknown);
+        return Ok(Placed::Nowhere);
     }
     let schemas: Vec<&str> = tables.iter().map(|t| t.schema.as_str()).collect();
     let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
     let row = client
         .query_one(
-            "SELECT \
-               EXISTS (SELECT 1 FROM pg_catalog.pg_partition_ancestors($1::oid::regclass) a \
-                       JOIN pg_catalog.pg_class c ON c.oid = a.relid \
-                       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                       JOIN unnest($2::text[], $3::text[]) AS o(nspname, relname) \
-                            ON o.nspname = n.nspname AND o.relname = c.relname), \
-               EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t \
-                       JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
-                       JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid \
-                            AND c.relname = t.tablename \
-                       WHERE t.pubname = $4 AND c.oid = $1)",
+            "WITH root AS ( \
+               SELECT c.oid, n.nspname::text, c.relname::text \
+               FROM pg_catalog.pg_partition_ancestors($1::oid::regclass) a \
+               JOIN pg_catalog.pg_class c ON c.oid = a.relid \
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+               JOIN unnest($2::text[], $3::text[]) AS o(nspname, relname) \
+                    ON o.nspname = n.nspname AND o.relname = c.relname \
+               LIMIT 1) \
+             SELECT (SELECT oid FROM root), (SELECT nspname FROM root), \
+                    (SELECT relname FROM root), \
+                    EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t \
+                            JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname \
+                            JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid \
+                                 AND c.relname = t.tablename \
+                            WHERE t.pubname = $4 AND c.oid = $1)",
             &[&oid, &schemas, &names, &publication],
         )
         .await
         .map_err(failed)?;
-    Ok(match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
-        (true, _) => RelationRole::Outbox {
-            not_null: BTreeSet::new(),
+    let root: Option<u32> = row.get(0);
+    Ok(
+        match (
+            root,
+            row.get::<_, Option<String>>(1),
+            row.get::<_, Option<String>>(2),
+        ) {
+            (Some(root), Some(schema), Some(name)) => {
+                Placed::Under(TableName { schema, name }, root)
+            }
+            _ if row.get::<_, bool>(3) => Placed::Published,
+            _ => Placed::Nowhere,
         },
-        (false, true) => RelationRole::Other,
-        (false, false) => RelationRole::Unknown,
-    })
+    )
 }
 
 #[cfg(test)]
@@ -465,18 +599,53 @@ mod tests {
             table_listed: true,
             partition_listed: false,
             row_filter: None,
+            membership: Some("publication 7 rel 9".into()),
+        }
+    }
+
+    fn identity(oid: u32, membership: &str) -> OutboxIdentity {
+        OutboxIdentity {
+            table: "public.outbox".into(),
+            oid,
+            membership: membership.into(),
         }
     }
 
     fn problem(b: &Binding, expected: Option<u32>) -> String {
-        b.problem("walrelay", &table(), expected)
+        let expected = expected.map(|oid| identity(oid, "publication 7 rel 9"));
+        b.problem("walrelay", &table(), expected.as_ref())
             .expect("a problem")
     }
 
     #[test]
     fn a_publication_that_covers_the_table_has_no_problem() {
-        assert_eq!(healthy(false).problem("walrelay", &table(), Some(42)), None);
-        assert_eq!(healthy(true).problem("walrelay", &table(), Some(42)), None);
+        let same = identity(42, "publication 7 rel 9");
+        assert_eq!(
+            healthy(false).problem("walrelay", &table(), Some(&same)),
+            None
+        );
+        assert_eq!(
+            healthy(true).problem("walrelay", &table(), Some(&same)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_table_that_left_the_publication_and_came_back_is_told_apart_by_its_membership() {
+        let before = identity(42, "publication 7 rel 9");
+        let mut b = healthy(false);
+        b.membership = Some("publication 7 rel 11".into());
+        let text = b
+            .problem("walrelay", &table(), Some(&before))
+            .expect("a problem");
+        assert!(
+            text.contains("left publication \"walrelay\" and was added back"),
+            "{text}"
+        );
+        assert_eq!(
+            b.identity(&table()),
+            Some(identity(42, "publication 7 rel 11"))
+        );
     }
 
     #[test]

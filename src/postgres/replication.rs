@@ -7,6 +7,7 @@ use postgres_protocol::message::backend::Message;
 
 use super::lsn::Lsn;
 pub use super::names::{quote_ident, quote_literal};
+use super::state::ServerId;
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
 use super::PgTarget;
 use crate::error::{Error, Result};
@@ -79,10 +80,15 @@ impl ReplicationStream {
         loop {
             match self.reader.read_message().await? {
                 Message::CopyData(body) => {
+                    // Framing is checked by TCP and TLS on the way: a bad
+                    // frame would come again, so it stops walrelay.
                     return parse_copy_data(body.into_bytes()).map_err(|e| {
-                        Error::transient("Postgres sent a malformed replication message")
-                            .with_source(e)
-                    })
+                        Error::permanent(
+                            "Postgres sent a replication message walrelay cannot read; \
+                             walrelay stopped and the slot stays before it",
+                        )
+                        .with_source(e)
+                    });
                 }
                 Message::ErrorResponse(body) => {
                     return Err(ServerError::from_fields(body.fields())
@@ -138,33 +144,78 @@ impl StatusSender {
     }
 }
 
-/// Opens a replication connection and starts streaming the slot from `start`
-/// (`0/0` means the slot's own confirmed position). `messages` asks pgoutput
-/// for `pg_logical_emit_message` output too (PostgreSQL 14+).
-pub async fn start(
-    target: &PgTarget,
-    slot: &str,
-    publication: &str,
-    messages: bool,
-    start: Lsn,
-) -> Result<(ReplicationStream, StatusSender)> {
-    let mut conn = WireConnection::connect(target).await?;
-    let command = format!(
-        "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {}{})",
-        quote_ident(slot),
-        quote_literal(&quote_ident(publication)),
-        if messages { ", \"messages\" 'true'" } else { "" },
-    );
-    conn.start_copy_both(&command).await?;
-    Ok((
-        ReplicationStream {
-            reader: conn.reader,
-        },
-        StatusSender {
-            writer: conn.writer,
-            buf: BytesMut::with_capacity(34),
-        },
-    ))
+/// A replication connection before streaming starts.
+pub struct ReplicationConnection {
+    conn: WireConnection,
+}
+
+/// What `IDENTIFY_SYSTEM` says about the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemInfo {
+    pub server: ServerId,
+    /// The server's WAL flush position: nothing it sends lies beyond it.
+    pub flushed: Lsn,
+}
+
+/// Opens a replication connection to the server `--pg-url` picks.
+pub async fn connect(target: &PgTarget) -> Result<ReplicationConnection> {
+    Ok(ReplicationConnection {
+        conn: WireConnection::connect(target).await?,
+    })
+}
+
+impl ReplicationConnection {
+    /// The server's system identifier, timeline and flush position.
+    pub async fn identify_system(&mut self) -> Result<SystemInfo> {
+        let row = self
+            .conn
+            .query_row("IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM")
+            .await?;
+        let field = |i: usize| row.get(i).cloned().flatten();
+        let malformed =
+            || Error::permanent("Postgres answered IDENTIFY_SYSTEM with an unexpected row");
+        let timeline = field(1)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(malformed)?;
+        Ok(SystemInfo {
+            server: ServerId {
+                system_id: field(0).ok_or_else(malformed)?,
+                timeline,
+            },
+            flushed: field(2)
+                .and_then(|l| l.parse().ok())
+                .ok_or_else(malformed)?,
+        })
+    }
+
+    /// Starts streaming the slot from `start` (`0/0` means the slot's own
+    /// confirmed position; a later one makes the server skip every
+    /// transaction that committed before it). `messages` asks pgoutput for
+    /// `pg_logical_emit_message` output too (PostgreSQL 14+).
+    pub async fn start(
+        mut self,
+        slot: &str,
+        publication: &str,
+        messages: bool,
+        start: Lsn,
+    ) -> Result<(ReplicationStream, StatusSender)> {
+        let command = format!(
+            "START_REPLICATION SLOT {} LOGICAL {start} (\"proto_version\" '1', \"publication_names\" {}{})",
+            quote_ident(slot),
+            quote_literal(&quote_ident(publication)),
+            if messages { ", \"messages\" 'true'" } else { "" },
+        );
+        self.conn.start_copy_both(&command).await?;
+        Ok((
+            ReplicationStream {
+                reader: self.conn.reader,
+            },
+            StatusSender {
+                writer: self.conn.writer,
+                buf: BytesMut::with_capacity(34),
+            },
+        ))
+    }
 }
 
 #[cfg(test)]

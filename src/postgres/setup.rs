@@ -8,7 +8,8 @@ use tracing::{error, info, warn};
 
 use super::lsn::Lsn;
 use super::names::TableName;
-use super::slot_history::{self, SlotHistory};
+use super::state::decide::SlotPlan;
+use super::state::recovery::lost_slot_error;
 use super::{describe_target, server_version, sql_error, PgTarget};
 use crate::error::{Error, Result};
 
@@ -94,6 +95,16 @@ pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -
     Ok(())
 }
 
+/// The server's WAL insert position now.
+pub async fn current_wal_lsn(client: &Client) -> Result<Lsn> {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .map_err(|e| sql_error("cannot read pg_current_wal_lsn()", e))?;
+    let text: String = row.get(0);
+    text.parse().map_err(Error::permanent)
+}
+
 /// The server's `wal_sender_timeout`; None when it is 0 (disabled).
 pub async fn wal_sender_timeout(client: &Client) -> Result<Option<std::time::Duration>> {
     let row = client
@@ -120,60 +131,66 @@ pub async fn check_messages_supported(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// What to do when the slot is missing.
+/// How to make sure the slot exists.
 #[derive(Debug, Clone)]
 pub struct SlotOptions<'a> {
     pub slot: &'a str,
-    /// Where the slot's history is kept (see [`slot_history`]).
-    pub publication: &'a str,
-    /// Create a new slot although the database remembers an old one.
-    pub recreate_missing: bool,
+    /// What the start-up decision said (`state::decide`).
+    pub plan: &'a SlotPlan,
+    /// The slot's confirmed position, as `existing_slot` found it.
+    pub existing: Option<Lsn>,
     /// Create a slot a standby can take over (PostgreSQL 17+).
     pub failover: bool,
 }
 
-/// Returns the slot's confirmed position, creating the slot on the first start. An existing
-/// slot is never dropped or recreated; a slot that existed and is gone is a
-/// permanent error unless `--recreate-missing-slot` says to accept the gap.
-pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<Lsn> {
+/// The slot as a start found or made it.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotReady {
+    /// Its confirmed position.
+    pub confirmed: Lsn,
+    /// Set when this start created it.
+    pub created: bool,
+}
+
+/// Returns the slot's confirmed position, creating the slot when the plan
+/// says so. An existing slot is never dropped or recreated.
+pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<SlotReady> {
     let slot = options.slot;
-    let history = slot_history::read(client, options.publication, slot).await?;
-    for _ in 0..2 {
-        if let Some(confirmed) = existing_slot(client, slot).await? {
-            if history.is_none() {
-                // A slot from before walrelay kept histories, or made by hand.
-                let history = SlotHistory::new(slot, confirmed);
-                slot_history::write(client, options.publication, &history).await;
-            }
-            super::failover::check_existing_slot(client, slot, options.failover).await?;
-            return Ok(confirmed);
-        }
-        if let Some(old) = &history {
-            if !options.recreate_missing {
-                return Err(slot_history::missing_slot_error(slot, old));
-            }
-        }
-        let Some(lsn) = create_slot(client, slot, options.failover).await? else {
-            // Another walrelay created it a moment ago: use theirs.
-            continue;
-        };
-        match &history {
-            Some(old) => error!(
-                slot,
-                gap_from = %old.last_confirmed(),
-                gap_to = %lsn,
-                "created a new replication slot in place of a missing one, as \
-                 --recreate-missing-slot asks: events committed between these LSNs cannot be \
-                 delivered by walrelay; publish them again by hand"
-            ),
-            None => info!(slot, lsn = %lsn, "created replication slot"),
-        }
-        slot_history::write(client, options.publication, &SlotHistory::new(slot, lsn)).await;
-        return Ok(lsn);
+    if let (SlotPlan::Reuse, Some(confirmed)) = (options.plan, options.existing) {
+        super::failover::check_existing_slot(client, slot, options.failover).await?;
+        return Ok(SlotReady {
+            confirmed,
+            created: false,
+        });
     }
-    Err(Error::transient(format!(
-        "replication slot {slot:?} appeared and vanished during start-up"
-    )))
+    let Some(lsn) = create_slot(client, slot, options.failover).await? else {
+        // Another walrelay created it a moment ago: use theirs.
+        let confirmed = existing_slot(client, slot).await?.ok_or_else(|| {
+            Error::transient(format!(
+                "replication slot {slot:?} appeared and vanished during start-up"
+            ))
+        })?;
+        return Ok(SlotReady {
+            confirmed,
+            created: false,
+        });
+    };
+    match options.plan {
+        SlotPlan::CreateReplacing { gap_from } => error!(
+            slot,
+            gap_from = %gap_from,
+            gap_to = %lsn,
+            "created a new replication slot in place of a missing one, as \
+             --recreate-missing-slot asks: events committed between these LSNs cannot be \
+             delivered by walrelay; publish them again (docs/operations.md, \"Publishing events \
+             again\")"
+        ),
+        _ => info!(slot, lsn = %lsn, "created replication slot"),
+    }
+    Ok(SlotReady {
+        confirmed: lsn,
+        created: true,
+    })
 }
 
 /// Creates the slot; None if another process created it first.
@@ -197,7 +214,7 @@ async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Opti
 }
 
 /// The slot's confirmed position if it exists and walrelay can stream from it.
-async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
+pub async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
     let Some(report) = super::slot::read(client, slot).await? else {
         return Ok(None);
     };
@@ -218,7 +235,7 @@ async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
         )));
     }
     if report.wal_status.as_deref() == Some("lost") {
-        return Err(slot_history::lost_slot_error(slot, report.confirmed_flush));
+        return Err(lost_slot_error(slot, report.confirmed_flush));
     }
     let confirmed = report.confirmed_flush.unwrap_or(Lsn::ZERO);
     if let Some(pid) = report.active_pid {

@@ -165,24 +165,36 @@ impl WireConnection {
     /// `SHOW transaction_read_only`, the test tokio-postgres and libpq use;
     /// a replication connection accepts SHOW.
     async fn read_only(&mut self) -> Result<bool> {
-        frontend::query("SHOW transaction_read_only", &mut self.writer.buf)
-            .map_err(protocol_error)?;
+        let row = self
+            .query_row("SHOW transaction_read_only", "transaction_read_only")
+            .await?;
+        Ok(row.first().and_then(Option::as_deref) == Some("on"))
+    }
+
+    /// Runs a command in the simple query protocol and returns its one row
+    /// as text; `what` names it in errors.
+    pub async fn query_row(&mut self, command: &str, what: &str) -> Result<Vec<Option<String>>> {
+        frontend::query(command, &mut self.writer.buf).map_err(protocol_error)?;
         self.writer.flush().await?;
-        let mut value = None;
+        let mut values = None;
         loop {
             match self.reader.read_message().await? {
                 Message::DataRow(row) => {
                     let mut ranges = row.ranges();
-                    if let Some(Some(range)) = ranges.next().map_err(protocol_error)? {
-                        value = Some(row.buffer()[range] == *b"on");
+                    let mut out = Vec::new();
+                    while let Some(range) = ranges.next().map_err(protocol_error)? {
+                        out.push(
+                            range.map(|r| String::from_utf8_lossy(&row.buffer()[r]).into_owned()),
+                        );
                     }
+                    values = Some(out);
                 }
                 Message::ErrorResponse(body) => {
                     return Err(ServerError::from_fields(body.fields())
-                        .into_error("cannot read transaction_read_only"));
+                        .into_error(&format!("cannot read {what}")));
                 }
                 Message::ReadyForQuery(_) => {
-                    return value.ok_or_else(|| unexpected("the value of transaction_read_only"))
+                    return values.ok_or_else(|| unexpected(&format!("a row of {what}")))
                 }
                 _ => {}
             }

@@ -8,7 +8,7 @@
 //! an event that cannot be published; `Upstream` and `Sink` are the two
 //! peers, so the whole loop runs in tests without Postgres or Kafka.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 use super::poison::Poisoned;
 use super::progress::{Progress, Ticket, TxnRef};
 use super::publish::Publisher;
+use super::resume::{Confirmed, Position};
 use super::upstream::{Liveness, Upstream};
 use crate::clock;
 use crate::config::{OnUpdate, Settings, Source};
@@ -30,7 +31,12 @@ use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
 use crate::postgres::publication::RelationRole;
 use crate::postgres::replication::ReplicationMessage;
+use crate::postgres::state::recovery::{outbox_changed_error, AtRisk};
+use crate::postgres::state::ServerId;
 use crate::sink::Sink;
+
+/// How long a session that lost Postgres still takes Kafka's deliveries.
+const SETTLE_ON_ERROR: Duration = Duration::from_secs(5);
 
 pub struct ApplyLoop<'a, U, S> {
     settings: &'a Settings,
@@ -42,6 +48,12 @@ pub struct ApplyLoop<'a, U, S> {
     /// The outbox schema by relation oid; `None` for other published tables.
     relations: HashMap<u32, Option<OutboxSchema>>,
     open_txn: Option<TxnRef>,
+    /// A message with --message-prefix arrived in this session.
+    prefix_seen: bool,
+    /// Other prefixes already warned about (a few at most).
+    warned_prefixes: HashSet<String>,
+    /// Where confirmed positions are remembered beyond the session.
+    remember: Option<(ServerId, &'a Position)>,
 }
 
 impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
@@ -64,11 +76,37 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             metrics,
             relations: HashMap::new(),
             open_txn: None,
+            prefix_seen: false,
+            warned_prefixes: HashSet::new(),
+            remember: None,
         }
+    }
+
+    /// Shares every confirmed position on `server` with later sessions.
+    pub fn remembering(mut self, server: ServerId, position: &'a Position) -> Self {
+        self.remember = Some((server, position));
+        self
     }
 
     /// Streams until `shutdown` fires (then drains and returns Ok) or an error ends the session.
     pub async fn run(mut self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
+        match self.stream(shutdown).await {
+            Ok(()) => {
+                let drained = self.shut_down().await;
+                self.upstream.close().await;
+                drained
+            }
+            Err(e) if e.is_transient() => {
+                // Postgres went away (a crash, a failover): what Kafka
+                // acknowledges now need not be sent again by the next session.
+                self.settle_inflight(SETTLE_ON_ERROR).await;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn stream(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
         let mut status_tick = interval(self.settings.flow.status_interval);
         status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -110,7 +148,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 }
             }
         }
-        self.shut_down().await
+        Ok(())
     }
 
     async fn on_replication(&mut self, message: ReplicationMessage) -> Result<()> {
@@ -129,9 +167,16 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 wal_start, data, ..
             } => {
                 self.progress.received(wal_start);
+                // Reading it again would fail the same way: stop before it.
                 let message = pgoutput::decode(data).map_err(|e| {
-                    Error::transient(format!("cannot decode the change at LSN {wal_start}"))
-                        .with_source(e)
+                    Error::permanent(format!(
+                        "cannot decode the pgoutput message at LSN {wal_start}; walrelay stopped \
+                         before it and the slot stays at {}. This is a message walrelay does not \
+                         understand (a newer protocol feature, or a damaged stream): upgrade \
+                         walrelay, or report it with the server's version",
+                        self.progress.confirmed()
+                    ))
+                    .with_source(e)
                 })?;
                 self.on_change(message).await
             }
@@ -205,11 +250,14 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
     /// transactional ones are events: a non-transactional message is sent
     /// even when its transaction rolls back, so it could be a phantom.
     async fn on_emitted_message(&mut self, message: EmittedMessage) -> Result<()> {
-        if self.settings.source != Source::Messages
-            || message.prefix != self.settings.message_prefix
-        {
+        if self.settings.source != Source::Messages {
             return Ok(());
         }
+        if message.prefix != self.settings.message_prefix {
+            self.ignore_message(&message.prefix);
+            return Ok(());
+        }
+        self.prefix_seen = true;
         let route_by = &self.settings.mapping.route_by;
         let trace_field = self.settings.mapping.tracing_span_context.as_deref();
         if message.transactional {
@@ -234,6 +282,25 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         self.publisher.reject(&mut self.progress, poisoned).await?;
         self.progress.commit(txn.seq, message.lsn);
         Ok(())
+    }
+
+    /// Other applications' messages are not events, but a prefix mistyped
+    /// on either side would lose every event in silence: count them all,
+    /// and say so while the configured prefix has never been seen.
+    fn ignore_message(&mut self, prefix: &str) {
+        self.metrics.record_ignored_message(prefix);
+        if !self.prefix_seen
+            && self.warned_prefixes.len() < 10
+            && self.warned_prefixes.insert(prefix.to_string())
+        {
+            warn!(
+                prefix,
+                message_prefix = %self.settings.message_prefix,
+                "ignoring messages with another prefix, and none with --message-prefix has \
+                 arrived yet: if these are your events, fix the prefix on the writer's side \
+                 or in --message-prefix (walrelay_ignored_messages_total counts them)"
+            );
+        }
     }
 
     /// Publishes an event of the open transaction, or hands a row or message
@@ -285,6 +352,9 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     None
                 }
                 RelationRole::Unknown => return Err(self.unplaceable(&relation)),
+                RelationRole::Replaced { table, oid, since } => {
+                    return Err(self.replaced(&relation, &table, oid, since))
+                }
             },
         };
         let schema = if let Some(not_null) = not_null {
@@ -315,14 +385,51 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         }
     }
 
+    /// A new table under an outbox table's name: its rows from before it
+    /// joined the publication never reached the slot.
+    fn replaced(&self, relation: &Relation, table: &TableName, oid: u32, since: Lsn) -> Error {
+        let to = match self.open_txn {
+            Some(txn) => format!("the transaction that commits at {}", txn.commit_lsn),
+            None => "now".to_string(),
+        };
+        let risk = AtRisk {
+            from: since.to_string(),
+            to,
+        };
+        let what = format!(
+            "the outbox table {table} was dropped and recreated: the stream carries rows of \
+             {}.{} (oid {}, under table oid {oid}), which is not the table walrelay accepted",
+            relation.namespace, relation.name, relation.oid
+        );
+        outbox_changed_error(&what, &risk)
+    }
+
     fn unplaceable(&self, relation: &Relation) -> Error {
+        let slot = &self.settings.slot;
+        let confirmed = self.progress.confirmed();
+        // Relation messages come inside the transaction that uses them.
+        let (at, skip) = match self.open_txn {
+            Some(txn) => (
+                format!("the transaction that commits at LSN {}", txn.commit_lsn),
+                format!(
+                    "SELECT pg_replication_slot_advance('{slot}', '{}');",
+                    Lsn(txn.commit_lsn.0 + 1)
+                ),
+            ),
+            None => (
+                format!("the change after LSN {confirmed}"),
+                "pg_replication_slot_advance".to_string(),
+            ),
+        };
         Error::permanent(format!(
-            "the replication stream carries changes of table {}.{} (oid {}), which is not the \
-             outbox table {}, not one of its partitions, and not in publication {:?} now \
-             (dropped, detached or removed since): walrelay cannot tell whether its rows are \
-             events, so it stopped before them. If they are not events, advance the slot past \
-             this transaction by hand (pg_replication_slot_advance); if they are, publish them \
-             by hand first",
+            "the replication stream carries changes of table {}.{} (oid {}) in {at}, and that \
+             table is not the outbox table {}, not one of its partitions, and not in \
+             publication {:?} now (dropped, detached or removed since): walrelay cannot tell \
+             whether its rows are events, so it stopped before them; the slot stays at \
+             {confirmed}. If they are not events, skip the transaction by hand: {skip} In the \
+             outbox pattern that transaction usually holds outbox rows too, which the skip \
+             would lose: publish them again afterwards (same event ids, so consumers dedupe). \
+             See docs/operations.md, \"A relation walrelay cannot place\"",
             relation.namespace,
             relation.name,
             relation.oid,
@@ -333,14 +440,53 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
 
     async fn report(&mut self, reply_requested: bool) -> Result<()> {
         let (received, confirmed) = self.progress.report();
+        self.remember_position();
         self.upstream
             .report(received, confirmed, reply_requested)
             .await
     }
 
+    /// Tells later sessions (and the state table) what is confirmed now.
+    fn remember_position(&self) {
+        let Some((server, position)) = &self.remember else {
+            return;
+        };
+        let now = Confirmed {
+            server: server.clone(),
+            lsn: self.progress.confirmed(),
+            delivered: self.progress.delivered(),
+        };
+        position.send_if_modified(|held| {
+            let newer = held
+                .as_ref()
+                .is_none_or(|h| h.server != now.server || h.lsn < now.lsn);
+            if newer {
+                *held = Some(now);
+            }
+            newer
+        });
+    }
+
+    /// Takes deliveries for up to `limit` without the upstream, which is
+    /// gone, and remembers what they confirm.
+    async fn settle_inflight(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.progress.inflight_events() > 0 {
+            tokio::select! {
+                Some(delivery) = self.publisher.delivery() => {
+                    if self.publisher.on_delivery(&mut self.progress, delivery).is_err() {
+                        break;
+                    }
+                }
+                _ = sleep_until(deadline) => break,
+            }
+        }
+        self.remember_position();
+    }
+
     /// Stops reading, waits (bounded) for in-flight deliveries, confirms what
     /// they allow and closes the connection.
-    async fn shut_down(mut self) -> Result<()> {
+    async fn shut_down(&mut self) -> Result<()> {
         info!(
             inflight = self.progress.inflight_events(),
             "shutting down: waiting for in-flight deliveries"
@@ -369,11 +515,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         }
         self.report(false).await?;
         info!(confirmed_lsn = %self.progress.confirmed(), "final status update sent");
-        self.upstream.close().await;
         Ok(())
     }
 }
 
+/// A stream that breaks pgoutput's rules: reading it again would not help.
 fn protocol(what: &str) -> Error {
-    Error::transient(format!("unexpected replication stream: {what}"))
+    Error::permanent(format!(
+        "unexpected replication stream: {what}; walrelay stopped and the slot stays before it"
+    ))
 }

@@ -1,12 +1,14 @@
 //! The relay's lifecycle: start-up checks, one streaming session at a time,
 //! and reconnects with capped exponential backoff after transient errors.
-//! Each session resumes from the slot's confirmed position, so anything not
-//! yet confirmed is simply read and sent again (at-least-once).
+//! Each session resumes from the slot's confirmed position (or a later one
+//! walrelay confirmed itself, `resume`), so anything not yet confirmed is
+//! simply read and sent again (at-least-once).
 
 mod apply;
 mod poison;
 mod progress;
 mod publish;
+mod resume;
 mod upstream;
 
 #[cfg(test)]
@@ -25,9 +27,11 @@ use crate::metrics::{self, Metrics};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::publication::{self, RelationResolver};
 use crate::postgres::setup::SlotOptions;
-use crate::postgres::slot_history;
+use crate::postgres::state::decide::{decide, Allowed, Observed};
+use crate::postgres::state::{Accepted, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
+use resume::Confirmed;
 
 pub use apply::ApplyLoop;
 pub use progress::{Ticket, TxnRef};
@@ -47,27 +51,36 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let metrics = Metrics::new();
     metrics::serve(settings.metrics_addr, metrics.clone()).await?;
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
-    let (outbox_oid_tx, outbox_oid_rx) = watch::channel(Vec::new());
+    let (outbox_tx, outbox_rx) = watch::channel(Accepted::default());
     let watchdog = tokio::spawn(watchdog::run(
         watchdog::Watched {
             pg: settings.pg.clone(),
             slot: settings.slot.clone(),
             publication: settings.publication.clone(),
+            state_table: settings.state_table.clone(),
+            settings: settings.published(),
             tables: match settings.source {
                 Source::Table => settings.tables.clone(),
                 Source::Messages => Vec::new(),
             },
-            outbox_oids: outbox_oid_rx,
+            outbox: outbox_rx,
         },
         settings.watchdog.clone(),
         metrics.clone(),
         fatal_tx,
     ));
+    let (position, persisted) = watch::channel(None);
     let mut stop = shutdown.clone();
     let mut cut_short = false;
+    let shared = Shared {
+        outbox: outbox_tx,
+        position,
+    };
     let result = tokio::select! {
-        result = supervise(&settings, &metrics, &mut shutdown, &outbox_oid_tx) => result,
+        result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
         Some(fatal) = fatal_rx.recv() => Err(fatal),
+        // Never ends while the position has a sender: `shared` holds it.
+        () = resume::persist(&settings, persisted.clone()) => Ok(()),
         // Whatever a session is stuck in (a silent server, a broker that
         // never answers), a stop request ends walrelay within the timeout.
         () = async {
@@ -84,23 +97,43 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         }
     };
     watchdog.abort();
-    if result.is_ok() && !cut_short {
-        record_history(&settings).await;
+    if !cut_short {
+        record_delivered(&settings, &persisted).await;
     }
     result
 }
 
-/// On a clean stop, the slot's history records where it stopped, for the
-/// day the slot is lost. Best effort and bounded: the stop matters more.
-async fn record_history(settings: &Settings) {
+/// What outlives one session: the outbox tables it accepted (for the
+/// watchdog) and the position confirmed so far (for the next session).
+struct Shared {
+    outbox: watch::Sender<Accepted>,
+    position: resume::Position,
+}
+
+/// On a stop, the state table records the last delivered position, for a
+/// restart after a Postgres crash. Best effort and bounded: the stop
+/// matters more.
+async fn record_delivered(settings: &Settings, position: &watch::Receiver<Option<Confirmed>>) {
+    let Some(confirmed) = position.borrow().clone() else {
+        return;
+    };
     let record = async {
         let client = setup::connect(&settings.pg).await?;
-        slot_history::record_confirmed(&client, &settings.publication, &settings.slot).await
+        settings
+            .state_table
+            .record_delivered(
+                &client,
+                &settings.slot,
+                confirmed.delivered,
+                &confirmed.server,
+            )
+            .await
+            .map_err(|e| crate::postgres::sql_error("cannot write the state table", e))
     };
     match tokio::time::timeout(SHUTDOWN_GRACE, record).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(error = %e.report(), "cannot record the slot's confirmed LSN"),
-        Err(_) => warn!("cannot record the slot's confirmed LSN: Postgres did not answer"),
+        Ok(Err(e)) => warn!(error = %e.report(), "cannot record the delivered position"),
+        Err(_) => warn!("cannot record the delivered position: Postgres did not answer"),
     }
 }
 
@@ -109,7 +142,7 @@ async fn supervise(
     settings: &Settings,
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
-    outbox_oids: &watch::Sender<Vec<u32>>,
+    shared: &Shared,
 ) -> Result<()> {
     info!(
         postgres = %describe_target(&settings.pg.config),
@@ -128,14 +161,7 @@ async fn supervise(
             return Ok(());
         }
         let session_start = Instant::now();
-        let result = session(
-            settings,
-            metrics,
-            shutdown,
-            &mut ever_connected,
-            outbox_oids,
-        )
-        .await;
+        let result = session(settings, metrics, shutdown, &mut ever_connected, shared).await;
         metrics.set_streaming(false);
         let err = match result {
             Ok(()) => return Ok(()),
@@ -186,13 +212,13 @@ async fn session(
     metrics: &Metrics,
     shutdown: &mut watch::Receiver<bool>,
     ever_connected: &mut bool,
-    outbox_oids: &watch::Sender<Vec<u32>>,
+    shared: &Shared,
 ) -> Result<()> {
     // A server that accepts the connection and then says nothing must not
     // hold the session, or a stop request, forever.
     let opening = tokio::time::timeout(
         settings.timeouts.setup,
-        open(settings, ever_connected, outbox_oids),
+        open(settings, ever_connected, shared),
     );
     let opened = tokio::select! {
         opened = opening => opened.map_err(|_| Error::transient(format!(
@@ -209,31 +235,30 @@ async fn session(
         settings,
         opened.upstream,
         sink,
-        opened.confirmed,
+        opened.start,
         opened.read_timeout,
         metrics.clone(),
-    );
+    )
+    .remembering(opened.server, &shared.position);
     apply.run(shutdown).await
 }
 
 /// Checks the database, makes sure the publication and the slot exist, and
 /// starts streaming.
-async fn open(
-    settings: &Settings,
-    ever_connected: &mut bool,
-    outbox_oids: &watch::Sender<Vec<u32>>,
-) -> Result<Opened> {
+async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -> Result<Opened> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
-    let outbox_tables = match settings.source {
+    // Read before the catalog: every change committed before this position
+    // shows in the checks below.
+    let wal_now = setup::current_wal_lsn(&client).await?;
+    let outbox = match settings.source {
         Source::Table => {
             for table in &settings.tables {
                 setup::check_table(&client, table, &settings.mapping.column_names()).await?;
             }
-            let oids =
+            let outbox =
                 publication::ensure(&client, &settings.publication, &settings.tables).await?;
-            outbox_oids.send_replace(oids);
             if settings.on_update != OnUpdate::Warn
                 && !publication::publishes_updates(
                     &client,
@@ -248,24 +273,66 @@ async fn open(
                      run ALTER PUBLICATION … SET (publish = 'insert, update') to enforce it"
                 );
             }
-            Some(settings.tables.clone())
+            outbox
         }
         Source::Messages => {
             setup::check_messages_supported(&client).await?;
             publication::ensure(&client, &settings.publication, &[]).await?;
-            None
+            Vec::new()
         }
     };
-    let confirmed = setup::ensure_slot(
+    let state_table = &settings.state_table;
+    let stored = state_table
+        .load(&client, &settings.publication, &settings.slot)
+        .await?;
+    let existing = setup::existing_slot(&client, &settings.slot).await?;
+    let published = settings.published();
+    let verdict = decide(
+        &Observed {
+            slot: &settings.slot,
+            stored: stored.as_ref(),
+            outbox: &outbox,
+            settings: &published,
+            slot_exists: existing.is_some(),
+            wal_now,
+        },
+        Allowed {
+            outbox_change: settings.accept_outbox_change,
+            config_change: settings.accept_config_change,
+            recreate_missing_slot: settings.recreate_missing_slot,
+        },
+    )?;
+    for change in &verdict.accepted {
+        warn!(slot = %settings.slot, "accepted at start-up, as the flags ask: {change}");
+    }
+    // Unchanged, nothing is written: a standby polls this every second.
+    let unchanged = stored
+        .as_ref()
+        .is_some_and(|s| s.outbox == outbox && s.settings.as_ref() == Some(&published));
+    if !unchanged {
+        state_table
+            .record_start(&client, &settings.slot, &outbox, &published, wal_now)
+            .await?;
+    }
+    let ready = setup::ensure_slot(
         &client,
         &SlotOptions {
             slot: &settings.slot,
-            publication: &settings.publication,
-            recreate_missing: settings.recreate_missing_slot,
+            plan: &verdict.slot,
+            existing,
             failover: settings.failover_slot,
         },
     )
     .await?;
+    if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
+        state_table
+            .record_created(&client, &settings.slot, ready.confirmed)
+            .await?;
+    }
+    shared.outbox.send_replace(Accepted {
+        outbox: outbox.clone(),
+        intact_at: wal_now,
+    });
     let read_timeout = match settings.timeouts.replication {
         Some(timeout) => timeout,
         None => setup::wal_sender_timeout(&client)
@@ -273,29 +340,52 @@ async fn open(
             .unwrap_or(DEFAULT_REPLICATION_TIMEOUT),
     };
 
-    // 0/0 lets the server start from the slot's confirmed_flush_lsn; we log
-    // the value we read so the resume point is visible.
-    let (stream, status) = replication::start(
-        &settings.pg,
-        &settings.slot,
-        &settings.publication,
-        settings.source == Source::Messages,
-        Lsn::ZERO,
-    )
-    .await?;
-    info!(slot = %settings.slot, resume_lsn = %confirmed, "streaming started");
-    let resolver = outbox_tables.map(|tables| RelationResolver {
+    let mut replication = replication::connect(&settings.pg).await?;
+    let system = replication.identify_system().await?;
+    let mut remembered: Vec<(ServerId, Lsn)> = Vec::new();
+    if let Some(c) = shared.position.borrow().as_ref() {
+        remembered.push((c.server.clone(), c.lsn));
+    }
+    if let (Some(state), false) = (&stored, ready.created) {
+        remembered.extend(
+            state
+                .delivered
+                .as_ref()
+                .and_then(|d| Some((d.server.clone()?, d.lsn))),
+        );
+    }
+    let start = resume::start_point(ready.confirmed, &system, remembered);
+    // 0/0 lets the server start from the slot's confirmed_flush_lsn; a later
+    // position makes it skip what walrelay already confirmed.
+    let (stream, status) = replication
+        .start(
+            &settings.slot,
+            &settings.publication,
+            settings.source == Source::Messages,
+            if start > ready.confirmed {
+                start
+            } else {
+                Lsn::ZERO
+            },
+        )
+        .await?;
+    info!(slot = %settings.slot, resume_lsn = %start, "streaming started");
+    let resolver = (settings.source == Source::Table).then(|| RelationResolver {
         client,
         publication: settings.publication.clone(),
-        tables,
+        tables: settings.tables.clone(),
+        accepted: outbox.iter().map(|o| o.oid).collect(),
+        intact_at: wal_now,
     });
     Ok(Opened {
         upstream: PgUpstream {
             stream,
             status,
             resolver,
+            query_timeout: read_timeout,
         },
-        confirmed,
+        start,
+        server: system.server,
         read_timeout,
     })
 }
@@ -303,8 +393,10 @@ async fn open(
 /// What `open` hands the apply loop.
 struct Opened {
     upstream: PgUpstream,
-    /// The slot's confirmed position at the start.
-    confirmed: Lsn,
+    /// Where the session starts: the slot's position or a later confirmed one.
+    start: Lsn,
+    /// The server history the session reads.
+    server: ServerId,
     /// Silence on the replication connection longer than this means it is dead.
     read_timeout: Duration,
 }

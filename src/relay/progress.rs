@@ -85,6 +85,11 @@ impl Progress {
         self.checkpoint.confirmed()
     }
 
+    /// The end of the newest confirmed transaction that had events.
+    pub fn delivered(&self) -> Lsn {
+        self.checkpoint.delivered()
+    }
+
     pub fn inflight_events(&self) -> usize {
         self.inflight_events
     }

@@ -168,13 +168,15 @@ impl Relay {
 
     /// Waits for the loop to stop on its own, with its error.
     async fn failure(self) -> String {
+        self.error().await.report()
+    }
+
+    async fn error(self) -> crate::error::Error {
         let ended = tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
             .expect("the apply loop did not stop")
             .unwrap();
-        ended
-            .expect_err("the apply loop stopped without an error")
-            .report()
+        ended.expect_err("the apply loop stopped without an error")
     }
 
     async fn stop(self) {
@@ -418,4 +420,25 @@ async fn a_full_sink_queue_is_waited_out_without_losing_the_record() {
         .ack_until_confirmed(1, commit_end(INSERT_AFTER_ALTER))
         .await;
     relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_walrelay_cannot_decode_stops_it_for_good_before_the_slot_moves() {
+    let relay = Relay::start(&[]);
+    let begin = &captured_pg15()[INSERT.start];
+    relay.feed_raw(begin.0, begin.1.clone());
+    // A message type pgoutput does not have (as a newer protocol might send).
+    relay.feed_raw(begin.0, Bytes::from_static(b"Zsomething new"));
+    assert_eq!(relay.confirmed_after_a_while().await, START);
+    let error = relay.error().await;
+    assert!(
+        !error.is_transient(),
+        "a reconnect would read it again: {error:?}"
+    );
+    let text = error.report();
+    assert!(
+        text.contains("cannot decode the pgoutput message at LSN")
+            && text.contains(&format!("the slot stays at {START}")),
+        "{text}"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::Relation;
 use crate::postgres::publication::{RelationResolver, RelationRole};
@@ -39,6 +39,8 @@ pub struct PgUpstream {
     pub stream: ReplicationStream,
     pub status: StatusSender,
     pub resolver: Option<RelationResolver>,
+    /// The longest a catalog query may take (the replication read timeout).
+    pub query_timeout: Duration,
 }
 
 impl Upstream for PgUpstream {
@@ -52,7 +54,17 @@ impl Upstream for PgUpstream {
 
     async fn place(&mut self, relation: &Relation) -> Result<RelationRole> {
         match &self.resolver {
-            Some(resolver) => resolver.role(relation).await,
+            // The loop reads nothing while it waits, so a frozen backend
+            // must end the session rather than hold it.
+            Some(resolver) => tokio::time::timeout(self.query_timeout, resolver.role(relation))
+                .await
+                .map_err(|_| {
+                    Error::transient(format!(
+                        "Postgres did not answer the catalog query that places table {}.{} \
+                         within {:?}; reconnecting",
+                        relation.namespace, relation.name, self.query_timeout
+                    ))
+                })?,
             None => {
                 warn!(
                     table = %format!("{}.{}", relation.namespace, relation.name),

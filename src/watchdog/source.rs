@@ -1,80 +1,142 @@
 //! The watchdog's second job: noticing that what feeds the slot has changed
 //! under a running relay. A dropped, recreated or renamed outbox table, or
-//! one removed from the publication, publishes nothing, and the relay would
-//! go on confirming keepalives over events it can no longer see. A slot that
-//! existed and is gone is reported too, and the slot's history in the
-//! database keeps the last confirmed LSN for the day it is lost.
+//! one removed from the publication (even if added back since), publishes
+//! nothing in between, and the relay would go on confirming keepalives over
+//! events it can no longer see. Another instance that recorded other
+//! settings for the slot takes it over. A slot that existed and is gone is
+//! reported too.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_postgres::Client;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::Webhook;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
-use crate::postgres::slot_history;
-use crate::postgres::{publication, PgTarget};
+use crate::postgres::state::decide::differences;
+use crate::postgres::state::recovery::missing_slot_error;
+use crate::postgres::state::{Accepted, StateTable};
+use crate::postgres::{publication, setup, PgTarget};
 
-/// How often the slot's history records the confirmed LSN: a catalog write,
-/// so not at every check.
-const HISTORY_REFRESH: Duration = Duration::from_secs(60);
+/// How often the state table records that the outbox was found intact: a
+/// write, so not at every check. A change is dated from the last record.
+const VERIFIED_REFRESH: Duration = Duration::from_secs(60);
 
 /// What the watchdog watches.
 pub struct Watched {
     pub pg: PgTarget,
     pub slot: String,
     pub publication: String,
+    pub state_table: StateTable,
+    /// This instance's `Settings::published`.
+    pub settings: serde_json::Value,
     /// The outbox tables (none for the table-less outbox).
     pub tables: Vec<TableName>,
-    /// The tables' oids, in order, when the current session checked them.
-    pub outbox_oids: watch::Receiver<Vec<u32>>,
+    /// The tables as the current session accepted them, in order.
+    pub outbox: watch::Receiver<Accepted>,
 }
 
 /// State kept between checks.
 #[derive(Default)]
 pub struct SourceWatch {
     slot_missing: bool,
-    history_written: Option<Instant>,
+    /// The WAL position of the last check that found the outbox intact.
+    verified: Option<Lsn>,
+    verified_written: Option<Instant>,
 }
 
 impl SourceWatch {
-    /// Checks the publication; an error is fatal: the relay must stop.
-    pub async fn check_publication(
+    /// Checks the publication and the slot's recorded settings; an error is
+    /// fatal: the relay must stop.
+    pub async fn check_source(
         &mut self,
         client: &Client,
         watched: &Watched,
         metrics: &Metrics,
         webhook: Option<&Webhook>,
     ) -> Result<()> {
-        let expected = watched.outbox_oids.borrow().clone();
+        // Read first: every change committed before it shows in what follows.
+        let wal_now = setup::current_wal_lsn(client).await?;
+        let accepted = watched.outbox.borrow().clone();
         let mut found = None;
-        // Before the first session checked the tables there is nothing to compare.
-        for (table, oid) in watched.tables.iter().zip(expected) {
+        // Before the first session accepted the tables there is nothing to compare.
+        for (table, identity) in watched.tables.iter().zip(&accepted.outbox) {
             let binding = publication::inspect(client, &watched.publication, table).await?;
-            if let Some(problem) = binding.problem(&watched.publication, table, Some(oid)) {
+            if let Some(problem) = binding.problem(&watched.publication, table, Some(identity)) {
                 found = Some((table, problem));
                 break;
             }
         }
-        let Some((table, problem)) = found else {
-            metrics.set_publication_broken(false);
+        if let Some((table, problem)) = found {
+            metrics.set_publication_broken(true);
+            let from = self.verified.unwrap_or(Lsn::ZERO).max(accepted.intact_at);
+            error!(
+                publication = %watched.publication,
+                table = %table,
+                level = "critical",
+                cause = "publication_changed",
+                "{problem}"
+            );
+            post(webhook, "publication_changed", &problem).await;
+            return Err(Error::permanent(format!(
+                "walrelay stopped because the outbox is no longer published as it was: {problem}. \
+                 Events committed between LSN {from} and {wal_now} may be missing from Kafka: \
+                 publish them again (same event ids; docs/operations.md, \"Publishing events \
+                 again\"), then restart walrelay (with --accept-outbox-change if the table is \
+                 published again)"
+            )));
+        }
+        metrics.set_publication_broken(false);
+        if !accepted.outbox.is_empty() {
+            self.verified(client, watched, wal_now).await;
+        }
+        self.check_settings(client, watched).await
+    }
+
+    /// Dates the intact outbox in the state table now and then.
+    async fn verified(&mut self, client: &Client, watched: &Watched, wal_now: Lsn) {
+        self.verified = Some(wal_now);
+        if self
+            .verified_written
+            .is_some_and(|at| at.elapsed() < VERIFIED_REFRESH)
+        {
+            return;
+        }
+        if let Err(e) = watched
+            .state_table
+            .record_verified(client, &watched.slot, wal_now)
+            .await
+        {
+            debug!(error = %e, "watchdog cannot record the verified position");
+        }
+        self.verified_written = Some(Instant::now());
+    }
+
+    /// Another instance recorded other settings for the slot (a deliberate
+    /// change with --accept-config-change): it reads the slot from now on.
+    async fn check_settings(&self, client: &Client, watched: &Watched) -> Result<()> {
+        let state = watched
+            .state_table
+            .peek(client, &watched.publication, &watched.slot)
+            .await?;
+        let Some(recorded) = state.and_then(|s| s.settings) else {
             return Ok(());
         };
-        metrics.set_publication_broken(true);
-        error!(
-            publication = %watched.publication,
-            table = %table,
-            level = "critical",
-            cause = "publication_changed",
-            "{problem}"
-        );
-        post(webhook, "publication_changed", &problem).await;
+        let differences = differences(&recorded, &watched.settings);
+        if differences.is_empty() {
+            return Ok(());
+        }
         Err(Error::permanent(format!(
-            "walrelay stopped because the outbox is no longer published: {problem}"
+            "another walrelay recorded other settings for slot {:?} ({}): it reads the slot from \
+             now on, so this one stopped rather than confirm past events only the other \
+             publishes",
+            watched.slot,
+            differences.join("; ")
         )))
     }
 
@@ -86,45 +148,37 @@ impl SourceWatch {
         metrics: &Metrics,
         webhook: Option<&Webhook>,
     ) {
-        let history = match slot_history::read(client, &watched.publication, &watched.slot).await {
-            Ok(history) => history,
+        let state = match watched
+            .state_table
+            .peek(client, &watched.publication, &watched.slot)
+            .await
+        {
+            Ok(state) => state,
             Err(e) => {
-                debug!(error = %e.report(), "watchdog cannot read the slot's history");
+                debug!(error = %e.report(), "watchdog cannot read the slot's state");
                 return;
             }
         };
-        let Some(history) = history else {
+        let Some(state) = state.filter(|s| s.created.is_some()) else {
             debug!(slot = %watched.slot, "watchdog: slot does not exist yet");
             return;
         };
         metrics.set_slot_missing(true);
         if !self.slot_missing {
-            let problem = slot_history::missing_slot_error(&watched.slot, &history).to_string();
+            let problem = missing_slot_error(&watched.slot, &state).to_string();
             error!(slot = %watched.slot, level = "critical", cause = "slot_missing", "{problem}");
             post(webhook, "slot_missing", &problem).await;
         }
         self.slot_missing = true;
     }
 
-    /// Called when the slot exists: records its confirmed LSN now and then.
-    pub async fn slot_present(&mut self, client: &Client, watched: &Watched, metrics: &Metrics) {
+    /// Called when the slot exists.
+    pub fn slot_present(&mut self, watched: &Watched, metrics: &Metrics) {
         metrics.set_slot_missing(false);
         if self.slot_missing {
             info!(slot = %watched.slot, "replication slot exists again");
         }
         self.slot_missing = false;
-        if self
-            .history_written
-            .is_some_and(|at| at.elapsed() < HISTORY_REFRESH)
-        {
-            return;
-        }
-        if let Err(e) =
-            slot_history::record_confirmed(client, &watched.publication, &watched.slot).await
-        {
-            debug!(error = %e.report(), "watchdog cannot update the slot's history");
-        }
-        self.history_written = Some(Instant::now());
     }
 }
 
@@ -132,7 +186,7 @@ async fn post(webhook: Option<&Webhook>, cause: &str, problem: &str) {
     if let Some(webhook) = webhook {
         let body = json!({ "level": "critical", "cause": cause, "hint": problem });
         if let Err(e) = webhook.post(&body).await {
-            tracing::warn!(error = %e.report(), "alert webhook failed");
+            warn!(error = %e.report(), "alert webhook failed");
         }
     }
 }

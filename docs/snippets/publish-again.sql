@@ -1,0 +1,13 @@
+-- Publish outbox rows again, with their own ids: delete them and insert
+-- them back in one transaction, so the WAL holds new INSERTs of the same
+-- rows (an INSERT of an id that is still there would violate the primary
+-- key). Consumers dedupe by id what they already saw. Put the rows to
+-- publish again in the WHERE clause, e.g. by created_at around the range
+-- walrelay named.
+BEGIN;
+CREATE TEMPORARY TABLE publish_again ON COMMIT DROP AS
+  SELECT * FROM outbox
+  WHERE created_at >= '2026-12-01 10:00:00+00';
+DELETE FROM outbox WHERE id IN (SELECT id FROM publish_again);
+INSERT INTO outbox SELECT * FROM publish_again;
+COMMIT;
