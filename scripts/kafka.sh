@@ -98,6 +98,10 @@ transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# A node restarted after kill -9 registers again only once the controller
+# has expired its old session: 3 s instead of 9 s.
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=750
 # walrelay creates its topics through the admin API, as the tests expect.
 auto.create.topics.enable=false
 EOF
@@ -124,30 +128,40 @@ run() {
   exec java "${jvm_flags[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties"
 }
 
+# Whether pid $1 runs: a killed broker is a zombie until init reaps it.
+alive() {
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || true
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 started_count() {
   local n
   n="$(grep -c "Kafka Server started" "$1" 2>/dev/null)" || true
   echo "${n:-0}"
 }
 
-# The errors first (a shutdown buries them), then the end of the log.
+# This start's part of the log (from line $2 on): its errors first, since a
+# shutdown buries them, then its end.
 show_log() {
   echo "--- errors in $1/broker.log ---" >&2
-  grep -E "ERROR|FATAL|Exception" "$1/broker.log" | head -n 20 >&2 || true
+  tail -n "+$2" "$1/broker.log" | grep -E "ERROR|FATAL|Exception" | head -n 20 >&2 || true
   echo "--- the end of $1/broker.log ---" >&2
-  tail -n 40 "$1/broker.log" >&2
+  tail -n "+$2" "$1/broker.log" | tail -n 40 >&2
 }
 
 start() {
   [ $# -ge 2 ] || usage
-  local dir="$1" begun before pid
+  local dir="$1" begun before from pid
   need_libs
   mkdir -p "$dir"
-  if [ -f "$dir/broker.pid" ] && kill -0 "$(cat "$dir/broker.pid")" 2>/dev/null; then
+  if [ -f "$dir/broker.pid" ] && alive "$(cat "$dir/broker.pid")"; then
     echo "kafka.sh: a broker already runs from $dir (pid $(cat "$dir/broker.pid"))" >&2
     exit 1
   fi
   before="$(started_count "$dir/broker.log")"
+  from=1
+  [ ! -f "$dir/broker.log" ] || from="$(( $(wc -l <"$dir/broker.log") + 1 ))"
   begun="$(date +%s%N)"
   "$0" run "$@" >>"$dir/broker.log" 2>&1 &
   pid=$!
@@ -157,16 +171,16 @@ start() {
       echo "Apache Kafka $version on 127.0.0.1:$2 (pid $pid), started in $(( ($(date +%s%N) - begun) / 1000000 )) ms"
       return
     fi
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! alive "$pid"; then
       echo "kafka.sh: the broker exited before it started" >&2
-      show_log "$dir"
+      show_log "$dir" "$from"
       rm -f "$dir/broker.pid"
       exit 1
     fi
     sleep 0.1
   done
   echo "kafka.sh: the broker did not start within 120 s" >&2
-  show_log "$dir"
+  show_log "$dir" "$from"
   stop "$dir"
   exit 1
 }
@@ -179,10 +193,10 @@ stop() {
   if kill -TERM "$pid" 2>/dev/null; then
     kill -CONT "$pid" 2>/dev/null || true
     for _ in $(seq 1 300); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$pid"; then
       echo "kafka.sh: pid $pid ignored SIGTERM for 30 s; SIGKILL" >&2
       kill -KILL "$pid" 2>/dev/null || true
     fi
