@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod guarantees;
 pub mod kafka;
 pub mod outbox;
 pub mod pg;
