@@ -69,7 +69,7 @@ pub fn tansu_bin() -> PathBuf {
 
 /// `scripts/kafka.sh`, which formats and runs an Apache Kafka node from the
 /// jars `scripts/kafka.sh fetch` cached.
-fn kafka_script() -> PathBuf {
+pub fn kafka_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
 }
 
@@ -205,10 +205,7 @@ impl Broker {
                 Engine::Tansu { .. } => {
                     std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
                 }
-                Engine::Apache { .. } => self
-                    .log()
-                    .get(logged_before..)
-                    .is_some_and(|new| new.contains(APACHE_STARTED)),
+                Engine::Apache { .. } => self.log_since(logged_before).contains(APACHE_STARTED),
             };
             if ready {
                 return;
@@ -216,16 +213,16 @@ impl Broker {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 self.child = None;
                 panic!(
-                    "the {:?} broker exited ({status}) before it served: {}",
+                    "the {:?} broker exited ({status}) before it served; its log:\n{}",
                     self.kind(),
-                    self.log()
+                    self.log_since(logged_before)
                 );
             }
             assert!(
                 Instant::now() < deadline,
-                "the {:?} broker did not start in time: {}",
+                "the {:?} broker did not start in time; its log:\n{}",
                 self.kind(),
-                self.log()
+                self.log_since(logged_before)
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -272,6 +269,11 @@ impl Broker {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The log from byte `offset` on: what one start wrote.
+    fn log_since(&self, offset: usize) -> String {
+        self.log().get(offset..).unwrap_or_default().to_string()
+    }
+
     /// Creates a topic: tansu's own admin command, or the admin API on
     /// Apache Kafka.
     pub fn create_topic(&self, topic: &str, partitions: u32) {
@@ -295,22 +297,7 @@ impl Broker {
     /// Creates a topic with topic-level configuration (e.g. max.message.bytes)
     /// through the admin API.
     pub async fn create_topic_with(&self, topic: &str, partitions: i32, config: &[(&str, &str)]) {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        let admin: AdminClient<_> = ClientConfig::new()
-            .set("bootstrap.servers", self.brokers())
-            .create()
-            .unwrap();
-        let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-        for (key, value) in config {
-            new_topic = new_topic.set(key, value);
-        }
-        let results = admin
-            .create_topics([&new_topic], &AdminOptions::new())
-            .await
-            .unwrap();
-        for result in results {
-            result.unwrap();
-        }
+        create_topic_at(&self.brokers(), topic, partitions, config).await;
     }
 
     /// A topic-level configuration value, through DescribeConfigs.
@@ -341,6 +328,26 @@ impl Drop for Broker {
             unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
         }
         self.kill();
+    }
+}
+
+/// Creates a topic of one replica through the admin API of any cluster.
+pub async fn create_topic_at(brokers: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in config {
+        new_topic = new_topic.set(key, value);
+    }
+    let results = admin
+        .create_topics([&new_topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for result in results {
+        result.unwrap();
     }
 }
 
