@@ -135,6 +135,12 @@ alive() {
   [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
+# Whether pid $1 is a broker this script started (a stale broker.pid may
+# name a pid that was reused since).
+is_broker() {
+  alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE "kafka\.Kafka |kafka\.sh run "
+}
+
 started_count() {
   local n
   n="$(grep -c "Kafka Server started" "$1" 2>/dev/null)" || true
@@ -155,7 +161,7 @@ start() {
   local dir="$1" begun before from pid
   need_libs
   mkdir -p "$dir"
-  if [ -f "$dir/broker.pid" ] && alive "$(cat "$dir/broker.pid")"; then
+  if [ -f "$dir/broker.pid" ] && is_broker "$(cat "$dir/broker.pid")"; then
     echo "kafka.sh: a broker already runs from $dir (pid $(cat "$dir/broker.pid"))" >&2
     exit 1
   fi
@@ -163,7 +169,7 @@ start() {
   from=1
   [ ! -f "$dir/broker.log" ] || from="$(( $(wc -l <"$dir/broker.log") + 1 ))"
   begun="$(date +%s%N)"
-  "$0" run "$@" >>"$dir/broker.log" 2>&1 &
+  bash "$0" run "$@" >>"$dir/broker.log" 2>&1 &
   pid=$!
   echo "$pid" >"$dir/broker.pid"
   for _ in $(seq 1 1200); do
@@ -190,7 +196,7 @@ stop() {
   local dir="$1" pid
   [ -f "$dir/broker.pid" ] || { echo "kafka.sh: no broker.pid in $dir" >&2; return 0; }
   pid="$(cat "$dir/broker.pid")"
-  if kill -TERM "$pid" 2>/dev/null; then
+  if is_broker "$pid" && kill -TERM "$pid" 2>/dev/null; then
     kill -CONT "$pid" 2>/dev/null || true
     for _ in $(seq 1 300); do
       alive "$pid" || break
