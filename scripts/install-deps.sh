@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what walrelay's tests and demo need on a fresh Debian machine:
-# the PostgreSQL server binaries, a C toolchain for librdkafka, and tansu
-# (a Kafka-protocol broker from crates.io). Safe to run again: it skips what
-# is already there.
+# the PostgreSQL server binaries, a C toolchain for librdkafka, tansu (a
+# Kafka-protocol broker from crates.io) and Apache Kafka's jars (from Maven
+# Central, run by a Java 17). Safe to run again: it skips what is already
+# there.
 #
 #   scripts/install-deps.sh          everything scripts/test.sh needs
 #   scripts/install-deps.sh --demo   only what scripts/demo.sh needs: Postgres,
 #                                    the C toolchain and python3-venv; no tansu
-#                                    build (the demo fetches its broker itself)
+#                                    build and no Apache Kafka (the demo fetches
+#                                    its broker itself)
 set -euo pipefail
 
 case "${1:-}" in
@@ -44,6 +46,10 @@ if ! $demo_only; then
   command -v npm >/dev/null || need_apt+=(npm)
   # groff renders the man pages in tests/completions.rs.
   command -v groff >/dev/null || need_apt+=(groff-base)
+  # Apache Kafka 4 runs on Java 17 or newer; Maven fetches its jars.
+  java_major="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' || true)"
+  [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || need_apt+=(maven)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
@@ -58,4 +64,10 @@ tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
 if ! $demo_only && [ ! -x "$tansu_bin" ]; then
   echo "installing tansu (Kafka-protocol broker); this takes about 15 minutes on 2 cores"
   cargo install tansu --locked --features dynostore,libsql
+fi
+
+# Apache Kafka for tests/apache_kafka.rs (and WALRELAY_TEST_BROKER=apache):
+# the broker's jars, fetched once into ~/.cache/walrelay (a few seconds).
+if ! $demo_only; then
+  scripts/kafka.sh fetch >/dev/null
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs walrelay's whole test suite against a real Postgres and a real
-# Kafka-protocol broker (tansu), installing them first when they are missing.
+# Runs walrelay's whole test suite against a real Postgres and real Kafka
+# brokers (tansu, and Apache Kafka for tests/apache_kafka.rs), installing
+# them first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,11 @@ scripts/validate-kubernetes.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
+# tests/apache_kafka.rs runs the core guarantees on Apache Kafka, the rest on tansu.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+# Where the broker itself decides (size limits, which topics exist), the
+# same tests on Apache Kafka too (docs/testing.md).
+WALRELAY_TEST_BROKER=apache cargo test --test poison --test topics -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 # The TypeScript writer examples: tsc against the real packages, and the
 # Drizzle one end to end (node_modules cached in examples/writers/).
 scripts/test-writers.sh

@@ -6,69 +6,13 @@ use std::time::Duration;
 
 use support::outbox::{current_lsn, events};
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay, Stack};
+use support::{eventually, guarantees, Broker, BrokerKind, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_routed_keyed_and_headed_by_their_columns() {
-    let stack = Stack::start(&[]).await;
-
-    let written = [
-        (
-            "00000000-0000-0000-0000-000000000001",
-            "order-1",
-            "OrderPlaced",
-            r#"{"version": 1, "total": 1999}"#,
-        ),
-        (
-            "00000000-0000-0000-0000-000000000002",
-            "order-1",
-            "OrderPaid",
-            r#"{"version": 1, "method": "card"}"#,
-        ),
-        (
-            "00000000-0000-0000-0000-000000000003",
-            "order-2",
-            "OrderShipped",
-            r#"{"version": 2, "note": "ünïcødé ✓"}"#,
-        ),
-    ];
-    for (id, key, event_type, payload) in written {
-        events(event_type, 1)
-            .id(id)
-            .aggregate(key)
-            .payload(payload)
-            .insert(&stack.client)
-            .await;
-    }
-
-    let reader = stack.broker.consumer();
-    reader.subscribe(&[
-        "outbox.event.OrderPlaced",
-        "outbox.event.OrderPaid",
-        "outbox.event.OrderShipped",
-    ]);
-    let got = reader.read(3, WAIT);
-    assert_eq!(got.len(), 3, "got {got:?}\nlog:\n{}", stack.relay.log());
-    for (id, key, event_type, payload) in written {
-        let m = got
-            .iter()
-            .find(|m| m.header("id") == Some(id))
-            .unwrap_or_else(|| panic!("event {id} missing from {got:?}"));
-        assert_eq!(m.topic, format!("outbox.event.{event_type}"));
-        assert_eq!(m.key.as_deref(), Some(key));
-        assert_eq!(m.header("event_type"), Some(event_type));
-        // jsonb normalises the text; compare as JSON.
-        let sent: serde_json::Value = serde_json::from_str(payload).unwrap();
-        let received: serde_json::Value =
-            serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
-        assert_eq!(received, sent);
-        assert!(
-            m.timestamp.unwrap() > 1_600_000_000_000,
-            "commit time as timestamp"
-        );
-    }
+    guarantees::events_are_routed_keyed_and_headed_by_their_columns(BrokerKind::from_env()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,49 +113,7 @@ fn uuid_for(i: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_order_follows_commit_order_not_start_order() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let setup = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
-
-    let mut first = pg.client().await;
-    let mut second = pg.client().await;
-    let started_first = first.transaction().await.unwrap();
-    started_first
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ('00000000-0000-0000-0000-0000000000f1', 'order', 'same-key', 'Ordered', '{\"n\": \"started first\"}')",
-            &[],
-        )
-        .await
-        .unwrap();
-    let started_second = second.transaction().await.unwrap();
-    started_second
-        .execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ('00000000-0000-0000-0000-0000000000f2', 'order', 'same-key', 'Ordered', '{\"n\": \"started second\"}')",
-            &[],
-        )
-        .await
-        .unwrap();
-    started_second.commit().await.unwrap();
-    started_first.commit().await.unwrap();
-    drop(setup);
-
-    let reader = broker.consumer();
-    reader.subscribe(&["outbox.event.Ordered"]);
-    let mut got = reader.read(2, WAIT);
-    got.sort_by_key(|m| (m.partition, m.offset));
-    let order: Vec<_> = got.iter().map(|m| m.header("id").unwrap()).collect();
-    assert_eq!(
-        order,
-        [
-            "00000000-0000-0000-0000-0000000000f2",
-            "00000000-0000-0000-0000-0000000000f1"
-        ],
-        "the transaction that committed first comes first"
-    );
+    guarantees::kafka_order_follows_commit_order_not_start_order(BrokerKind::from_env()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,93 +7,22 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
-use support::pg::{confirmed_flush_lsn, slot_lag};
-use support::{eventually, Stack};
+use support::pg::slot_lag;
+use support::{eventually, guarantees, BrokerKind, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_is_not_advanced_while_broker_is_paused() {
-    let stack = Stack::start(&[]).await;
-    let reader = stack.broker.consumer();
-
-    events("Paused", 1).insert(&stack.client).await;
-    reader.subscribe(&["outbox.event.Paused"]);
-    let first = reader.read(1, WAIT);
-    assert_eq!(first.len(), 1, "log:\n{}", stack.relay.log());
-    let seen_before_pause = first
-        .iter()
-        .map(|m| m.header("id").unwrap().to_string())
-        .collect();
-
-    stack.broker.pause();
-    let before_outage = current_lsn(&stack.client).await;
-    for _ in 0..10 {
-        events("Paused", 10).insert(&stack.client).await;
-    }
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
-    assert!(
-        confirmed <= before_outage,
-        "slot moved to {confirmed:x}, past {before_outage:x}, while the stack.broker was paused"
-    );
-    assert!(
-        stack
-            .relay
-            .metric("walrelay_inflight_events")
-            .unwrap_or(0.0)
-            > 0.0
-    );
-
-    stack.broker.resume();
-    read_until_all_arrive(
-        &reader,
-        &committed_ids(&stack.client, "Paused").await,
-        seen_before_pause,
-        &stack.relay,
-        WAIT,
-    );
-    let end = current_lsn(&stack.client).await;
-    eventually(
-        WAIT,
-        "the slot to move after the stack.broker resumed",
-        || async {
-            (confirmed_flush_lsn(&stack.client, "walrelay").await >= end - 1024).then_some(())
-        },
-    )
-    .await;
+    guarantees::slot_is_not_advanced_while_broker_is_paused(BrokerKind::from_env()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_killed_mid_stream_loses_no_committed_event_after_restart() {
-    let mut stack = Stack::start(&[]).await;
-
-    let writer_pg = stack.pg.client().await;
-    let writer = tokio::spawn(async move {
-        for _ in 0..200 {
-            events("Killed", 10).insert(&writer_pg).await;
-        }
-    });
-    // Kill it while events are flowing, then start it again.
-    eventually(WAIT, "some deliveries", || async {
-        (stack
-            .relay
-            .metric("walrelay_events_published_total")
-            .unwrap_or(0.0)
-            >= 100.0)
-            .then_some(())
-    })
+    guarantees::relay_killed_mid_stream_loses_no_committed_event_after_restart(
+        BrokerKind::from_env(),
+    )
     .await;
-    stack.relay.kill9();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stack.relay.restart();
-    writer.await.unwrap();
-
-    let reader = stack.broker.consumer();
-    reader.subscribe(&["outbox.event.Killed"]);
-    let expected = committed_ids(&stack.client, "Killed").await;
-    assert_eq!(expected.len(), 2000);
-    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,12 +3,12 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay, Stack};
+use support::{eventually, guarantees, Broker, BrokerKind, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -96,84 +96,10 @@ async fn postgres_restarts_fast_and_immediate_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order() {
-    let mut stack = Stack::start(&[]).await;
-
-    // One writer, so commit order is the order of `seq`.
-    let writer_pg = stack.pg.client().await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_writer = stop.clone();
-    let writer = tokio::spawn(async move {
-        let mut seq = 0i64;
-        while !stop_writer.load(std::sync::atomic::Ordering::Relaxed) {
-            writer_pg
-                .execute(
-                    "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                     SELECT gen_random_uuid(), 'order', 'key-' || ((($1::bigint + i) % 10)), 'Chaos', \
-                            jsonb_build_object('seq', $1::bigint + i) \
-                     FROM generate_series(0, 4) i",
-                    &[&seq],
-                )
-                .await
-                .unwrap();
-            seq += 5;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    });
-    let mut rng = 0x2545F4914F6CDD1Du64;
-    for _ in 0..20 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
-        stack.relay.restart(); // kill -9, then start the same command again
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.await.unwrap();
-
-    let expected = committed_ids(&stack.client, "Chaos").await;
-    let reader = stack.broker.consumer();
-    reader.subscribe(&["outbox.event.Chaos"]);
-    let mut all = Vec::new();
-    let mut seen = HashSet::new();
-    let deadline = Instant::now() + WAIT;
-    while !expected.is_subset(&seen) && Instant::now() < deadline {
-        for m in reader.read(expected.len(), Duration::from_secs(2)) {
-            seen.insert(m.header("id").unwrap().to_string());
-            all.push(m);
-        }
-    }
-    let missing = expected.difference(&seen).count();
-    assert_eq!(
-        missing,
-        0,
-        "{missing} of {} committed events missing",
-        expected.len()
-    );
-
-    // Per key, first deliveries follow commit order.
-    all.sort_by_key(|m| (m.partition, m.offset));
-    let mut first = HashSet::new();
-    let mut last_seq: HashMap<String, i64> = HashMap::new();
-    for m in &all {
-        if !first.insert(m.header("id").unwrap().to_string()) {
-            continue;
-        }
-        let value: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
-        let seq = value["seq"].as_i64().unwrap();
-        let key = m.key.clone().unwrap();
-        if let Some(prev) = last_seq.insert(key.clone(), seq) {
-            assert!(
-                seq > prev,
-                "key {key}: seq {seq} first delivered after {prev}"
-            );
-        }
-    }
-    eprintln!(
-        "{} committed events, {} deliveries ({} duplicates from unconfirmed windows)",
-        expected.len(),
-        all.len(),
-        all.len() - expected.len()
-    );
+    guarantees::twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order(
+        BrokerKind::from_env(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

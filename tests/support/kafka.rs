@@ -1,5 +1,10 @@
-//! A tansu broker (a Kafka-protocol broker) on a free port, and a consumer
-//! that reads topics with assign(), as tansu's consumer groups are slow.
+//! A Kafka broker on a free port, tansu or Apache Kafka behind one type, and
+//! a consumer that reads topics with assign(), as tansu's consumer groups
+//! are slow.
+//!
+//! `Broker::start()` runs the broker `WALRELAY_TEST_BROKER` names (`tansu`,
+//! the default, or `apache`), so a whole test binary can run on either;
+//! `Broker::start_kind` picks one for a single test.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,11 +18,39 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::{free_port, signal, TempDir};
 
+/// Which broker a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// tansu, a Kafka-protocol broker: in memory, or on SQLite when durable.
+    Tansu,
+    /// Apache Kafka, one KRaft node (broker and controller) in a JVM started
+    /// by `scripts/kafka.sh run`, its log dir in the test's directory.
+    Apache,
+}
+
+impl BrokerKind {
+    /// The kind `WALRELAY_TEST_BROKER` names (`tansu` or `apache`); tansu
+    /// when it is unset.
+    pub fn from_env() -> Self {
+        match std::env::var("WALRELAY_TEST_BROKER").as_deref() {
+            Err(_) | Ok("") | Ok("tansu") => BrokerKind::Tansu,
+            Ok("apache") => BrokerKind::Apache,
+            Ok(other) => panic!("WALRELAY_TEST_BROKER={other}: say tansu or apache"),
+        }
+    }
+}
+
+/// How a broker of each kind keeps its data and is started.
+enum Engine {
+    Tansu { storage: String },
+    Apache { controller_port: u16 },
+}
+
 pub struct Broker {
     pub port: u16,
+    engine: Engine,
     child: Option<Child>,
     dir: TempDir,
-    storage: String,
 }
 
 pub fn tansu_bin() -> PathBuf {
@@ -34,63 +67,162 @@ pub fn tansu_bin() -> PathBuf {
     panic!("tansu is not installed: run scripts/test.sh, which installs it");
 }
 
+/// `scripts/kafka.sh`, which formats and runs an Apache Kafka node from the
+/// jars `scripts/kafka.sh fetch` cached.
+pub fn kafka_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+/// What Apache Kafka logs once it serves clients, at every start.
+const APACHE_STARTED: &str = "Kafka Server started";
+
 impl Broker {
-    /// A broker with in-memory storage.
+    /// The broker `WALRELAY_TEST_BROKER` names; tansu keeps it in memory.
     pub fn start() -> Self {
-        Self::start_on("memory://tansu/")
+        Self::start_kind(BrokerKind::from_env())
     }
 
-    /// A broker whose data survives kill -9 (SQLite storage).
+    /// A broker whose data survives kill -9 (tansu on SQLite; Apache Kafka
+    /// always is), of the kind `WALRELAY_TEST_BROKER` names.
     pub fn start_durable() -> Self {
-        let dir = TempDir::new("tansu");
-        // tansu reads the path relative to its working directory, which is `dir`.
-        Self::start_in(dir, "sqlite://tansu.db".to_string())
+        Self::start_durable_kind(BrokerKind::from_env())
     }
 
-    fn start_on(storage: &str) -> Self {
-        Self::start_in(TempDir::new("tansu"), storage.to_string())
+    /// An Apache Kafka broker, whatever `WALRELAY_TEST_BROKER` says.
+    pub fn apache() -> Self {
+        Self::start_kind(BrokerKind::Apache)
     }
 
-    fn start_in(dir: TempDir, storage: String) -> Self {
+    /// A broker of `kind`; tansu keeps its data in memory.
+    pub fn start_kind(kind: BrokerKind) -> Self {
+        match kind {
+            BrokerKind::Tansu => Self::start_tansu("memory://tansu/"),
+            BrokerKind::Apache => Self::start_apache(),
+        }
+    }
+
+    /// A broker of `kind` whose data survives kill -9.
+    pub fn start_durable_kind(kind: BrokerKind) -> Self {
+        match kind {
+            // tansu reads the path relative to its working directory, which is `dir`.
+            BrokerKind::Tansu => Self::start_tansu("sqlite://tansu.db"),
+            BrokerKind::Apache => Self::start_apache(),
+        }
+    }
+
+    fn start_tansu(storage: &str) -> Self {
+        let storage = storage.to_string();
+        Self::launch("tansu", free_port(), Engine::Tansu { storage })
+    }
+
+    fn start_apache() -> Self {
+        let port = free_port();
+        let controller_port = std::iter::repeat_with(free_port)
+            .find(|&p| p != port)
+            .unwrap();
+        Self::launch("kafka", port, Engine::Apache { controller_port })
+    }
+
+    fn launch(tag: &str, port: u16, engine: Engine) -> Self {
         let mut broker = Broker {
-            port: free_port(),
+            port,
+            engine,
             child: None,
-            dir,
-            storage,
+            dir: TempDir::new(tag),
         };
         broker.spawn();
         broker
+    }
+
+    pub fn kind(&self) -> BrokerKind {
+        match self.engine {
+            Engine::Tansu { .. } => BrokerKind::Tansu,
+            Engine::Apache { .. } => BrokerKind::Apache,
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.0.join(match self.engine {
+            Engine::Tansu { .. } => "tansu.log",
+            Engine::Apache { .. } => "broker.log",
+        })
     }
 
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.0.join("tansu.log"))
+            .open(self.log_path())
             .unwrap();
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let child = Command::new(tansu_bin())
-            .current_dir(&self.dir.0)
-            .arg("broker")
-            .args(["--kafka-listener-url", &url])
-            .args(["--kafka-advertised-listener-url", &url])
-            .args(["--storage-engine", &self.storage])
-            .env("RUST_LOG", "warn")
+        let logged_before = log.metadata().unwrap().len() as usize;
+        let mut command = match &self.engine {
+            Engine::Tansu { storage } => {
+                let url = format!("tcp://127.0.0.1:{}", self.port);
+                let mut command = Command::new(tansu_bin());
+                command
+                    .current_dir(&self.dir.0)
+                    .arg("broker")
+                    .args(["--kafka-listener-url", &url])
+                    .args(["--kafka-advertised-listener-url", &url])
+                    .args(["--storage-engine", storage])
+                    .env("RUST_LOG", "warn");
+                command
+            }
+            Engine::Apache { controller_port } => {
+                // `run` execs the JVM, so the child's pid is the broker's.
+                let mut command = Command::new(kafka_script());
+                command
+                    .arg("run")
+                    .arg(&self.dir.0)
+                    .arg(self.port.to_string())
+                    .arg(controller_port.to_string());
+                command
+            }
+        };
+        let started = Instant::now();
+        let child = command
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
-            .expect("cannot start tansu");
+            .unwrap_or_else(|e| panic!("cannot start the {:?} broker: {e}", self.kind()));
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready(logged_before);
+        if self.kind() == BrokerKind::Apache {
+            eprintln!(
+                "Apache Kafka on {} started in {:?}",
+                self.brokers(),
+                started.elapsed()
+            );
+        }
     }
 
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+    /// tansu serves once it listens; Apache Kafka binds its port before it
+    /// can answer, so it is ready when this start's log says so.
+    fn wait_ready(&mut self, logged_before: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ready = match self.engine {
+                Engine::Tansu { .. } => {
+                    std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                }
+                Engine::Apache { .. } => self.log_since(logged_before).contains(APACHE_STARTED),
+            };
+            if ready {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!(
+                    "the {:?} broker exited ({status}) before it served; its log:\n{}",
+                    self.kind(),
+                    self.log_since(logged_before)
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "tansu did not listen: {}",
-                self.log()
+                "the {:?} broker did not start in time; its log:\n{}",
+                self.kind(),
+                self.log_since(logged_before)
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -113,6 +245,7 @@ impl Broker {
         signal(self.pid(), libc::SIGCONT);
     }
 
+    /// kill -9.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -120,6 +253,7 @@ impl Broker {
         }
     }
 
+    /// kill -9, then the broker again on the same port and storage.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
@@ -132,11 +266,21 @@ impl Broker {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("tansu.log")).unwrap_or_default()
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// Creates a topic through tansu's own admin command.
+    /// The log from byte `offset` on: what one start wrote.
+    fn log_since(&self, offset: usize) -> String {
+        self.log().get(offset..).unwrap_or_default().to_string()
+    }
+
+    /// Creates a topic: tansu's own admin command, or the admin API on
+    /// Apache Kafka.
     pub fn create_topic(&self, topic: &str, partitions: u32) {
+        if self.kind() == BrokerKind::Apache {
+            let partitions = partitions as i32;
+            return block_on(|| self.create_topic_with(topic, partitions, &[]));
+        }
         let out = Command::new(tansu_bin())
             .args(["topic", "create", topic])
             .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
@@ -153,22 +297,7 @@ impl Broker {
     /// Creates a topic with topic-level configuration (e.g. max.message.bytes)
     /// through the admin API.
     pub async fn create_topic_with(&self, topic: &str, partitions: i32, config: &[(&str, &str)]) {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        let admin: AdminClient<_> = ClientConfig::new()
-            .set("bootstrap.servers", self.brokers())
-            .create()
-            .unwrap();
-        let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-        for (key, value) in config {
-            new_topic = new_topic.set(key, value);
-        }
-        let results = admin
-            .create_topics([&new_topic], &AdminOptions::new())
-            .await
-            .unwrap();
-        for result in results {
-            result.unwrap();
-        }
+        create_topic_at(&self.brokers(), topic, partitions, config).await;
     }
 
     /// A topic-level configuration value, through DescribeConfigs.
@@ -200,6 +329,43 @@ impl Drop for Broker {
         }
         self.kill();
     }
+}
+
+/// Creates a topic of one replica through the admin API of any cluster.
+pub async fn create_topic_at(brokers: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in config {
+        new_topic = new_topic.set(key, value);
+    }
+    let results = admin
+        .create_topics([&new_topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for result in results {
+        result.unwrap();
+    }
+}
+
+/// Runs an admin future to its end from synchronous code, which may itself
+/// be on a tokio worker: on a thread of its own with a runtime of its own.
+fn block_on<T: Send, F: std::future::Future<Output = T>>(future: impl FnOnce() -> F + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(future())
+            })
+            .join()
+            .unwrap()
+    })
 }
 
 /// One message as a consumer sees it.

@@ -1,8 +1,10 @@
-//! Shared test support: a private Postgres cluster, a tansu broker and the
-//! walrelay binary, each on free ports, each killable. Nothing is mocked.
+//! Shared test support: a private Postgres cluster, a Kafka broker (tansu or
+//! Apache Kafka) and the walrelay binary, each on free ports, each
+//! killable. Nothing is mocked.
 
 #![allow(dead_code)]
 
+pub mod guarantees;
 pub mod kafka;
 pub mod outbox;
 pub mod pg;
@@ -13,7 +15,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use kafka::Broker;
+pub use kafka::{Broker, BrokerKind};
 pub use pg::Postgres;
 pub use relay::Relay;
 // Re-exported for tests that need a port nobody uses.
@@ -93,8 +95,17 @@ impl Stack {
     /// Like `start`, with the database prepared by `sql` (the outbox table
     /// a test needs) in place of the default outbox.
     pub async fn start_on(sql: &str, flags: &[&str]) -> Self {
+        Self::start_full(BrokerKind::from_env(), sql, flags).await
+    }
+
+    /// Like `start`, on a broker of `kind`.
+    pub async fn start_kind(kind: BrokerKind, flags: &[&str]) -> Self {
+        Self::start_full(kind, OUTBOX_SQL, flags).await
+    }
+
+    async fn start_full(kind: BrokerKind, sql: &str, flags: &[&str]) -> Self {
         let pg = Postgres::start();
-        let broker = Broker::start();
+        let broker = Broker::start_kind(kind);
         let client = pg.client().await;
         client.batch_execute(sql).await.unwrap();
         let relay = Relay::start_with(&pg, &broker, flags);

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# A single-node Apache Kafka broker (KRaft, broker and controller in one JVM)
+# for walrelay's tests, from the plain jars on Maven Central.
+#
+#   scripts/kafka.sh fetch                  fetch the jars once (mvn, pom in
+#                                           scripts/kafka/) and print their folder
+#   scripts/kafka.sh start DIR PORT [CPORT] start a broker in the background on
+#                                           127.0.0.1:PORT (controller on CPORT,
+#                                           PORT+1 by default), its data and log
+#                                           in DIR; waits until it serves
+#   scripts/kafka.sh stop DIR               stop it (SIGTERM, then SIGKILL after 30 s)
+#   scripts/kafka.sh run DIR PORT [CPORT]   the broker in the foreground (exec), as
+#                                           the tests start it: same flags, same pid
+#
+# DIR keeps server.properties, data/ (formatted once with StorageTool, so a
+# second start keeps every topic and offset), broker.log and broker.pid.
+# The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
+# (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+pom="$here/kafka/pom.xml"
+version="$(sed -n 's|.*<kafka.version>\(.*\)</kafka.version>.*|\1|p' "$pom")"
+cache="${WALRELAY_CACHE:-$HOME/.cache/walrelay}"
+libs="${WALRELAY_KAFKA_LIBS:-$cache/kafka-$version/libs}"
+
+usage() {
+  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+  exit 2
+}
+
+# The jars, copied by Maven into a fresh folder that is renamed into place
+# only when complete; a marker holds the pom's checksum, so an edited pom
+# fetches again and an unchanged one costs nothing.
+fetch() {
+  local sum
+  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
+  if [ -f "$libs/.complete" ] && [ "$(cat "$libs/.complete")" = "$sum" ]; then
+    echo "$libs"
+    return
+  fi
+  command -v mvn >/dev/null || { echo "kafka.sh: mvn is missing (apt-get install maven)" >&2; exit 1; }
+  local tmp="$libs.partial.$$"
+  rm -rf "$tmp"
+  mkdir -p "$(dirname "$libs")"
+  echo "fetching Apache Kafka $version's jars into $libs" >&2
+  if ! mvn -B -f "$pom" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$tmp" >"$tmp.log" 2>&1 \
+    || [ ! -f "$tmp/kafka_2.13-$version.jar" ]; then
+    cat "$tmp.log" >&2
+    echo "kafka.sh: mvn could not fetch the broker's jars" >&2
+    exit 1
+  fi
+  rm -f "$tmp.log"
+  echo "$sum" >"$tmp/.complete"
+  rm -rf "$libs"
+  mv "$tmp" "$libs"
+  echo "$libs"
+}
+
+need_libs() {
+  [ -f "$libs/.complete" ] || { echo "kafka.sh: no jars in $libs: run scripts/kafka.sh fetch" >&2; exit 1; }
+  command -v java >/dev/null || { echo "kafka.sh: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+}
+
+# A small JVM beside Postgres on 2 cores: C1 only (it starts faster), the
+# serial collector, a small heap; slf4j-simple logs with times, without the
+# configuration dumps.
+jvm_flags=(
+  -Xms128m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+  -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true
+  -Dorg.slf4j.simpleLogger.showDateTime=true
+  -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS
+  -Dorg.slf4j.simpleLogger.log.org.apache.kafka.common.config=warn
+  -Dorg.slf4j.simpleLogger.log.kafka.server.KafkaConfig=warn
+)
+
+write_config() {
+  local dir="$1" port="$2" cport="$3"
+  cat >"$dir/server.properties" <<EOF
+# Written by scripts/kafka.sh: one KRaft node, broker and controller.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+# One replica of everything, and small internal topics that come up fast.
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# A node restarted after kill -9 registers again only once the controller
+# has expired its old session: 3 s instead of 9 s.
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=750
+# walrelay creates its topics through the admin API, as the tests expect.
+auto.create.topics.enable=false
+EOF
+}
+
+# Writes the configuration (the ports may change, the data does not) and
+# formats data/ on the first start, then becomes the broker.
+run() {
+  [ $# -ge 2 ] || usage
+  local dir port cport
+  dir="$(mkdir -p "$1" && cd "$1" && pwd)"
+  port="$2"
+  cport="${3:-$((port + 1))}"
+  need_libs
+  write_config "$dir" "$port" "$cport"
+  if [ ! -f "$dir/data/meta.properties" ]; then
+    local id
+    # 16 random bytes, base64url without padding.
+    id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+    java "${jvm_flags[@]}" -cp "$libs/*" kafka.tools.StorageTool \
+      format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+      || { cat "$dir/format.log" >&2; exit 1; }
+  fi
+  exec java "${jvm_flags[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties"
+}
+
+# Whether pid $1 runs: a killed broker is a zombie until init reaps it.
+alive() {
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || true
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+# Whether pid $1 is a broker this script started (a stale broker.pid may
+# name a pid that was reused since).
+is_broker() {
+  alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE "kafka\.Kafka |kafka\.sh run "
+}
+
+started_count() {
+  local n
+  n="$(grep -c "Kafka Server started" "$1" 2>/dev/null)" || true
+  echo "${n:-0}"
+}
+
+# This start's part of the log (from line $2 on): its errors first, since a
+# shutdown buries them, then its end.
+show_log() {
+  echo "--- errors in $1/broker.log ---" >&2
+  tail -n "+$2" "$1/broker.log" | grep -E "ERROR|FATAL|Exception" | head -n 20 >&2 || true
+  echo "--- the end of $1/broker.log ---" >&2
+  tail -n "+$2" "$1/broker.log" | tail -n 40 >&2
+}
+
+start() {
+  [ $# -ge 2 ] || usage
+  local dir="$1" begun before from pid
+  need_libs
+  mkdir -p "$dir"
+  if [ -f "$dir/broker.pid" ] && is_broker "$(cat "$dir/broker.pid")"; then
+    echo "kafka.sh: a broker already runs from $dir (pid $(cat "$dir/broker.pid"))" >&2
+    exit 1
+  fi
+  before="$(started_count "$dir/broker.log")"
+  from=1
+  [ ! -f "$dir/broker.log" ] || from="$(( $(wc -l <"$dir/broker.log") + 1 ))"
+  begun="$(date +%s%N)"
+  bash "$0" run "$@" >>"$dir/broker.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$dir/broker.pid"
+  for _ in $(seq 1 1200); do
+    if [ "$(started_count "$dir/broker.log")" -gt "$before" ]; then
+      echo "Apache Kafka $version on 127.0.0.1:$2 (pid $pid), started in $(( ($(date +%s%N) - begun) / 1000000 )) ms"
+      return
+    fi
+    if ! alive "$pid"; then
+      echo "kafka.sh: the broker exited before it started" >&2
+      show_log "$dir" "$from"
+      rm -f "$dir/broker.pid"
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "kafka.sh: the broker did not start within 120 s" >&2
+  show_log "$dir" "$from"
+  stop "$dir"
+  exit 1
+}
+
+stop() {
+  [ $# -eq 1 ] || usage
+  local dir="$1" pid
+  [ -f "$dir/broker.pid" ] || { echo "kafka.sh: no broker.pid in $dir" >&2; return 0; }
+  pid="$(cat "$dir/broker.pid")"
+  if is_broker "$pid" && kill -TERM "$pid" 2>/dev/null; then
+    kill -CONT "$pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+      alive "$pid" || break
+      sleep 0.1
+    done
+    if alive "$pid"; then
+      echo "kafka.sh: pid $pid ignored SIGTERM for 30 s; SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -f "$dir/broker.pid"
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) shift; start "$@" ;;
+  stop) shift; stop "$@" ;;
+  run) shift; run "$@" ;;
+  *) usage ;;
+esac
