@@ -260,9 +260,11 @@ async fn insert_big(client: &tokio_postgres::Client, id: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_too_large_for_its_topic_keeps_its_payload_in_the_dead_letter_record() {
     let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
+    // The first refusal could be its batch's; refused again when sent
+    // alone, the event itself is too large.
     cluster.request_errors(
         RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
     );
     let id = "00000000-0000-0000-0000-0000000000d1";
     let end = insert_big(&client, id).await;
@@ -296,7 +298,7 @@ async fn an_event_too_large_even_for_the_dead_letter_topic_halts_the_relay() {
         on_mock_cluster("dead-letter", &["--dead-letter-max-message-bytes", "30000"]).await;
     cluster.request_errors(
         RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
     );
     let before = current_lsn(&client).await;
     let id = "00000000-0000-0000-0000-0000000000d2";
@@ -387,4 +389,34 @@ async fn a_policy_violation_is_dead_lettered_instead_of_retried_forever() {
         "{}",
         relay.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_once_for_its_size_is_delivered_when_sent_again_alone() {
+    // One refusal, then none: it was the batch (or a neighbour), not the event.
+    let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE],
+    );
+    let id = "00000000-0000-0000-0000-0000000000d3";
+    let end = events("Placed", 1)
+        .id(id)
+        .aggregate("order-1")
+        .payload("{}")
+        .insert(&client)
+        .await;
+    let reader = KafkaReader::connect(&cluster.bootstrap_servers());
+    reader.subscribe(&["outbox.event.Placed", DLQ]);
+    let got = reader.read(1, WAIT);
+    assert_eq!(got.len(), 1, "{}", relay.log());
+    assert_eq!(
+        (got[0].topic.as_str(), got[0].header("id")),
+        ("outbox.event.Placed", Some(id))
+    );
+    eventually(WAIT, "the slot to pass the event", || async {
+        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+    assert!(reader.read_for(Duration::from_secs(1)).is_empty());
 }

@@ -8,21 +8,23 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::metadata::Metadata;
 
-use super::kafka::route_pattern;
 use super::Check;
 use crate::config::Settings;
 
 const NAME: &str = "kafka.durability";
 
-/// Warns when existing outbox topics, or the topics walrelay would create,
-/// keep an acknowledged event on fewer than two brokers.
+/// Warns when existing outbox topics (the names `routed` matches), or the
+/// topics walrelay would create, keep an acknowledged event on fewer than
+/// two brokers.
 pub async fn check(
     admin: &AdminClient<DefaultClientContext>,
     metadata: &Metadata,
     settings: &Settings,
+    routed: &regex::Regex,
+    timeout: std::time::Duration,
 ) -> Check {
-    let pattern = route_pattern(settings.router.replacement());
-    let options = AdminOptions::new().request_timeout(Some(super::kafka::TIMEOUT));
+    let pattern = routed;
+    let options = AdminOptions::new().request_timeout(Some(timeout));
     let mut weak = Vec::new();
     let mut seen = Vec::new();
 

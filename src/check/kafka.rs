@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaRespErr;
 use super::Check;
 use crate::config::{OnPoison, Settings};
 
-pub(super) const TIMEOUT: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
@@ -104,7 +104,8 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             }),
     );
     out.push(topics(&admin, &metadata, settings).await);
-    out.push(super::durability::check(&admin, &metadata, settings).await);
+    let routed = route_pattern(settings.router.replacement());
+    out.push(super::durability::check(&admin, &metadata, settings, &routed, TIMEOUT).await);
     out
 }
 
@@ -449,7 +450,7 @@ async fn topics(
 }
 
 /// The topics --topic-replacement can produce: its ${...} and $n parts match anything.
-pub(super) fn route_pattern(replacement: &str) -> regex::Regex {
+fn route_pattern(replacement: &str) -> regex::Regex {
     let mut pattern = String::from("^");
     let mut chars = replacement.chars().peekable();
     while let Some(c) = chars.next() {

@@ -324,7 +324,8 @@ fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
         replication_factor: kafka.topic_replication_factor,
         dead_letter_topic: args.poison.dead_letter_topic.clone(),
         dead_letter_max_message_bytes: args.poison.dead_letter_max_message_bytes,
-        check_sizes: !compressed,
+        compressed,
         created: CreationLog::default(),
+        smallest_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
     })
 }

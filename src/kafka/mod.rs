@@ -22,13 +22,16 @@ pub fn classify(error: &KafkaError, partition: Option<i32>) -> Rejection {
             Some(partition) => Rejection::UnknownPartition(partition),
             None => Rejection::Poison,
         },
-        // The record (or its batch) itself: sending it again cannot help.
-        // InvalidMessage is CORRUPT_MESSAGE (a CRC or a compacted topic's
-        // missing key), MessageBatchTooLarge is RECORD_LIST_TOO_LARGE, and a
-        // PolicyViolation is the broker's create or produce policy refusing it.
+        // A broker refuses the whole batch for one record too large for the
+        // topic (MessageBatchTooLarge is RECORD_LIST_TOO_LARGE): which one is
+        // found by sending them alone.
+        Some(MessageSizeTooLarge | MessageBatchTooLarge) => Rejection::Oversized,
+        // The record itself: sending it again cannot help. InvalidMessage is
+        // CORRUPT_MESSAGE (a CRC, or a compacted topic's missing key), and a
+        // PolicyViolation is the broker's produce policy refusing it.
         Some(
-            MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidTopic
-            | MessageBatchTooLarge | InvalidTimestamp | InvalidMessage | PolicyViolation,
+            InvalidMessageSize | InvalidRecord | InvalidTopic | InvalidTimestamp | InvalidMessage
+            | PolicyViolation,
         ) => Rejection::Poison,
         Some(
             TopicAuthorizationFailed
@@ -63,14 +66,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_errors_are_poison_and_permission_errors_are_configuration() {
+    fn record_errors_are_poison_size_errors_are_oversized_and_permission_errors_are_configuration()
+    {
         let delivery = |code| KafkaError::MessageProduction(code);
+        for code in [
+            RDKafkaErrorCode::MessageSizeTooLarge,
+            // RECORD_LIST_TOO_LARGE
+            RDKafkaErrorCode::MessageBatchTooLarge,
+        ] {
+            assert_eq!(
+                classify(&delivery(code), None),
+                Rejection::Oversized,
+                "{code:?}"
+            );
+        }
         for code in [
             RDKafkaErrorCode::InvalidTimestamp,
             RDKafkaErrorCode::UnknownPartition,
-            RDKafkaErrorCode::MessageSizeTooLarge,
-            // RECORD_LIST_TOO_LARGE, CORRUPT_MESSAGE, POLICY_VIOLATION
-            RDKafkaErrorCode::MessageBatchTooLarge,
+            // CORRUPT_MESSAGE, POLICY_VIOLATION
             RDKafkaErrorCode::InvalidMessage,
             RDKafkaErrorCode::PolicyViolation,
             RDKafkaErrorCode::InvalidRecord,

@@ -102,6 +102,11 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
     /// topic deleted under a running relay is created again.
     pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
+        // No batch larger than a topic accepts (see TopicManager::fits_batches).
+        let configured = config.get("batch.size").and_then(|v| v.parse().ok());
+        let batch_size = policy.batch_size(configured);
+        let mut config = config.clone();
+        config.set("batch.size", batch_size.to_string());
         let producer: ThreadedProducer<DeliveryContext<T>> = config
             .create_with_context(DeliveryContext {
                 deliveries: tx,
@@ -115,7 +120,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
         Ok(KafkaSink {
             producer,
             deliveries: rx,
-            topics: TopicManager::new(config, policy, metrics)?,
+            topics: TopicManager::new(&config, policy, metrics, batch_size)?,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! creation can be turned off, limited to an allow-list and capped per minute.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -41,11 +42,34 @@ pub struct TopicPolicy {
     pub dead_letter_topic: String,
     /// `max.message.bytes` of the dead-letter topic walrelay creates.
     pub dead_letter_max_message_bytes: usize,
-    /// Compare records with each topic's `max.message.bytes` before producing.
-    /// Off with compression: the broker checks the compressed size.
-    pub check_sizes: bool,
+    /// Records are compressed: the broker checks the compressed size, so a
+    /// record over a topic's limit before compression may still fit.
+    pub compressed: bool,
     /// When walrelay created topics in the last minute; outlives sessions.
     pub created: CreationLog,
+    /// The smallest `max.message.bytes` of a topic walrelay writes to; each
+    /// session's producer builds batches no larger (it outlives sessions).
+    pub smallest_limit: AtomicUsize,
+}
+
+/// What a broker accepts unless a topic says otherwise (Kafka's default
+/// `message.max.bytes`), assumed for a topic whose configuration cannot be read.
+pub const DEFAULT_TOPIC_LIMIT: usize = 1_048_588;
+/// librdkafka's default `batch.size`.
+pub const DEFAULT_BATCH_SIZE: usize = 1_000_000;
+/// Room between a batch and a topic's limit for the batch's own framing.
+const BATCH_MARGIN: usize = 1024;
+
+impl TopicPolicy {
+    /// The largest batch the producer may build: the -X batch.size (or
+    /// librdkafka's default), below every topic's limit seen so far.
+    pub fn batch_size(&self, configured: Option<usize>) -> usize {
+        let smallest = self.smallest_limit.load(Ordering::Relaxed);
+        configured
+            .unwrap_or(DEFAULT_BATCH_SIZE)
+            .min(smallest.saturating_sub(BATCH_MARGIN))
+            .max(1)
+    }
 }
 
 /// When walrelay created topics in the last minute.
@@ -89,10 +113,17 @@ pub struct TopicManager<'a> {
     missing: HashMap<String, Instant>,
     /// The broker did not answer DescribeConfigs: do not ask again this session.
     cannot_describe: bool,
+    /// The session's producer's batch.size.
+    batch_size: usize,
 }
 
 impl<'a> TopicManager<'a> {
-    pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
+    pub fn new(
+        config: &ClientConfig,
+        policy: &'a TopicPolicy,
+        metrics: Metrics,
+        batch_size: usize,
+    ) -> Result<Self> {
         let mut config = config.clone();
         // An admin client is a producer to librdkafka, which asks brokers to
         // auto-create topics it looks up: a lookup must not create one.
@@ -108,6 +139,7 @@ impl<'a> TopicManager<'a> {
             known: HashMap::new(),
             missing: HashMap::new(),
             cannot_describe: false,
+            batch_size,
         })
     }
 
@@ -142,8 +174,31 @@ impl<'a> TopicManager<'a> {
         }
         self.missing.remove(topic);
         let info = self.describe(topic).await;
+        self.fits_batches(topic, &info)?;
         self.known.insert(topic.to_string(), info);
         Ok(TopicAccess::Open(info))
+    }
+
+    /// A topic whose limit is below the producer's batches would have whole
+    /// batches of good records refused: the next session's producer builds
+    /// smaller ones, before anything goes to the topic.
+    fn fits_batches(&self, topic: &str, info: &TopicInfo) -> Result<()> {
+        let Some(limit) = info.max_record_bytes.filter(|_| !info.assumed) else {
+            return Ok(());
+        };
+        if self.batch_size + BATCH_MARGIN <= limit {
+            return Ok(());
+        }
+        self.policy
+            .smallest_limit
+            .fetch_min(limit, Ordering::Relaxed);
+        Err(Error::transient(format!(
+            "topic {topic} accepts at most {limit} bytes per batch (max.message.bytes), less \
+             than the producer's batch.size ({}): starting a new session whose producer builds \
+             batches of at most {} bytes",
+            self.batch_size,
+            self.policy.batch_size(Some(self.batch_size))
+        )))
     }
 
     /// The dead-letter topic, created with room for large events. Exempt from
@@ -167,11 +222,10 @@ impl<'a> TopicManager<'a> {
         let mut info = self.describe(&topic).await;
         // Unknown (the broker does not say): assume the limit walrelay
         // creates it with, so a copy is refused here rather than lost later.
-        if self.policy.check_sizes {
-            info.max_record_bytes = info
-                .max_record_bytes
-                .or(Some(self.policy.dead_letter_max_message_bytes));
+        if info.assumed {
+            info.max_record_bytes = Some(self.policy.dead_letter_max_message_bytes);
         }
+        self.fits_batches(&topic, &info)?;
         self.known.insert(topic, info);
         Ok(info)
     }
@@ -268,14 +322,16 @@ impl<'a> TopicManager<'a> {
             .then(|| found.partitions().len()))
     }
 
-    /// The topic's `max.message.bytes`; None if the broker does not say
-    /// (then only the broker's verdict at produce time counts).
+    /// The topic's `max.message.bytes`, or the broker default's, marked
+    /// assumed, when the broker does not say (then a record over it is sent
+    /// alone and the broker judges it).
     async fn describe(&mut self, topic: &str) -> TopicInfo {
-        let unknown = TopicInfo {
-            max_record_bytes: None,
+        let assumed = TopicInfo {
+            max_record_bytes: Some(DEFAULT_TOPIC_LIMIT),
+            assumed: true,
         };
-        if !self.policy.check_sizes || self.cannot_describe {
-            return unknown;
+        if self.cannot_describe {
+            return assumed;
         }
         let options = AdminOptions::new().request_timeout(Some(DESCRIBE_TIMEOUT));
         let results = match self
@@ -288,10 +344,13 @@ impl<'a> TopicManager<'a> {
                 warn!(
                     topic,
                     error = %e,
-                    "cannot read topics' max.message.bytes; only the broker checks sizes this session"
+                    assumed = DEFAULT_TOPIC_LIMIT,
+                    "cannot read topics' max.message.bytes (grant DESCRIBE_CONFIGS); assuming \
+                     the broker's default this session: a record over it is sent alone, so \
+                     that a refusal is its own"
                 );
                 self.cannot_describe = true;
-                return unknown;
+                return assumed;
             }
         };
         let limit = results.into_iter().find_map(|r| {
@@ -302,8 +361,12 @@ impl<'a> TopicManager<'a> {
                 .parse::<usize>()
                 .ok()
         });
-        TopicInfo {
-            max_record_bytes: limit,
+        match limit {
+            Some(limit) => TopicInfo {
+                max_record_bytes: Some(limit),
+                assumed: false,
+            },
+            None => assumed,
         }
     }
 }
@@ -328,8 +391,9 @@ mod tests {
             replication_factor: None,
             dead_letter_topic: "dlq".into(),
             dead_letter_max_message_bytes: 1 << 20,
-            check_sizes: true,
+            compressed: false,
             created: CreationLog::default(),
+            smallest_limit: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -346,5 +410,18 @@ mod tests {
         }
         assert!(p.take_creation("c").is_ok());
         assert!(policy(0).take_creation("x").is_ok());
+    }
+
+    #[test]
+    fn batches_stay_below_the_smallest_topic_limit_seen() {
+        let p = policy(0);
+        assert_eq!(p.batch_size(None), DEFAULT_BATCH_SIZE);
+        assert_eq!(
+            p.batch_size(Some(500_000)),
+            500_000,
+            "-X batch.size when smaller"
+        );
+        p.smallest_limit.fetch_min(100_000, Ordering::Relaxed);
+        assert_eq!(p.batch_size(None), 100_000 - BATCH_MARGIN);
     }
 }

@@ -111,8 +111,9 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             self.publisher.settle_rejected(&mut self.progress).await?;
-            // Backpressure: with the window full, stop reading; the walsender waits.
-            let reading = self.progress.has_room();
+            // Backpressure: with the window full, or while a record must
+            // travel alone, stop reading; the walsender waits.
+            let reading = self.progress.has_room() && self.publisher.ready_for_more();
             if !reading {
                 self.liveness.not_reading();
             }

@@ -35,8 +35,13 @@ pub struct Ticket {
     pub bytes: usize,
     pub event_id: Option<Bytes>,
     pub topic: Arc<str>,
+    /// The record's own timestamp, for sending it again.
+    pub timestamp_ms: i64,
     /// A dead-letter copy, not the event itself.
     pub dead_letter: bool,
+    /// Sent with nothing else in flight, so in a batch of its own: a size
+    /// refusal is its own.
+    pub alone: bool,
 }
 
 /// The transaction whose changes are arriving now.

@@ -442,3 +442,55 @@ async fn a_message_walrelay_cannot_decode_stops_it_for_good_before_the_slot_move
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_batch_refused_for_size_is_sent_again_record_by_record_and_only_the_offender_is_poison() {
+    let relay = Relay::start(&["--on-poison", "dead-letter"]);
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    let first = relay.wait_for_records(2).await;
+    // The broker refuses their batch: every record of it gets the error.
+    let too_large = || Refusal {
+        rejection: Rejection::Oversized,
+        message: "Broker: Message size too large".into(),
+    };
+    relay.sink.refuse(0, too_large());
+    relay.sink.refuse(1, too_large());
+
+    // The first goes again alone; the second waits for its outcome.
+    let again = relay.wait_for_records(3).await;
+    assert_eq!(
+        (&again[2].topic, &again[2].value),
+        (&first[0].topic, &first[0].value)
+    );
+    assert_eq!(again[2].partition, first[0].partition);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        relay.records().len(),
+        3,
+        "a second record was sent beside it"
+    );
+    assert_eq!(relay.confirmed(), START);
+    relay.sink.ack(2);
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+
+    // Alone, the second is refused again: it is the offender.
+    let again = relay.wait_for_records(4).await;
+    assert_eq!(again[3].value, first[1].value);
+    relay.sink.refuse(3, too_large());
+    let copies = relay.wait_for_records(5).await;
+    assert_eq!(copies[4].topic, "walrelay.dead-letter");
+    assert_eq!(copies[4].value, first[1].value);
+    assert!(header(&copies[4], "walrelay.reason")
+        .unwrap()
+        .contains("size too large"));
+    relay
+        .ack_until_confirmed(4, commit_end(INSERT_AFTER_ALTER))
+        .await;
+    assert_eq!(
+        relay.records().len(),
+        5,
+        "the good record was not dead-lettered"
+    );
+    relay.stop().await;
+}

@@ -104,6 +104,10 @@ pub enum Rejection {
     /// The record asked for a partition the sink does not know: poison once
     /// fresh metadata confirms the topic really has fewer partitions.
     UnknownPartition(i32),
+    /// Too large: the record, or the batch it travelled in. A broker
+    /// refuses a whole batch for one oversized record, so the record is
+    /// poison only if it is refused when sent alone.
+    Oversized,
     /// Configuration or permissions: every record would fail the same way,
     /// so walrelay halts even under `--on-poison dead-letter`.
     Configuration,
@@ -164,6 +168,9 @@ pub enum TopicAccess {
 pub struct TopicInfo {
     /// The topic's largest record, when known (Kafka: `max.message.bytes`).
     pub max_record_bytes: Option<usize>,
+    /// The limit is the broker's default, assumed because the topic's own
+    /// could not be read: a record over it may still fit.
+    pub assumed: bool,
 }
 
 /// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
@@ -214,6 +221,7 @@ mod tests {
     fn a_record_over_the_topic_limit_is_refused_with_both_sizes() {
         let info = TopicInfo {
             max_record_bytes: Some(1000),
+            assumed: false,
         };
         assert!(info.refuse_size("t", 800).is_none());
         let why = info.refuse_size("t", 1000).unwrap();
@@ -221,9 +229,7 @@ mod tests {
             why.contains("1000 bytes") && why.contains("(1000)"),
             "{why}"
         );
-        let unknown = TopicInfo {
-            max_record_bytes: None,
-        };
+        let unknown = TopicInfo::default();
         assert!(unknown.refuse_size("t", usize::MAX / 2).is_none());
     }
 

@@ -316,6 +316,24 @@ impl Broker {
             .find_map(|r| r.ok()?.get(key)?.value.clone())
     }
 
+    /// Sets one topic-level configuration value, through AlterConfigs
+    /// (which replaces the topic's other overrides: tests set one at most).
+    pub async fn alter_topic_config(&self, topic: &str, key: &str, value: &str) {
+        use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+        let admin: AdminClient<_> = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .unwrap();
+        let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+        for result in admin
+            .alter_configs([&change], &AdminOptions::new())
+            .await
+            .unwrap()
+        {
+            result.unwrap();
+        }
+    }
+
     pub fn consumer(&self) -> KafkaReader {
         KafkaReader::new(&self.brokers())
     }

@@ -13,6 +13,10 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::warn;
 
+mod oversized;
+
+use oversized::Suspect;
+
 use super::poison::{cannot_dead_letter, configuration_error, text, Poisoned, Verdict};
 use super::progress::{Progress, Ticket, TxnRef};
 use crate::clock;
@@ -46,6 +50,12 @@ pub struct Publisher<'a, S> {
     routes: HashMap<Bytes, (Arc<str>, TopicInfo)>,
     /// Deliveries the sink refused as poison, waiting for the policy.
     rejected: VecDeque<Poisoned>,
+    /// Records whose batch was refused for size, to be sent again alone.
+    suspects: VecDeque<Suspect>,
+    /// A record sent alone has not had its outcome yet.
+    alone_in_flight: bool,
+    /// Suspects of one refusal are being sent again (said once).
+    probing: bool,
 }
 
 impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
@@ -56,6 +66,9 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             metrics,
             routes: HashMap::new(),
             rejected: VecDeque::new(),
+            suspects: VecDeque::new(),
+            alone_in_flight: false,
+            probing: false,
         }
     }
 
@@ -64,12 +77,13 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         self.sink.delivery().await
     }
 
-    /// Applies the policy to deliveries refused as poison since the last call.
+    /// Applies the policy to deliveries refused as poison since the last
+    /// call, and sends alone each record whose batch was refused for size.
     pub async fn settle_rejected(&mut self, progress: &mut Progress) -> Result<()> {
         while let Some(poisoned) = self.rejected.pop_front() {
             self.reject(progress, poisoned).await?;
         }
-        Ok(())
+        self.send_suspect_alone(progress)
     }
 
     /// The per-event path: route, check the size, hand to the sink.
@@ -98,11 +112,20 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             }
         };
         let record = event.record(&topic, txn.commit_time_us / 1000);
-        // The broker enforces the topic's max.message.bytes; librdkafka only its own limit.
-        if let Some(reason) = info.refuse_size(&topic, record.wire_size()) {
-            let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
-            return self.reject(progress, poisoned).await;
-        }
+        // The broker enforces the topic's max.message.bytes, and refuses the
+        // whole batch of a record over it; librdkafka only its own limit.
+        let alone = match info.refuse_size(&topic, record.wire_size()) {
+            None => false,
+            // Over the limit for certain: poison now, before it can take
+            // its neighbours with it.
+            Some(reason) if !info.assumed && !self.settings.topics.compressed => {
+                let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
+                return self.reject(progress, poisoned).await;
+            }
+            // Compressed, or against an assumed limit: it may fit, and
+            // sent alone the broker's verdict is its own.
+            Some(_) => true,
+        };
         let ticket = Ticket {
             txn: txn.seq,
             commit_lsn: txn.commit_lsn,
@@ -110,9 +133,16 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             bytes: record.size(),
             event_id: event.id.clone(),
             topic: topic.clone(),
+            timestamp_ms: record.timestamp_ms,
             dead_letter: false,
+            alone,
         };
-        let refusal = match self.hand(progress, &record, ticket).await? {
+        if alone {
+            self.until_only_held_in_flight(progress).await?;
+        }
+        let handed = self.hand(progress, &record, ticket).await?;
+        self.alone_in_flight |= alone && matches!(handed, Handed::Taken);
+        let refusal = match handed {
             Handed::Taken => {
                 self.metrics
                     .observe_stage(Stage::ReceivedToProduced, received_at.elapsed());
@@ -121,7 +151,8 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             Handed::Refused(refusal) => refusal,
         };
         match refusal.rejection {
-            Rejection::Poison | Rejection::UnknownPartition(_) => {
+            // Refused before it left (librdkafka's own limit): by itself.
+            Rejection::Poison | Rejection::UnknownPartition(_) | Rejection::Oversized => {
                 let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
                 self.reject(progress, poisoned).await
             }
@@ -203,6 +234,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             took,
             result,
         } = delivery;
+        self.alone_in_flight &= !ticket.alone;
         let failure = match result {
             Ok(()) => {
                 self.metrics
@@ -236,8 +268,14 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 &failure.record.topic,
                 refusal,
             )),
+            // Its batch was refused for size: perhaps for a neighbour. The
+            // loop sends it again alone (`oversized`).
+            Rejection::Oversized if !ticket.alone => {
+                self.suspects.push_back(Suspect { ticket, failure });
+                Ok(())
+            }
             // The policy runs in the loop: it may need to wait for the sink.
-            Rejection::Poison | Rejection::UnknownPartition(_) => {
+            Rejection::Poison | Rejection::UnknownPartition(_) | Rejection::Oversized => {
                 self.rejected
                     .push_back(Poisoned::undelivered(ticket, failure));
                 Ok(())
@@ -272,7 +310,9 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     bytes: record.size(),
                     event_id: poisoned.event_id.clone(),
                     topic: copy.topic.as_str().into(),
+                    timestamp_ms: record.timestamp_ms,
                     dead_letter: true,
+                    alone: false,
                 };
                 match self.hand(progress, &record, ticket).await? {
                     Handed::Taken => {}
