@@ -133,33 +133,54 @@ async fn on_mock_cluster(
     (cluster, pg, client, relay)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timestamp_the_broker_rejects_is_dead_lettered() {
-    let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
-    cluster.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP],
-    );
-    let id = "00000000-0000-0000-0000-0000000000c1";
-    let end = events("Placed", 1)
+/// One event of type Placed with id `id`; the LSN after its commit.
+async fn placed(client: &tokio_postgres::Client, id: &str) -> u64 {
+    events("Placed", 1)
         .id(id)
         .aggregate("order-1")
         .payload("{}")
-        .insert(&client)
-        .await;
+        .insert(client)
+        .await
+}
+
+/// Waits until the slot has moved past `end` (an LSN after the commit).
+async fn slot_passes(client: &tokio_postgres::Client, end: u64) {
+    eventually(WAIT, "the slot to pass the event", || async {
+        (confirmed_flush_lsn(client, "walrelay").await >= end - 1024).then_some(())
+    })
+    .await;
+}
+
+/// Kafka refuses one event once with `error`: it is dead-lettered with a
+/// reason that says `reason`, and the slot moves past it without a new
+/// session.
+async fn a_refusal_is_dead_lettered(error: RDKafkaRespErr, id: &str, reason: &str) {
+    let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
+    cluster.request_errors(RDKafkaApiKey::Produce, &[error]);
+    let end = placed(&client, id).await;
 
     let reader = KafkaReader::connect(&cluster.bootstrap_servers());
     reader.subscribe(&[DLQ]);
     let got = reader.read(1, WAIT);
     assert_eq!(got.len(), 1, "{}", relay.log());
     assert_eq!(got[0].header("id"), Some(id));
-    assert!(got[0]
-        .header("walrelay.reason")
-        .unwrap()
-        .contains("timestamp"));
-    eventually(WAIT, "the slot to pass the event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
+    let why = got[0].header("walrelay.reason").unwrap();
+    assert!(why.contains(reason), "{why}");
+    slot_passes(&client, end).await;
+    assert!(
+        !relay.log().contains("session ended; reconnecting"),
+        "{}",
+        relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_the_broker_rejects_is_dead_lettered() {
+    a_refusal_is_dead_lettered(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP,
+        "00000000-0000-0000-0000-0000000000c1",
+        "timestamp",
+    )
     .await;
 }
 
@@ -172,12 +193,7 @@ async fn a_topic_authorization_failure_halts_even_in_dead_letter_mode() {
     );
     let before = current_lsn(&client).await;
     let id = "00000000-0000-0000-0000-0000000000c2";
-    events("Placed", 1)
-        .id(id)
-        .aggregate("order-1")
-        .payload("{}")
-        .insert(&client)
-        .await;
+    placed(&client, id).await;
 
     let status = relay
         .wait(WAIT)
@@ -208,12 +224,7 @@ async fn a_retriable_failure_of_a_dead_letter_record_is_retried_not_a_halt() {
     errors.extend([RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 500]);
     cluster.request_errors(RDKafkaApiKey::Produce, &errors);
     let id = "00000000-0000-0000-0000-0000000000c3";
-    let end = events("Placed", 1)
-        .id(id)
-        .aggregate("order-1")
-        .payload("{}")
-        .insert(&client)
-        .await;
+    let end = placed(&client, id).await;
 
     eventually(WAIT, "the dead-letter copy to fail retriably", || async {
         relay
@@ -234,10 +245,7 @@ async fn a_retriable_failure_of_a_dead_letter_record_is_retried_not_a_halt() {
     let got = reader.read(1, WAIT);
     assert_eq!(got.len(), 1, "{}", relay.log());
     assert_eq!(got[0].header("id"), Some(id));
-    eventually(WAIT, "the slot to pass the event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
-    .await;
+    slot_passes(&client, end).await;
     assert!(!relay.log().contains("walrelay stopped"), "{}", relay.log());
 }
 
@@ -286,10 +294,7 @@ async fn an_event_too_large_for_its_topic_keeps_its_payload_in_the_dead_letter_r
         value, expected,
         "the dead-letter record carries the whole value"
     );
-    eventually(WAIT, "the slot to pass the event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
-    .await;
+    slot_passes(&client, end).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,12 +337,7 @@ async fn a_topic_walrelay_may_not_describe_halts_instead_of_passing_for_a_missin
         .unwrap();
     let before = current_lsn(&client).await;
     let id = "00000000-0000-0000-0000-0000000000e1";
-    events("Placed", 1)
-        .id(id)
-        .aggregate("order-1")
-        .payload("{}")
-        .insert(&client)
-        .await;
+    placed(&client, id).await;
 
     let log = relay.wait_for_failure(WAIT);
     assert!(
@@ -354,41 +354,12 @@ async fn a_topic_walrelay_may_not_describe_halts_instead_of_passing_for_a_missin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_violation_is_dead_lettered_instead_of_retried_forever() {
-    let (cluster, _pg, client, relay) = on_mock_cluster("dead-letter", &[]).await;
-    cluster.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION],
-    );
-    let id = "00000000-0000-0000-0000-0000000000e2";
-    let end = events("Placed", 1)
-        .id(id)
-        .aggregate("order-1")
-        .payload("{}")
-        .insert(&client)
-        .await;
-
-    let reader = KafkaReader::connect(&cluster.bootstrap_servers());
-    reader.subscribe(&[DLQ]);
-    let got = reader.read(1, WAIT);
-    assert_eq!(got.len(), 1, "{}", relay.log());
-    assert_eq!(got[0].header("id"), Some(id));
-    assert!(
-        got[0]
-            .header("walrelay.reason")
-            .unwrap()
-            .contains("olicy violation"),
-        "{:?}",
-        got[0].header("walrelay.reason")
-    );
-    eventually(WAIT, "the slot to pass the event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
+    a_refusal_is_dead_lettered(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION,
+        "00000000-0000-0000-0000-0000000000e2",
+        "olicy violation",
+    )
     .await;
-    assert!(
-        !relay.log().contains("session ended; reconnecting"),
-        "{}",
-        relay.log()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -400,12 +371,7 @@ async fn a_batch_refused_once_for_its_size_is_delivered_when_sent_again_alone() 
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE],
     );
     let id = "00000000-0000-0000-0000-0000000000d3";
-    let end = events("Placed", 1)
-        .id(id)
-        .aggregate("order-1")
-        .payload("{}")
-        .insert(&client)
-        .await;
+    let end = placed(&client, id).await;
     let reader = KafkaReader::connect(&cluster.bootstrap_servers());
     reader.subscribe(&["outbox.event.Placed", DLQ]);
     let got = reader.read(1, WAIT);
@@ -414,9 +380,6 @@ async fn a_batch_refused_once_for_its_size_is_delivered_when_sent_again_alone() 
         (got[0].topic.as_str(), got[0].header("id")),
         ("outbox.event.Placed", Some(id))
     );
-    eventually(WAIT, "the slot to pass the event", || async {
-        (confirmed_flush_lsn(&client, "walrelay").await >= end - 1024).then_some(())
-    })
-    .await;
+    slot_passes(&client, end).await;
     assert!(reader.read_for(Duration::from_secs(1)).is_empty());
 }
