@@ -80,6 +80,7 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
         ("postgres.table_select", "may SELECT"),
         ("postgres.partitioning", "not partitioned"),
         ("postgres.publication", "walrelay run creates it"),
+        ("postgres.state", "a first start"),
         ("postgres.slot", "walrelay run creates it"),
         ("kafka.brokers", "broker(s)"),
         ("kafka.describe_topics", "outbox.event.WalrelayCheck"),
@@ -131,6 +132,14 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
     // The create-topic probe was validated only: no such topic exists.
     let topics = entry(&doc, "kafka.topics")["detail"].as_str().unwrap();
     assert!(!topics.contains("WalrelayCheck"), "{topics}");
+    assert_check(&doc, "postgres.state", "pass", "remembers slot");
+    // One broker: an acknowledged event lives on one disk.
+    assert_check(
+        &doc,
+        "kafka.durability",
+        "warn",
+        "--topic-replication-factor 3",
+    );
     relay.terminate(Duration::from_secs(30));
 
     // The checklist for people: a line per check, exit code 0.
@@ -353,4 +362,31 @@ async fn every_outbox_table_is_checked_and_a_missing_one_fails_by_name() {
             .contains("audit.outbox"),
         "{doc:#}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_refuses_a_remembered_slot_that_is_gone_as_run_does() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(Duration::from_secs(60));
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    client
+        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
+        .await
+        .unwrap();
+
+    let (ok, doc) = check(&pg.url(), &broker.brokers(), &[]);
+    assert!(!ok, "{doc:#}");
+    assert_check(&doc, "postgres.state", "fail", "is missing");
+    assert_check(&doc, "postgres.slot", "fail", "would not create it");
+    let mut relay = Relay::start(&pg, &broker);
+    let log = relay.wait_for_failure(Duration::from_secs(60));
+    assert!(log.contains("is missing"), "{log}");
+
+    // With the flag both say a new slot, and both name the gap.
+    let (ok, doc) = check(&pg.url(), &broker.brokers(), &["--recreate-missing-slot"]);
+    assert!(ok, "{doc:#}");
+    assert_check(&doc, "postgres.slot", "warn", "are not delivered");
 }

@@ -113,3 +113,44 @@ async fn an_outbox_table_the_publication_leaves_out_is_refused_with_the_fix() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_with_other_tables_waits_for_an_accepted_change_and_the_old_one_then_stops() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = two_outboxes(&pg).await;
+    let mut old = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
+    old.wait_ready(WAIT);
+
+    // A rolling deploy adds a table: the new instance does not stream beside
+    // the old one, which would confirm past the new table's events.
+    let both = ["--table", "public.outbox,billing.outbox"];
+    let mut new = Relay::start_with(&pg, &broker, &both);
+    let log = new.wait_for_failure(WAIT);
+    assert!(
+        log.contains("read with other settings") && log.contains("billing.outbox"),
+        "{log}"
+    );
+    assert!(log.contains("--accept-config-change"), "{log}");
+
+    // The documented steps: accept the change (the old instance stops), then
+    // publish the new table, then run the new configuration.
+    let accepted = [&both[..], &["--accept-config-change"]].concat();
+    let mut new = Relay::start_with(&pg, &broker, &accepted);
+    let log = old.wait_for_failure(WAIT);
+    assert!(
+        log.contains("another walrelay recorded other settings"),
+        "{log}"
+    );
+    let _ = new.wait(WAIT);
+    client
+        .batch_execute("ALTER PUBLICATION walrelay ADD TABLE billing.outbox")
+        .await
+        .unwrap();
+    let new = Relay::start_with(&pg, &broker, &both);
+    new.wait_ready(WAIT);
+    insert(&client, "billing.outbox", 1).await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Ledger"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "{}", new.log());
+}

@@ -27,7 +27,7 @@ use crate::metrics::{self, Metrics};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::publication::{self, RelationResolver};
 use crate::postgres::setup::SlotOptions;
-use crate::postgres::state::decide::{decide, Allowed, Observed};
+use crate::postgres::state::decide::{decide, settings_verdict, Allowed, Observed};
 use crate::postgres::state::{Accepted, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
@@ -252,6 +252,30 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
     // Read before the catalog: every change committed before this position
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
+    let state_table = &settings.state_table;
+    let published = settings.published();
+    let stored = state_table
+        .load(&client, &settings.publication, &settings.slot)
+        .await?;
+    let allowed = Allowed {
+        outbox_change: settings.accept_outbox_change,
+        config_change: settings.accept_config_change,
+        recreate_missing_slot: settings.recreate_missing_slot,
+    };
+    // Before the tables and the publication: new settings may need a table
+    // added to the publication, which must wait until the instances with the
+    // old ones have stopped (docs/operations.md, "Changing what walrelay
+    // publishes").
+    if let Some(change) = settings_verdict(&settings.slot, stored.as_ref(), &published, allowed)? {
+        state_table
+            .record_settings(&client, &settings.slot, &published)
+            .await?;
+        warn!(
+            slot = %settings.slot,
+            "recorded this instance's settings for the slot, as --accept-config-change asks \
+             ({change}); instances with the old ones stop"
+        );
+    }
     let outbox = match settings.source {
         Source::Table => {
             for table in &settings.tables {
@@ -281,12 +305,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             Vec::new()
         }
     };
-    let state_table = &settings.state_table;
-    let stored = state_table
-        .load(&client, &settings.publication, &settings.slot)
-        .await?;
     let existing = setup::existing_slot(&client, &settings.slot).await?;
-    let published = settings.published();
     let verdict = decide(
         &Observed {
             slot: &settings.slot,
@@ -296,11 +315,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             slot_exists: existing.is_some(),
             wal_now,
         },
-        Allowed {
-            outbox_change: settings.accept_outbox_change,
-            config_change: settings.accept_config_change,
-            recreate_missing_slot: settings.recreate_missing_slot,
-        },
+        allowed,
     )?;
     for change in &verdict.accepted {
         warn!(slot = %settings.slot, "accepted at start-up, as the flags ask: {change}");

@@ -51,17 +51,11 @@ pub struct Verdict {
 
 /// Decides, or says why walrelay must not stream.
 pub fn decide(seen: &Observed<'_>, allowed: Allowed) -> Result<Verdict, Error> {
-    let mut accepted = Vec::new();
+    let mut accepted: Vec<String> =
+        settings_verdict(seen.slot, seen.stored, seen.settings, allowed)?
+            .into_iter()
+            .collect();
     if let Some(stored) = seen.stored {
-        if let Some(recorded) = &stored.settings {
-            let differences = differences(recorded, seen.settings);
-            if !differences.is_empty() {
-                if !allowed.config_change {
-                    return Err(config_changed_error(seen.slot, &differences));
-                }
-                accepted.push(format!("settings changed: {}", differences.join("; ")));
-            }
-        }
         if let Some(what) = outbox_change(&stored.outbox, seen.outbox) {
             if !allowed.outbox_change {
                 let risk = AtRisk {
@@ -83,6 +77,31 @@ pub fn decide(seen: &Observed<'_>, allowed: Allowed) -> Result<Verdict, Error> {
         (false, Some(state)) => return Err(missing_slot_error(seen.slot, state)),
     };
     Ok(Verdict { slot, accepted })
+}
+
+/// The settings part of the decision, which comes before every other
+/// check (a table the new settings add may not be published yet): an
+/// error for other settings than the recorded ones, or the accepted change.
+pub fn settings_verdict(
+    slot: &str,
+    stored: Option<&SlotState>,
+    settings: &serde_json::Value,
+    allowed: Allowed,
+) -> Result<Option<String>, Error> {
+    let Some(recorded) = stored.and_then(|s| s.settings.as_ref()) else {
+        return Ok(None);
+    };
+    let differences = differences(recorded, settings);
+    if differences.is_empty() {
+        return Ok(None);
+    }
+    if !allowed.config_change {
+        return Err(config_changed_error(slot, &differences));
+    }
+    Ok(Some(format!(
+        "settings changed: {}",
+        differences.join("; ")
+    )))
 }
 
 /// How the outbox tables differ from the recorded ones, if they do. A

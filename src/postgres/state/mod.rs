@@ -312,6 +312,27 @@ impl StateTable {
             .map_err(|e| self.refused("write", e))
     }
 
+    /// Records new settings for the slot ahead of the rest of a start
+    /// (`--accept-config-change`), so that instances with the old ones
+    /// stop even while this one still waits for the database to match.
+    pub async fn record_settings(
+        &self,
+        client: &Client,
+        slot: &str,
+        settings: &serde_json::Value,
+    ) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO {} (slot, settings) VALUES ($1, $2::text::jsonb) \
+             ON CONFLICT (slot) DO UPDATE SET settings = EXCLUDED.settings",
+            self.0.quoted()
+        );
+        client
+            .execute(&sql, &[&slot, &settings.to_string()])
+            .await
+            .map(drop)
+            .map_err(|e| self.refused("write", e))
+    }
+
     /// Records that the outbox tables were found as recorded at `lsn`.
     pub async fn record_verified(
         &self,
