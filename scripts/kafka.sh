@@ -119,10 +119,11 @@ run() {
   write_config "$dir" "$port" "$cport"
   if [ ! -f "$dir/data/meta.properties" ]; then
     local id
-    # 16 random bytes, base64url without padding.
+    # 16 random bytes, base64url without padding. It may start with '-',
+    # which argparse would read as an option: hence --cluster-id=ID.
     id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
     java "${jvm_flags[@]}" -cp "$libs/*" kafka.tools.StorageTool \
-      format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+      format --cluster-id="$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
       || { cat "$dir/format.log" >&2; exit 1; }
   fi
   exec java "${jvm_flags[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties"
