@@ -40,7 +40,8 @@ for major in "${majors[@]}"; do
   fi
   cargo test --test end_to_end --test faults --test messages_source --test startup_errors \
     --test resilience --test partitioned_outbox --test slot_loss --test publication_changes \
-    --test dead_peers --test several_tables -- --test-threads=2
+    --test dead_peers --test several_tables --test postgres_crashes --test security \
+    --test check -- --test-threads=2
   # Two clusters and a broker per test: one at a time. --nocapture prints the figures.
   cargo test --test failover -- --test-threads=1 --nocapture
 done
