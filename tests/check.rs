@@ -90,8 +90,12 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
     ] {
         assert_check(&doc, name, "pass", detail);
     }
-    // PostgreSQL 15 has no slot failover.
-    assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+    // Slot failover came with PostgreSQL 17; run creates a failover slot.
+    if support::pg::major_version() >= 17 {
+        assert_check(&doc, "postgres.slot_failover", "pass", "failover = true");
+    } else {
+        assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+    }
 
     // A pre-flight changes nothing.
     let created: i64 = client
@@ -305,7 +309,12 @@ async fn table_role_publication_and_slot_problems_fail_with_their_fixes() {
         "pg_drop_replication_slot('physical')",
     );
     // Failover exists from PostgreSQL 17 only.
-    assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+    // A physical slot has no failover to speak of before PostgreSQL 17.
+    if support::pg::major_version() >= 17 {
+        assert_check(&doc, "postgres.slot_failover", "warn", "FAILOVER true");
+    } else {
+        assert_check(&doc, "postgres.slot_failover", "skip", "17+");
+    }
 
     // Kafka refusals, from librdkafka's mock cluster (tansu has no ACLs):
     // describing the topic and getting a producer id.
