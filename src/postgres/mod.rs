@@ -5,6 +5,7 @@ pub mod failover;
 pub mod lsn;
 pub mod names;
 pub mod pgoutput;
+pub mod placement;
 pub mod publication;
 pub mod replication;
 pub mod setup;

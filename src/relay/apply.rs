@@ -29,7 +29,7 @@ use crate::outbox::message::event_from_message;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
-use crate::postgres::publication::RelationRole;
+use crate::postgres::placement::RelationRole;
 use crate::postgres::replication::ReplicationMessage;
 use crate::postgres::state::recovery::{outbox_changed_error, AtRisk};
 use crate::postgres::state::ServerId;

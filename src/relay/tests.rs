@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::fixture::captured_pg15;
 use crate::postgres::pgoutput::Relation;
-use crate::postgres::publication::RelationRole;
+use crate::postgres::placement::RelationRole;
 use crate::postgres::replication::ReplicationMessage;
 use crate::sink::memory::{MemoryHandle, MemorySink};
 use crate::sink::{OwnedRecord, Refusal, Rejection};

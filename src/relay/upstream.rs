@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::error::{Error, Result};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::Relation;
-use crate::postgres::publication::{RelationResolver, RelationRole};
+use crate::postgres::placement::{RelationResolver, RelationRole};
 use crate::postgres::replication::{ReplicationMessage, ReplicationStream, StatusSender};
 
 /// Walrelay calls upstreams through generics only, so the `async fn`s here
