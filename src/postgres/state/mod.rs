@@ -267,20 +267,18 @@ impl StateTable {
         let created_at = state.created.as_ref().map(|(_, at)| at.clone());
         let delivered_lsn = state.delivered.as_ref().map(|d| d.lsn.to_string());
         let delivered_at = state.delivered.as_ref().map(|d| d.at.clone());
-        client
-            .execute(
-                &sql,
-                &[
-                    &state.slot,
-                    &created_lsn,
-                    &created_at,
-                    &delivered_lsn,
-                    &delivered_at,
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(|e| self.refused("write", e))
+        self.write(
+            client,
+            &sql,
+            &[
+                &state.slot,
+                &created_lsn,
+                &created_at,
+                &delivered_lsn,
+                &delivered_at,
+            ],
+        )
+        .await
     }
 
     /// Records the outbox tables and settings a start accepted (a new row
@@ -302,14 +300,12 @@ impl StateTable {
             self.0.quoted()
         );
         let outbox = serde_json::to_string(outbox).expect("identities serialize");
-        client
-            .execute(
-                &sql,
-                &[&slot, &outbox, &settings.to_string(), &verified.to_string()],
-            )
-            .await
-            .map(drop)
-            .map_err(|e| self.refused("write", e))
+        self.write(
+            client,
+            &sql,
+            &[&slot, &outbox, &settings.to_string(), &verified.to_string()],
+        )
+        .await
     }
 
     /// Records new settings for the slot ahead of the rest of a start
@@ -326,11 +322,8 @@ impl StateTable {
              ON CONFLICT (slot) DO UPDATE SET settings = EXCLUDED.settings",
             self.0.quoted()
         );
-        client
-            .execute(&sql, &[&slot, &settings.to_string()])
+        self.write(client, &sql, &[&slot, &settings.to_string()])
             .await
-            .map(drop)
-            .map_err(|e| self.refused("write", e))
     }
 
     /// Records that the outbox tables were found as recorded at `lsn`.
@@ -360,11 +353,7 @@ impl StateTable {
              WHERE slot = $1",
             self.0.quoted()
         );
-        client
-            .execute(&sql, &[&slot, &lsn.to_string()])
-            .await
-            .map(drop)
-            .map_err(|e| self.refused("write", e))
+        self.write(client, &sql, &[&slot, &lsn.to_string()]).await
     }
 
     /// Records a delivered position; an older one never replaces a newer
@@ -392,6 +381,20 @@ impl StateTable {
             )
             .await
             .map(drop)
+    }
+
+    /// Runs a write that start-up needs: a refusal names the fix.
+    async fn write(
+        &self,
+        client: &Client,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<()> {
+        client
+            .execute(sql, params)
+            .await
+            .map(drop)
+            .map_err(|e| self.refused("write", e))
     }
 
     /// The error for a role that may not use the table, with the fix.
