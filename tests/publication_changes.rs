@@ -111,11 +111,7 @@ async fn an_outbox_replaced_while_walrelay_was_down_stops_it_with_the_range_at_r
     let log = relay.wait_for_failure(WAIT);
     assert!(log.contains("was dropped and recreated"), "{log}");
     assert!(log.contains("--accept-outbox-change"), "{log}");
-    let from = lsn_after(&log, "between LSN ");
-    assert!(
-        from <= gap_from,
-        "the range at risk starts after the gap: {log}"
-    );
+    assert_range_covers(&log, gap_from);
 
     // The runbook: publish the rows again, then accept the table.
     client
@@ -155,11 +151,7 @@ async fn an_outbox_that_left_the_publication_and_came_back_between_two_checks_st
     let log = relay.wait_for_failure(WAIT);
     assert!(log.contains("left publication"), "{log}");
     assert!(log.contains("publication_changed"), "{log}");
-    let from = lsn_after(&log, "between LSN ");
-    assert!(
-        from <= gap_from,
-        "the range at risk starts after the gap: {log}"
-    );
+    assert_range_covers(&log, gap_from);
 
     // A restart does not stream on as if nothing happened.
     let mut again = Relay::start(&stack.pg, &stack.broker);
@@ -193,6 +185,15 @@ async fn an_outbox_replaced_under_a_running_walrelay_stops_it_before_the_new_tab
         "walrelay published the new table's rows as if nothing happened"
     );
     assert!(confirmed_flush_lsn(client, "walrelay").await < new_rows_end);
+}
+
+/// The range at risk that the log names starts no later than the gap.
+fn assert_range_covers(log: &str, gap_from: u64) {
+    let from = lsn_after(log, "between LSN ");
+    assert!(
+        from <= gap_from,
+        "the range at risk starts after the gap: {log}"
+    );
 }
 
 /// The LSN printed right after `marker` in a log.

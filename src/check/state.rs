@@ -9,7 +9,7 @@ use super::Check;
 use crate::config::{Settings, Source};
 use crate::postgres::publication;
 use crate::postgres::setup;
-use crate::postgres::state::decide::{decide, Allowed, Observed, SlotPlan};
+use crate::postgres::state::decide::{decide, Observed, SlotPlan};
 use crate::postgres::state::OutboxIdentity;
 
 /// The state check, and the plan for the slot when `run` would start.
@@ -28,19 +28,7 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
         Err(e) => return (Check::from_error(NAME, &e), None),
     };
     if let Some(problem) = usable {
-        return (
-            Check::fail(
-                NAME,
-                problem,
-                format!(
-                "let a DBA run sql/walrelay_state.sql (or: {} {}), or point --state-table at a \
-                 table this role may read and write",
-                table.create_sql().replace('\n', " "),
-                table.grant_sql("<walrelay's role>")
-            ),
-            ),
-            None,
-        );
+        return (Check::fail(NAME, problem, table.fix()), None);
     }
     let observed = match observe(client, settings).await {
         Ok(observed) => observed,
@@ -56,11 +44,7 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
             slot_exists: observed.slot_exists,
             wal_now: observed.wal_now,
         },
-        Allowed {
-            outbox_change: settings.accept_outbox_change,
-            config_change: settings.accept_config_change,
-            recreate_missing_slot: settings.recreate_missing_slot,
-        },
+        settings.allowed,
     );
     match verdict {
         Err(e) => (

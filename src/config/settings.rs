@@ -17,6 +17,7 @@ use crate::outbox::mapping::MappingConfig;
 use crate::outbox::placement::Target;
 use crate::outbox::routing::{validate_topic, Router};
 use crate::postgres::names::TableName;
+use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::StateTable;
 use crate::postgres::PgTarget;
 use crate::watchdog::{WatchdogSettings, Webhook};
@@ -32,9 +33,9 @@ pub struct Settings {
     pub message_prefix: String,
     pub on_update: OnUpdate,
     pub failover_slot: bool,
-    pub recreate_missing_slot: bool,
-    pub accept_outbox_change: bool,
-    pub accept_config_change: bool,
+    /// What the flags let start-up accept (`--recreate-missing-slot`,
+    /// `--accept-outbox-change`, `--accept-config-change`).
+    pub allowed: Allowed,
     /// Where walrelay remembers the slot (`postgres::state`).
     pub state_table: StateTable,
     pub mapping: MappingConfig,
@@ -140,9 +141,11 @@ impl Settings {
             message_prefix: source.message_prefix.clone(),
             on_update: source.on_update,
             failover_slot: source.failover_slot,
-            recreate_missing_slot: source.recreate_missing_slot,
-            accept_outbox_change: source.accept_outbox_change,
-            accept_config_change: source.accept_config_change,
+            allowed: Allowed {
+                outbox_change: source.accept_outbox_change,
+                config_change: source.accept_config_change,
+                recreate_missing_slot: source.recreate_missing_slot,
+            },
             state_table: StateTable(args.conn.state_table.clone()),
             mapping: mapping_config(args),
             router,

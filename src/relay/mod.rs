@@ -28,7 +28,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
-use crate::postgres::state::decide::{decide, settings_verdict, Allowed, Observed};
+use crate::postgres::state::decide::{decide, settings_verdict, Observed};
 use crate::postgres::state::{Accepted, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
@@ -258,11 +258,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
     let stored = state_table
         .load(&client, &settings.publication, &settings.slot)
         .await?;
-    let allowed = Allowed {
-        outbox_change: settings.accept_outbox_change,
-        config_change: settings.accept_config_change,
-        recreate_missing_slot: settings.recreate_missing_slot,
-    };
+    let allowed = settings.allowed;
     // Before the tables and the publication: new settings may need a table
     // added to the publication, which must wait until the instances with the
     // old ones have stopped (docs/operations.md, "Changing what walrelay

@@ -397,17 +397,24 @@ impl StateTable {
             .map_err(|e| self.refused("write", e))
     }
 
+    /// What a DBA does for a role that may not use the table.
+    pub fn fix(&self) -> String {
+        format!(
+            "let a DBA run sql/walrelay_state.sql (or: {}; {}), or point --state-table at a \
+             table this role may read and write",
+            self.create_sql().replace('\n', " "),
+            self.grant_sql("<walrelay's role>")
+        )
+    }
+
     /// The error for a role that may not use the table, with the fix.
     fn refused(&self, what: &str, e: tokio_postgres::Error) -> Error {
         let table = &self.0;
         if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
             return Error::permanent(format!(
                 "walrelay may not {what} its state table {table}, where it remembers each slot \
-                 so that a lost slot is never taken for a first start: let a DBA run \
-                 sql/walrelay_state.sql (or: {}; {}), or point --state-table at a table this \
-                 role may read and write",
-                self.create_sql().replace('\n', " "),
-                self.grant_sql("<walrelay's role>")
+                 so that a lost slot is never taken for a first start: {}",
+                self.fix()
             ))
             .with_source(e);
         }

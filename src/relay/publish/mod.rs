@@ -212,16 +212,22 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 Ok(()) => break,
                 Err(SendError::Full(back)) => {
                     ticket = back;
-                    let delivery = self.sink.delivery().await.ok_or_else(|| {
-                        Error::transient("the Kafka producer stopped reporting deliveries")
-                    })?;
-                    self.on_delivery(progress, delivery)?;
+                    self.take_delivery(progress).await?;
                 }
                 Err(SendError::Refused(refusal)) => return Ok(Handed::Refused(refusal)),
             }
         }
         progress.sent(seq, bytes);
         Ok(Handed::Taken)
+    }
+
+    /// Waits for the sink's next delivery and books it.
+    async fn take_delivery(&mut self, progress: &mut Progress) -> Result<()> {
+        let delivery =
+            self.sink.delivery().await.ok_or_else(|| {
+                Error::transient("the Kafka producer stopped reporting deliveries")
+            })?;
+        self.on_delivery(progress, delivery)
     }
 
     pub fn on_delivery(

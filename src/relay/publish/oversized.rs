@@ -38,10 +38,7 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
         progress: &mut Progress,
     ) -> Result<()> {
         while progress.inflight_events() > self.held_in_flight() {
-            let delivery = self.sink.delivery().await.ok_or_else(|| {
-                Error::transient("the Kafka producer stopped reporting deliveries")
-            })?;
-            self.on_delivery(progress, delivery)?;
+            self.take_delivery(progress).await?;
         }
         Ok(())
     }
