@@ -477,7 +477,13 @@ impl KafkaReader {
         let mut out = Vec::new();
         while out.len() < count && Instant::now() < deadline {
             if let Some(result) = self.consumer.poll(Duration::from_millis(100)) {
-                let m = result.expect("consumer error");
+                let m = match result {
+                    Ok(m) => m,
+                    // A broker a test paused or restarted: the consumer
+                    // says so once it is back, then reads on.
+                    Err(e) if is_connection_error(&e) => continue,
+                    Err(e) => panic!("consumer error: {e:?}"),
+                };
                 let mut headers = HashMap::new();
                 if let Some(h) = m.headers() {
                     for header in h.iter() {
@@ -509,4 +515,13 @@ impl KafkaReader {
     pub fn read_for(&self, quiet: Duration) -> Vec<Received> {
         self.read(usize::MAX, quiet)
     }
+}
+
+/// An error of the consumer's connection to the broker, not of a message.
+fn is_connection_error(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode::{AllBrokersDown, BrokerTransportFailure};
+    matches!(
+        e.rdkafka_error_code(),
+        Some(AllBrokersDown | BrokerTransportFailure)
+    )
 }
