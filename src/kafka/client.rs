@@ -23,6 +23,16 @@ const DEFAULTS: &[(&str, &str)] = &[
     // event lands where Debezium would have put it; librdkafka's own default
     // (consistent_random, CRC32) places keys elsewhere.
     ("partitioner", "murmur2_random"),
+    // One produce request in flight per broker. With more, the idempotent
+    // producer can lose a record without a word: when a partition's first
+    // batch fails with a not-persisted error (NOT_LEADER on a topic just
+    // created, or during a leader election) and the next batch succeeds,
+    // the broker, which has no sequence state for the new producer yet,
+    // accepts it, and librdkafka takes the first batch as implicitly
+    // acknowledged (its IMPLICITACK; confluent-kafka-go issue 921). Seen on
+    // Apache Kafka 4.4 in tests/poison.rs: 1 dead-letter copy in 3 acked
+    // but never written, in half the runs.
+    ("max.in.flight.requests.per.connection", "1"),
 ];
 
 /// What a default Kafka broker accepts (its message.max.bytes): the client's
