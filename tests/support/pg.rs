@@ -337,6 +337,22 @@ pub async fn confirmed_flush_lsn(client: &Client, slot: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether the slot would still deliver a change whose row holds `needle`
+/// (an event id): what a halt must leave behind. Peeks, so the slot does
+/// not move; the slot must not be in use.
+pub async fn slot_still_holds(client: &Client, slot: &str, needle: &str) -> bool {
+    client
+        .query_one(
+            "SELECT count(*) > 0 FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, \
+               'proto_version', '1', 'publication_names', 'walrelay') \
+             WHERE position(convert_to($2, 'UTF8') IN data) > 0",
+            &[&slot, &needle],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// Bytes between the current WAL position and the slot's confirmed_flush_lsn.
 pub async fn slot_lag(client: &Client, slot: &str) -> i64 {
     client
