@@ -11,6 +11,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use serde_json::Value;
+use support::pg::drop_slot;
 use support::{free_port, Broker, Postgres, Relay};
 
 /// `walrelay check --json` with `run`'s connection flags: (success, report).
@@ -381,10 +382,7 @@ async fn check_refuses_a_remembered_slot_that_is_gone_as_run_does() {
     let mut relay = Relay::start(&pg, &broker);
     relay.wait_ready(Duration::from_secs(60));
     assert!(relay.terminate(Duration::from_secs(30)).success());
-    client
-        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
-        .await
-        .unwrap();
+    drop_slot(&client, "walrelay").await;
 
     let (ok, doc) = check(&pg.url(), &broker.brokers(), &[]);
     assert!(!ok, "{doc:#}");

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
-use support::pg::confirmed_flush_lsn;
+use support::pg::{confirmed_flush_lsn, drop_slot};
 use support::{Broker, Postgres, Relay, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -58,11 +58,11 @@ async fn a_table_removed_recreated_or_renamed_under_walrelay_stops_it_within_a_w
         assert!(log.contains("publication_changed"), "{change}: {log}");
 
         // Back to the starting point for the next change.
+        drop_slot(&client, "walrelay").await;
         client
             .batch_execute(
                 "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_old; \
-                 DROP PUBLICATION walrelay; SELECT pg_drop_replication_slot('walrelay'); \
-                 DROP TABLE walrelay_state;",
+                 DROP PUBLICATION walrelay; DROP TABLE walrelay_state;",
             )
             .await
             .unwrap();

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::outbox::events;
+use support::pg::drop_slot;
 use support::{Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -98,10 +99,7 @@ async fn a_least_privilege_role_never_takes_a_dropped_slot_for_a_first_start() {
 
     let client = pg.client().await;
     events("WhileDown", 5).insert(&client).await;
-    client
-        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
-        .await
-        .unwrap();
+    drop_slot(&client, "walrelay").await;
     let mut relay = Relay::start_raw(&url, &broker.brokers(), &[]);
     let log = relay.wait_for_failure(WAIT);
     assert!(

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::{committed_ids, events, read_until_all_arrive};
-use support::pg::confirmed_flush_lsn;
+use support::pg::{confirmed_flush_lsn, drop_slot};
 use support::{Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -35,10 +35,7 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
 
     // The gap: committed while walrelay is down, then the slot goes.
     events("InTheGap", 5).insert(client).await;
-    client
-        .batch_execute("SELECT pg_drop_replication_slot('walrelay')")
-        .await
-        .unwrap();
+    drop_slot(client, "walrelay").await;
 
     let mut relay = Relay::start(&stack.pg, broker);
     let status = relay
@@ -111,13 +108,13 @@ async fn a_slot_an_older_walrelay_remembered_in_the_publications_comment_is_not_
     stack.relay.kill9();
     let (client, broker) = (&stack.client, &stack.broker);
     // What an older walrelay left: a comment line, and no state table.
+    drop_slot(client, "walrelay").await;
     client
         .batch_execute(
             "COMMENT ON PUBLICATION walrelay IS 'walrelay-slot walrelay created_lsn=0/1000000 \
                created_at=2026-11-01T10:00:00Z confirmed_lsn=0/1500000 \
                confirmed_at=2026-11-02T10:00:00Z'; \
-             DROP TABLE walrelay_state; \
-             SELECT pg_drop_replication_slot('walrelay');",
+             DROP TABLE walrelay_state;",
         )
         .await
         .unwrap();

@@ -353,6 +353,34 @@ pub async fn slot_still_holds(client: &Client, slot: &str, needle: &str) -> bool
         .get(0)
 }
 
+/// Drops a slot once its walsender is gone: after walrelay stops (above
+/// all after kill -9) the server may hold the slot active for a moment.
+pub async fn drop_slot(client: &Client, slot: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let active: Option<bool> = client
+            .query_opt(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get(0));
+        match active {
+            None => panic!("slot {slot} does not exist"),
+            Some(false) => break,
+            Some(true) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            Some(true) => panic!("slot {slot} is still in use after 30 s"),
+        }
+    }
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .unwrap();
+}
+
 /// Bytes between the current WAL position and the slot's confirmed_flush_lsn.
 pub async fn slot_lag(client: &Client, slot: &str) -> i64 {
     client
