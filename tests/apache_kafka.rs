@@ -48,6 +48,11 @@ async fn apache_kafka_killed_and_restarted_three_times_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apache_kafka_restarted_mid_batch_leaves_no_duplicate_gap_or_reordering() {
+    guarantees::a_broker_restarted_mid_batch_leaves_no_duplicate_gap_or_reordering(APACHE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apache_kafka_unreachable_for_a_minute_delays_but_loses_nothing() {
     guarantees::broker_unreachable_for_a_minute_under_load_delays_but_loses_nothing(APACHE).await;
 }

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::kafka::Received;
 use super::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use super::pg::confirmed_flush_lsn;
 use super::{eventually, Broker, BrokerKind, Postgres, Relay, Stack};
@@ -212,49 +213,53 @@ pub async fn relay_killed_mid_stream_loses_no_committed_event_after_restart(kind
     read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
 }
 
-pub async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order(
-    kind: BrokerKind,
-) {
-    let mut stack = Stack::start_kind(kind, &[]).await;
+/// One writer inserting `event_type` events five to a transaction, over ten
+/// keys, until told to stop; commit order is the order of `seq`.
+struct SeqWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
 
-    // One writer, so commit order is the order of `seq`.
-    let writer_pg = stack.pg.client().await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_writer = stop.clone();
-    let writer = tokio::spawn(async move {
-        let mut seq = 0i64;
-        while !stop_writer.load(std::sync::atomic::Ordering::Relaxed) {
-            writer_pg
-                .execute(
-                    "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                     SELECT gen_random_uuid(), 'order', 'key-' || ((($1::bigint + i) % 10)), 'Chaos', \
-                            jsonb_build_object('seq', $1::bigint + i) \
-                     FROM generate_series(0, 4) i",
-                    &[&seq],
-                )
-                .await
-                .unwrap();
-            seq += 5;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    });
-    let mut rng = 0x2545F4914F6CDD1Du64;
-    for _ in 0..20 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
-        stack.relay.restart(); // kill -9, then start the same command again
+impl SeqWriter {
+    async fn start(pg: &Postgres, event_type: &'static str) -> Self {
+        let writer_pg = pg.client().await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop_writer = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seq = 0i64;
+            while !stop_writer.load(std::sync::atomic::Ordering::Relaxed) {
+                writer_pg
+                    .execute(
+                        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                         SELECT gen_random_uuid(), 'order', 'key-' || ((($1::bigint + i) % 10)), $2, \
+                                jsonb_build_object('seq', $1::bigint + i) \
+                         FROM generate_series(0, 4) i",
+                        &[&seq, &event_type],
+                    )
+                    .await
+                    .unwrap();
+                seq += 5;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        SeqWriter { stop, task }
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.await.unwrap();
 
-    let expected = committed_ids(&stack.client, "Chaos").await;
+    async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap();
+    }
+}
+
+/// Every delivery of the committed `event_type` events, in (partition,
+/// offset) order, once all of them have arrived.
+async fn every_delivery(stack: &Stack, event_type: &str) -> (HashSet<String>, Vec<Received>) {
+    let expected = committed_ids(&stack.client, event_type).await;
     let reader = stack.broker.consumer();
-    reader.subscribe(&["outbox.event.Chaos"]);
+    reader.subscribe(&[format!("outbox.event.{event_type}").as_str()]);
     let mut all = Vec::new();
     let mut seen = HashSet::new();
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + BROKER_WAIT;
     while !expected.is_subset(&seen) && Instant::now() < deadline {
         for m in reader.read(expected.len(), Duration::from_secs(2)) {
             seen.insert(m.header("id").unwrap().to_string());
@@ -268,12 +273,15 @@ pub async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_orde
         "{missing} of {} committed events missing",
         expected.len()
     );
-
-    // Per key, first deliveries follow commit order.
     all.sort_by_key(|m| (m.partition, m.offset));
+    (expected, all)
+}
+
+/// Per key, first deliveries follow commit order (`seq`).
+fn assert_first_deliveries_in_key_order(all: &[Received]) {
     let mut first = HashSet::new();
     let mut last_seq: HashMap<String, i64> = HashMap::new();
-    for m in &all {
+    for m in all {
         if !first.insert(m.header("id").unwrap().to_string()) {
             continue;
         }
@@ -287,11 +295,98 @@ pub async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_orde
             );
         }
     }
+}
+
+pub async fn twenty_kill9_restarts_under_load_lose_nothing_and_keep_per_key_order(
+    kind: BrokerKind,
+) {
+    let mut stack = Stack::start_kind(kind, &[]).await;
+    let writer = SeqWriter::start(&stack.pg, "Chaos").await;
+    let mut rng = 0x2545F4914F6CDD1Du64;
+    for _ in 0..20 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
+        stack.relay.restart(); // kill -9, then start the same command again
+    }
+    writer.stop().await;
+
+    let (expected, all) = every_delivery(&stack, "Chaos").await;
+    assert_first_deliveries_in_key_order(&all);
     eprintln!(
         "{} committed events, {} deliveries ({} duplicates from unconfirmed windows)",
         expected.len(),
         all.len(),
         all.len() - expected.len()
+    );
+}
+
+/// The broker goes away while produce requests are in flight, by kill -9
+/// and by a clean shutdown, and walrelay stays up. Its idempotent producer
+/// then retries each batch with the same sequence numbers, which the broker
+/// deduplicates: every event lands once, with no gap and in commit order
+/// per key. A duplicate here would mean a retry outside the idempotent
+/// session (a new producer id), a gap a batch given up.
+pub async fn a_broker_restarted_mid_batch_leaves_no_duplicate_gap_or_reordering(kind: BrokerKind) {
+    // A short request timeout, so that a stall of the broker makes the
+    // client send requests again (with idempotence off, this test fails).
+    let mut stack = Stack::start_kind(kind, &["-X", "request.timeout.ms=2000"]).await;
+    let writer = SeqWriter::start(&stack.pg, "Sequenced").await;
+    for round in 0..4 {
+        eventually(WAIT, "deliveries before the restart", || async {
+            let published = stack.relay.metric("walrelay_events_published_total");
+            (published.unwrap_or(0.0) >= 200.0 * (round + 1) as f64).then_some(())
+        })
+        .await;
+        match round {
+            0 | 2 => stack.broker.restart(),
+            1 => {
+                stack.broker.stop();
+                stack.broker.restart_after_kill();
+            }
+            // A stall longer than the request timeout: the client gives the
+            // request up and sends it again on a new connection, and the
+            // broker, once it runs again, still reads the first copy.
+            _ => {
+                stack.broker.pause();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                stack.broker.resume();
+            }
+        }
+        assert!(
+            stack.relay.wait(Duration::from_millis(100)).is_none(),
+            "walrelay gave up in round {round}:\n{}",
+            stack.relay.log()
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    writer.stop().await;
+
+    let (expected, all) = every_delivery(&stack, "Sequenced").await;
+    assert_first_deliveries_in_key_order(&all);
+    let ids: Vec<&str> = all.iter().map(|m| m.header("id").unwrap()).collect();
+    let distinct: HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(
+        ids.len(),
+        distinct.len(),
+        "{} duplicates among {} committed events",
+        ids.len() - distinct.len(),
+        expected.len()
+    );
+    for pair in all.windows(2) {
+        if pair[0].partition == pair[1].partition {
+            assert_eq!(
+                pair[1].offset,
+                pair[0].offset + 1,
+                "a gap in partition {}'s offsets",
+                pair[0].partition
+            );
+        }
+    }
+    assert!(
+        stack.relay.wait(Duration::from_millis(100)).is_none(),
+        "walrelay stopped"
     );
 }
 

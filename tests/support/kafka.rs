@@ -253,6 +253,15 @@ impl Broker {
         }
     }
 
+    /// A clean shutdown (SIGTERM, then waiting for it to exit): Apache
+    /// Kafka closes its logs and leaves its partitions in order.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), libc::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+
     /// kill -9, then the broker again on the same port and storage.
     pub fn restart(&mut self) {
         self.kill();
