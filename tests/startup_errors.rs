@@ -199,3 +199,37 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
         "walrelay status exits non-zero for a lost slot"
     );
 }
+
+/// What a failed first start must not leave behind: a slot holds WAL until
+/// the disk fills, and a publication or state row would make the next
+/// start look like a restart.
+async fn nothing_was_created(client: &tokio_postgres::Client) {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots), \
+                    (SELECT count(*) FROM pg_publication), \
+                    to_regclass('public.walrelay_state') IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (slots, publications, state): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        (slots, publications, state),
+        (0, 0, false),
+        "slots, publications, state table"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_property_librdkafka_refuses_stops_walrelay_before_it_creates_anything() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let line = fails_cleanly(Relay::start_with(&pg, &broker, &["-X", "bogus.prop=3"]));
+    assert!(
+        line.contains("-X properties") && line.contains("bogus.prop"),
+        "{line}"
+    );
+    nothing_was_created(&client).await;
+}

@@ -221,6 +221,9 @@ async fn session(
         settings.timeouts.setup,
         open(settings, ever_connected, shared),
     );
+    // The producer first: a -X property librdkafka refuses must stop
+    // walrelay before it creates a publication or a slot.
+    let sink = KafkaSink::new(&settings.kafka, &settings.topics, metrics.clone())?;
     let opened = tokio::select! {
         opened = opening => opened.map_err(|_| Error::transient(format!(
             "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
@@ -230,7 +233,6 @@ async fn session(
         )))??,
         _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
     };
-    let sink = KafkaSink::new(&settings.kafka, &settings.topics, metrics.clone())?;
     metrics.set_streaming(true);
     let apply = ApplyLoop::new(
         settings,
@@ -250,6 +252,10 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
+    // The replication connection before anything is created: a server out
+    // of WAL senders must not leave a new slot behind.
+    let mut replication = replication::connect(&settings.pg).await?;
+    let system = replication.identify_system().await?;
     // Read before the catalog: every change committed before this position
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
@@ -352,8 +358,6 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             .unwrap_or(DEFAULT_REPLICATION_TIMEOUT),
     };
 
-    let mut replication = replication::connect(&settings.pg).await?;
-    let system = replication.identify_system().await?;
     let mut remembered: Vec<(ServerId, Lsn)> = Vec::new();
     if let Some(c) = shared.position.borrow().as_ref() {
         remembered.push((c.server.clone(), c.lsn));
