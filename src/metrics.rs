@@ -56,6 +56,12 @@ struct Inner {
     streaming: AtomicBool,
     /// Set by the watchdog when events are pending and nothing is confirmed.
     stalled: AtomicBool,
+    /// A broker answered the last probe (kafka::reachability).
+    kafka_reachable: AtomicBool,
+    /// Microseconds after `started`, plus one, at which the brokers stopped
+    /// answering; 0 while they answer or before the first probe.
+    kafka_silent_since_us: AtomicU64,
+    kafka_reachable_gauge: IntGauge,
     started: Instant,
     /// Microseconds after `started` at which the confirmed LSN last moved, or
     /// nothing was pending.
@@ -203,6 +209,10 @@ impl Metrics {
             "walrelay_streaming",
             "1 while walrelay streams from its slot.",
         );
+        let kafka_reachable_gauge = gauge(
+            "walrelay_kafka_reachable",
+            "1 while a Kafka broker answers walrelay's probe (a metadata request every 2 s).",
+        );
         let pending_transactions = gauge(
             "walrelay_pending_transactions",
             "Transactions read but not yet confirmed (open, or waiting for Kafka or an earlier one).",
@@ -271,6 +281,7 @@ impl Metrics {
             Box::new(slot_lag_alert_level.clone()),
             Box::new(last_confirm_age_seconds.clone()),
             Box::new(streaming_gauge.clone()),
+            Box::new(kafka_reachable_gauge.clone()),
             Box::new(build_info),
             Box::new(pending_transactions.clone()),
             Box::new(stage_latency.clone()),
@@ -298,6 +309,9 @@ impl Metrics {
             registry,
             streaming: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            kafka_reachable: AtomicBool::new(false),
+            kafka_silent_since_us: AtomicU64::new(0),
+            kafka_reachable_gauge,
             started: Instant::now(),
             last_progress_us: AtomicU64::new(0),
             acked: AtomicU64::new(0),
@@ -420,9 +434,58 @@ impl Metrics {
         self.0.stalled.store(stalled, Ordering::Relaxed);
     }
 
-    /// Ready means streaming and not stalled.
+    /// Ready means streaming from the slot, a broker answering, and not
+    /// stalled.
     pub fn is_ready(&self) -> bool {
-        self.is_streaming() && !self.0.stalled.load(Ordering::Relaxed)
+        self.unready_because().is_none()
+    }
+
+    /// What /readyz says when walrelay is not ready.
+    pub fn unready_because(&self) -> Option<&'static str> {
+        if !self.is_streaming() {
+            Some("not streaming")
+        } else if self.0.stalled.load(Ordering::Relaxed) {
+            Some("stalled: events are pending and the confirmed LSN does not move")
+        } else if !self.is_kafka_reachable() {
+            Some(
+                "Kafka does not answer: no broker of --kafka-brokers replied to a metadata request",
+            )
+        } else {
+            None
+        }
+    }
+
+    /// What the last probe of the brokers found.
+    pub fn set_kafka_reachable(&self, reachable: bool) {
+        let m = &self.0;
+        m.kafka_reachable.store(reachable, Ordering::Relaxed);
+        m.kafka_reachable_gauge.set(i64::from(reachable));
+        if reachable {
+            m.kafka_silent_since_us.store(0, Ordering::Relaxed);
+        } else {
+            let now = m.started.elapsed().as_micros() as u64 + 1;
+            let _ = m.kafka_silent_since_us.compare_exchange(
+                0,
+                now,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    pub fn is_kafka_reachable(&self) -> bool {
+        self.0.kafka_reachable.load(Ordering::Relaxed)
+    }
+
+    /// How long no broker has answered, if none does now.
+    pub fn kafka_silent_for(&self) -> Option<Duration> {
+        let since = self.0.kafka_silent_since_us.load(Ordering::Relaxed);
+        (since > 0).then(|| {
+            self.0
+                .started
+                .elapsed()
+                .saturating_sub(Duration::from_micros(since - 1))
+        })
     }
 
     pub fn set_slot(&self, slot: &SlotFigures) {
@@ -536,17 +599,10 @@ fn respond(request: &[u8], metrics: &Metrics) -> (&'static str, &'static str, St
     match path.split('?').next().unwrap_or("") {
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
         "/healthz" => ("200 OK", "text/plain", "ok\n".into()),
-        "/readyz" if metrics.is_ready() => ("200 OK", "text/plain", "ready\n".into()),
-        "/readyz" if metrics.is_streaming() => (
-            "503 Service Unavailable",
-            "text/plain",
-            "stalled: events are pending and the confirmed LSN does not move\n".into(),
-        ),
-        "/readyz" => (
-            "503 Service Unavailable",
-            "text/plain",
-            "not streaming\n".into(),
-        ),
+        "/readyz" => match metrics.unready_because() {
+            None => ("200 OK", "text/plain", "ready\n".into()),
+            Some(why) => ("503 Service Unavailable", "text/plain", format!("{why}\n")),
+        },
         _ => (
             "404 Not Found",
             "text/plain",

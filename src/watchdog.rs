@@ -121,6 +121,8 @@ pub struct RelayView {
     pub acked_since_last_check: u64,
     pub confirm_age: Duration,
     pub lag_grew: bool,
+    /// How long no Kafka broker has answered walrelay's probe, if none does.
+    pub kafka_silent_for: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -206,6 +208,21 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
             ),
         );
     }
+    // Whether or not events are pending: a broker list nothing answers on
+    // must not look healthy until the first event.
+    let broker_away = relay.streaming
+        && relay
+            .kafka_silent_for
+            .is_some_and(|silent| silent >= s.stall_timeout);
+    if broker_away {
+        raise(
+            Level::Critical,
+            format!(
+                "no Kafka broker has answered for {}s",
+                relay.kafka_silent_for.unwrap_or_default().as_secs()
+            ),
+        );
+    }
     let cause = if level == Level::Ok {
         Cause::None
     } else if lost {
@@ -214,7 +231,7 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
         Cause::WalRetention
     } else if !relay.streaming {
         Cause::NotStreaming
-    } else if relay.inflight_events > 0 && relay.acked_since_last_check == 0 {
+    } else if broker_away || (relay.inflight_events > 0 && relay.acked_since_last_check == 0) {
         Cause::BrokerDown
     } else if stalled {
         Cause::Stall
@@ -314,6 +331,7 @@ pub async fn run(
             acked_since_last_check: acked - last_acked,
             confirm_age: metrics.confirm_age(),
             lag_grew: last_lag.is_some_and(|l| report.lag_bytes > l),
+            kafka_silent_for: metrics.kafka_silent_for(),
         };
         last_acked = acked;
         last_lag = Some(report.lag_bytes);
@@ -431,6 +449,7 @@ mod tests {
             inflight_events: 0,
             acked_since_last_check: 10,
             confirm_age: Duration::ZERO,
+            kafka_silent_for: None,
             lag_grew: false,
         }
     }
@@ -458,6 +477,28 @@ mod tests {
         assert_eq!(
             assess(&slot(5_000), &view, &settings()).cause,
             Cause::BrokerDown
+        );
+    }
+
+    #[test]
+    fn brokers_silent_past_the_stall_timeout_are_broker_down_with_nothing_pending() {
+        let silent = |secs| RelayView {
+            inflight_events: 0,
+            kafka_silent_for: Some(Duration::from_secs(secs)),
+            ..healthy()
+        };
+        let s = settings();
+        let early = assess(&slot(10), &silent(s.stall_timeout.as_secs() - 1), &s);
+        assert_eq!((early.level, early.cause), (Level::Ok, Cause::None));
+        let away = assess(&slot(10), &silent(s.stall_timeout.as_secs()), &s);
+        assert_eq!(
+            (away.level, away.cause),
+            (Level::Critical, Cause::BrokerDown)
+        );
+        assert!(
+            away.reasons[0].contains("no Kafka broker"),
+            "{:?}",
+            away.reasons
         );
     }
 

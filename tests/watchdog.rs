@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use support::{eventually, Broker, Postgres, Relay, Stack};
+use support::{eventually, free_port, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -258,4 +258,88 @@ async fn status_reports_missing_healthy_and_inactive_slots() {
     })
     .await;
     assert!(table.contains("lag"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_list_nothing_answers_on_is_unready_and_raises_broker_down_with_nothing_pending() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let relay = Relay::start_raw(
+        &pg.url(),
+        &nowhere,
+        &["--stall-timeout", "3s", "--watchdog-interval", "1s"],
+    );
+    eventually(WAIT, "the broker_down alert", || async {
+        (relay.metric("walrelay_slot_lag_alert_level") == Some(2.0)).then_some(())
+    })
+    .await;
+    let (status, body) = relay.http_get("/readyz").unwrap();
+    assert_eq!(
+        (status, body.trim()),
+        (
+            503,
+            "Kafka does not answer: no broker of --kafka-brokers replied to a metadata request"
+        )
+    );
+    assert_eq!(relay.metric("walrelay_kafka_reachable"), Some(0.0));
+    assert_eq!(relay.metric("walrelay_streaming"), Some(1.0));
+    let log = relay.log();
+    assert!(
+        log.contains("broker_down") && log.contains("no Kafka broker has answered"),
+        "{log}"
+    );
+    assert!(!log.contains("streaming started"), "{log}");
+    // librdkafka retries the connection many times a second: the log says so once.
+    let errors = log
+        .lines()
+        .filter(|l| l.contains("Kafka client error"))
+        .count();
+    assert!(errors <= 2, "{errors} client error lines:\n{log}");
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_served() {
+    let stack = Stack::start(&[]).await;
+    // A labelled series shows once it has a label: one event gives a topic.
+    insert(&stack.client, "Listed", 1).await;
+    let body = eventually(WAIT, "the event published", || async {
+        let (_, body) = stack.relay.http_get("/metrics").unwrap();
+        body.contains("walrelay_events_published_total{")
+            .then_some(body)
+    })
+    .await;
+    let mut served: std::collections::BTreeSet<String> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let section = ops
+        .split("\n## Metrics\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/operations.md has a Metrics section");
+    let documented: std::collections::BTreeSet<String> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `walrelay_"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| format!("walrelay_{name}"))
+        .collect();
+    // Labelled by prefix, so it shows only with --source messages and a
+    // message of another prefix (tests/messages_source.rs reads it).
+    served.insert("walrelay_ignored_messages_total".into());
+    assert_eq!(
+        served.difference(&documented).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "served but not in docs/operations.md's Metrics section"
+    );
+    assert_eq!(
+        documented.difference(&served).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "documented but not served"
+    );
 }

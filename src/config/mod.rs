@@ -282,6 +282,21 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_broker_list_or_entry_is_refused_with_an_example() {
+        for list in ["", " ", "kafka-1:9092,", "a:1,,b:2"] {
+            let Err(e) = Settings::from_args(&run_args(&["--kafka-brokers", list])) else {
+                panic!("--kafka-brokers {list:?} was accepted");
+            };
+            let text = e.to_string();
+            assert!(
+                text.contains("--kafka-brokers") && text.contains("kafka-1:9092,kafka-2:9092"),
+                "{text}"
+            );
+        }
+        assert!(Settings::from_args(&run_args(&["--kafka-brokers", "a:1,b:2"])).is_ok());
+    }
+
+    #[test]
     fn failover_slot_is_on_unless_turned_off_explicitly() {
         assert!(run_args(&["--failover-slot"]).source.failover_slot);
         assert!(!run_args(&["--failover-slot=false"]).source.failover_slot);

@@ -149,7 +149,7 @@ impl Settings {
             state_table: StateTable(args.conn.state_table.clone()),
             mapping: mapping_config(args),
             router,
-            kafka_brokers: kafka.kafka_brokers.clone(),
+            kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
             kafka: client_config(
                 &kafka.kafka_brokers,
                 &kafka.properties(),
@@ -227,6 +227,23 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The `--kafka-brokers` list: librdkafka takes an empty one and then waits
+/// for a broker that can never answer.
+fn kafka_brokers(list: &str) -> Result<String> {
+    if list.split(',').any(|broker| broker.trim().is_empty()) {
+        return Err(Error::permanent(format!(
+            "--kafka-brokers (WALRELAY_KAFKA_BROKERS) {}: give host:port, or several \
+             separated by commas, e.g. kafka-1:9092,kafka-2:9092",
+            if list.trim().is_empty() {
+                "names no broker".to_string()
+            } else {
+                format!("has an empty entry in {list:?}")
+            }
+        )));
+    }
+    Ok(list.to_string())
 }
 
 /// The `--table` list: at least one, each once.

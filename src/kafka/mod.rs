@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod producer;
+pub mod reachability;
 pub mod topics;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};

@@ -5,17 +5,21 @@
 //! on a channel with the record's ticket.
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use bytes::Bytes;
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{debug, warn};
 
+use super::reachability;
 use super::topics::{TopicManager, TopicPolicy};
 use super::{error_reason, refusal};
 use crate::error::{Error, Result};
@@ -33,10 +37,12 @@ struct InFlight<T> {
 struct DeliveryContext<T> {
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
+    repeats: Mutex<Repeats>,
 }
 
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
-    // librdkafka reconnects to brokers by itself; count it and say so.
+    // librdkafka reconnects to brokers by itself; count it and say so, once
+    // per kind of error and minute rather than at every retry.
     fn error(&self, error: KafkaError, reason: &str) {
         if matches!(
             error.rdkafka_error_code(),
@@ -44,7 +50,60 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         ) {
             self.metrics.record_reconnect("kafka");
         }
-        warn!(error = %error, reason, "Kafka client error");
+        let kind = format!("{error}");
+        let seen = self
+            .repeats
+            .lock()
+            .map(|mut r| r.seen(&kind, Instant::now()));
+        match seen {
+            Ok(None) => {}
+            Ok(Some(0)) | Err(_) => warn!(error = %error, reason, "Kafka client error"),
+            Ok(Some(repeated)) => warn!(
+                error = %error,
+                reason,
+                repeated,
+                "Kafka client error (repeated {repeated} times since last logged)"
+            ),
+        }
+    }
+
+    // A failed connection also reaches `error` above: logged there, once.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "FAIL" {
+            debug!(target: "librdkafka", "{fac}: {log_message}");
+        } else {
+            DefaultClientContext.log(level, fac, log_message);
+        }
+    }
+}
+
+/// When each kind of Kafka client error was last logged, and how many
+/// times it came again since without being logged. The kinds are
+/// librdkafka's error codes: a handful.
+#[derive(Default)]
+struct Repeats(std::collections::HashMap<String, (Instant, u64)>);
+
+impl Repeats {
+    /// A repeat is logged at most once a minute.
+    const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// None to stay quiet; otherwise how many repeats of this kind went
+    /// unlogged since it was last logged.
+    fn seen(&mut self, kind: &str, now: Instant) -> Option<u64> {
+        match self.0.get_mut(kind) {
+            Some((at, suppressed)) if now.duration_since(*at) < Self::QUIET => {
+                *suppressed += 1;
+                None
+            }
+            Some((at, suppressed)) => {
+                *at = now;
+                Some(std::mem::take(suppressed))
+            }
+            None => {
+                self.0.insert(kind.to_string(), (now, 0));
+                Some(0)
+            }
+        }
     }
 }
 
@@ -95,6 +154,8 @@ pub struct KafkaSink<'a, T: Send + Sync + 'static> {
     producer: ThreadedProducer<DeliveryContext<T>>,
     deliveries: mpsc::UnboundedReceiver<Delivery<T>>,
     topics: TopicManager<'a>,
+    /// Tells /readyz and the watchdog whether a broker answers.
+    _probe: reachability::BrokerProbe,
 }
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
@@ -111,16 +172,23 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             .create_with_context(DeliveryContext {
                 deliveries: tx,
                 metrics: metrics.clone(),
+                repeats: Mutex::default(),
             })
             .map_err(|e| {
                 Error::permanent("cannot create the Kafka producer; check the -X properties")
                     .with_source(e)
             })?;
         warm_up(producer.clone());
+        let topics = TopicManager::new(&config, policy, metrics.clone(), batch_size)?;
+        let brokers = config
+            .get("bootstrap.servers")
+            .unwrap_or_default()
+            .to_string();
         Ok(KafkaSink {
             producer,
             deliveries: rx,
-            topics: TopicManager::new(&config, policy, metrics, batch_size)?,
+            _probe: reachability::watch(topics.admin(), brokers, metrics),
+            topics,
         })
     }
 }
@@ -199,5 +267,26 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
 
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Repeats;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_repeated_client_error_is_logged_once_a_minute_with_its_count() {
+        let mut repeats = Repeats::default();
+        let t0 = Instant::now();
+        assert_eq!(repeats.seen("down", t0), Some(0));
+        for s in 1..=12 {
+            assert_eq!(repeats.seen("down", t0 + Duration::from_secs(s)), None);
+        }
+        assert_eq!(repeats.seen("down", t0 + Duration::from_secs(61)), Some(12));
+        // Two kinds taking turns are each logged once, too.
+        assert_eq!(repeats.seen("other", t0 + Duration::from_secs(62)), Some(0));
+        assert_eq!(repeats.seen("down", t0 + Duration::from_secs(63)), None);
+        assert_eq!(repeats.seen("other", t0 + Duration::from_secs(64)), None);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -106,7 +106,7 @@ impl TopicPolicy {
 /// Topics for one session: per session, so a topic deleted under a running
 /// relay is created (or found missing) again.
 pub struct TopicManager<'a> {
-    admin: AdminClient<DefaultClientContext>,
+    admin: Arc<AdminClient<DefaultClientContext>>,
     policy: &'a TopicPolicy,
     metrics: Metrics,
     known: HashMap<String, TopicInfo>,
@@ -133,7 +133,7 @@ impl<'a> TopicManager<'a> {
                 .with_source(e)
         })?;
         Ok(TopicManager {
-            admin,
+            admin: Arc::new(admin),
             policy,
             metrics,
             known: HashMap::new(),
@@ -141,6 +141,11 @@ impl<'a> TopicManager<'a> {
             cannot_describe: false,
             batch_size,
         })
+    }
+
+    /// The admin client, for the broker probe (kafka::reachability).
+    pub fn admin(&self) -> Arc<AdminClient<DefaultClientContext>> {
+        self.admin.clone()
     }
 
     /// Makes sure a routed topic may be used and exists. Cheap after the first

@@ -234,6 +234,11 @@ async fn session(
         _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
     };
     metrics.set_streaming(true);
+    let announce = tokio::spawn(announce_streaming(
+        metrics.clone(),
+        settings.slot.clone(),
+        opened.start,
+    ));
     let apply = ApplyLoop::new(
         settings,
         opened.upstream,
@@ -243,7 +248,18 @@ async fn session(
         metrics.clone(),
     )
     .remembering(opened.server, &shared.position);
-    apply.run(shutdown).await
+    let result = apply.run(shutdown).await;
+    announce.abort();
+    result
+}
+
+/// "streaming started" means both ends work: it waits for a broker to
+/// answer (kafka::reachability warns while none does).
+async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
+    while !metrics.is_kafka_reachable() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    info!(slot = %slot, resume_lsn = %start, "streaming started");
 }
 
 /// Checks the database, makes sure the publication and the slot exist, and
@@ -385,7 +401,6 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             },
         )
         .await?;
-    info!(slot = %settings.slot, resume_lsn = %start, "streaming started");
     let resolver = (settings.source == Source::Table).then(|| RelationResolver {
         client,
         publication: settings.publication.clone(),
