@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::topics::{TopicManager, TopicPolicy};
-use super::{error_reason, refusal};
+use super::{error_reason, is_login_refusal, login_refused, refusal};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::sink::{
@@ -33,6 +33,9 @@ struct InFlight<T> {
 struct DeliveryContext<T> {
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
+    /// Stops walrelay: a refused login would otherwise be retried forever,
+    /// each event waiting out a metadata timeout.
+    fatal: mpsc::Sender<Error>,
 }
 
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
@@ -45,6 +48,10 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
             self.metrics.record_reconnect("kafka");
         }
         warn!(error = %error, reason, "Kafka client error");
+        if is_login_refusal(&error) {
+            // Full when an error already stops walrelay: one is enough.
+            let _ = self.fatal.try_send(login_refused(reason));
+        }
     }
 }
 
@@ -99,8 +106,14 @@ pub struct KafkaSink<'a, T: Send + Sync + 'static> {
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
     /// A producer and a topic manager for one session: per session, so a
-    /// topic deleted under a running relay is created again.
-    pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
+    /// topic deleted under a running relay is created again. A refused
+    /// login is reported on `fatal`.
+    pub fn new(
+        config: &ClientConfig,
+        policy: &'a TopicPolicy,
+        metrics: Metrics,
+        fatal: mpsc::Sender<Error>,
+    ) -> Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         // No batch larger than a topic accepts (see TopicManager::fits_batches).
         let configured = config.get("batch.size").and_then(|v| v.parse().ok());
@@ -111,6 +124,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             .create_with_context(DeliveryContext {
                 deliveries: tx,
                 metrics: metrics.clone(),
+                fatal,
             })
             .map_err(|e| {
                 Error::permanent("cannot create the Kafka producer; check the -X properties")
