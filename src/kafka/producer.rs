@@ -5,6 +5,7 @@
 //! on a channel with the record's ticket.
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -21,7 +22,8 @@ use super::{error_reason, is_login_refusal, login_refused, refusal};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::sink::{
-    Delivery, Failure, OwnedRecord, Record, SendError, Sink, TopicAccess, TopicInfo,
+    Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink, TopicAccess,
+    TopicInfo,
 };
 
 /// A record's ticket on its way through librdkafka.
@@ -36,6 +38,32 @@ struct DeliveryContext<T> {
     /// Stops walrelay: a refused login would otherwise be retried forever,
     /// each event waiting out a metadata timeout.
     fatal: mpsc::Sender<Error>,
+    /// Why the broker refused the producer an id, if it did: librdkafka
+    /// then fails every record with a fatal error, which says nothing of
+    /// the permission missing.
+    refused_id: Mutex<Option<String>>,
+}
+
+impl<T> DeliveryContext<T> {
+    /// A produce error as the sink's refusal. A producer refused its id
+    /// (InitProducerId, ClusterAuthorizationFailed: a principal that may
+    /// write no topic at all) fails each record with Fatal or, for those
+    /// queued, PurgeQueue: a permission problem, not a retriable one.
+    fn refusal(&self, error: &KafkaError, partition: Option<i32>) -> Refusal {
+        use RDKafkaErrorCode::{Fatal, PurgeQueue};
+        let refused_id = self.refused_id.lock().unwrap_or_else(|e| e.into_inner());
+        match (error.rdkafka_error_code(), refused_id.as_deref()) {
+            (Some(Fatal | PurgeQueue), Some(reason)) => Refusal {
+                rejection: Rejection::Configuration,
+                message: format!(
+                    "the broker refused walrelay's idempotent producer an id (InitProducerId): \
+                     {reason}; on Kafka 2.8 and later WRITE on the topic allows it (before 2.8, \
+                     IDEMPOTENT_WRITE on the cluster)"
+                ),
+            },
+            _ => refusal(error, partition),
+        }
+    }
 }
 
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
@@ -52,6 +80,10 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
             // Full when an error already stops walrelay: one is enough.
             let _ = self.fatal.try_send(login_refused(reason));
         }
+        // librdkafka reports it before it purges the queued records.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
+            *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+        }
     }
 }
 
@@ -66,7 +98,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
                 self.metrics.record_publish_error(&error_reason(error));
                 let partition = (message.partition() >= 0).then(|| message.partition());
                 Err(Box::new(Failure {
-                    refusal: refusal(error, partition),
+                    refusal: self.refusal(error, partition),
                     record: OwnedRecord {
                         topic: message.topic().to_string(),
                         key: message.key().map(Bytes::copy_from_slice),
@@ -125,6 +157,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
                 deliveries: tx,
                 metrics: metrics.clone(),
                 fatal,
+                refused_id: Mutex::new(None),
             })
             .map_err(|e| {
                 Error::permanent("cannot create the Kafka producer; check the -X properties")
@@ -207,7 +240,9 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
                 Err(SendError::Full(base.delivery_opaque.ticket))
             }
-            Err((e, _)) => Err(SendError::Refused(refusal(&e, record.partition))),
+            Err((e, _)) => Err(SendError::Refused(
+                self.producer.context().refusal(&e, record.partition),
+            )),
         }
     }
 
