@@ -109,6 +109,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn acl_commands_name_the_sasl_user_or_a_placeholder() {
+        let mut config = ClientConfig::new();
+        assert_eq!(principal(&config), "User:WALRELAY_PRINCIPAL");
+        config.set("sasl.username", "relay");
+        let command = grant_command(&principal(&config), "Write", "--topic t");
+        assert!(
+            command.contains("--allow-principal User:relay --operation Write --topic t"),
+            "{command}"
+        );
+    }
+
+    #[test]
+    fn a_refused_login_is_permanent_and_names_the_properties_to_check() {
+        let refused = KafkaError::Global(RDKafkaErrorCode::Authentication);
+        assert!(is_login_refusal(&refused));
+        assert!(!is_login_refusal(&KafkaError::Global(
+            RDKafkaErrorCode::AllBrokersDown
+        )));
+        let error = login_refused("SASL authentication error");
+        assert!(!error.is_transient());
+        for property in [
+            "-X sasl.username",
+            "-X sasl.password",
+            "-X security.protocol",
+            "-X sasl.mechanism",
+        ] {
+            assert!(error.report().contains(property), "{}", error.report());
+        }
+    }
+
+    #[test]
     fn record_errors_are_poison_size_errors_are_oversized_and_permission_errors_are_configuration()
     {
         let delivery = |code| KafkaError::MessageProduction(code);

@@ -332,9 +332,12 @@ impl<'a> TopicManager<'a> {
                 "walrelay may not describe topic {topic} (TopicAuthorizationFailed): this is a \
                  permission problem, not the event (nor a missing topic: Kafka answers so for a \
                  topic it hides), so walrelay stopped and the slot stays before it; grant \
-                 walrelay's principal DESCRIBE and WRITE on the topic ({} --operation Write) \
-                 and restart",
-                super::grant_command(&self.principal, "Describe", &format!("--topic {topic}"))
+                 walrelay's principal DESCRIBE and WRITE on the topic ({}) and restart",
+                super::grant_command(
+                    &self.principal,
+                    "Describe --operation Write",
+                    &format!("--topic {topic}")
+                )
             )));
         }
         Ok((found.error().is_none() && !found.partitions().is_empty())
