@@ -27,6 +27,7 @@ const USERS: &[(&str, &str)] = &[
     ("nowrite", "nowrite-secret-31"),
     ("blind", "blind-secret-47"),
     ("nocreate", "nocreate-secret-59"),
+    ("readonly", "readonly-secret-61"),
 ];
 const RELAY_PASSWORD: &str = "relay-secret-Ok7q";
 /// Distinct enough that any trace of it in a log is a leak.
@@ -140,6 +141,25 @@ async fn a_wrong_password_stops_walrelay_with_the_properties_to_check_and_never_
     );
     assert!(!log.contains(WRONG_PASSWORD), "the password leaked:\n{log}");
     assert!(slot_still_holds(&client, "walrelay", id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sasl_mechanism_the_listener_does_not_enable_stops_walrelay_with_the_same_advice() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    // The good password, but SCRAM-SHA-256: the listener enables only 512.
+    let mut relay = relay(
+        &pg,
+        "relay",
+        RELAY_PASSWORD,
+        "sasl.mechanism.",
+        &["-X", "sasl.mechanism=SCRAM-SHA-256"],
+    );
+    slot_made(&client).await;
+
+    let log = halted(&mut relay);
+    assert_mentions(&log, &["refused walrelay's login", "-X sasl.mechanism"]);
+    assert!(!log.contains(RELAY_PASSWORD), "the password leaked:\n{log}");
 }
 
 /// `walrelay check --json` logging in as `user`: (success, report, stderr).
@@ -300,4 +320,25 @@ async fn a_principal_without_create_halts_walrelay_with_the_acl_to_grant_when_a_
     assert_mentions(&log, &["acl.nocreate.Placed", "CREATE"]);
     assert!(slot_still_holds(&client, "walrelay", id).await);
     assert!(!broker.consumer().has_topic("acl.nocreate.Placed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_that_may_write_no_topic_at_all_halts_walrelay_with_the_acl_to_grant() {
+    let broker = broker();
+    let topic = "acl.readonly.Placed";
+    broker.create_topic(topic, 1);
+    broker.grant("User:readonly", AclResource::Topic(topic), &[Describe]);
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = relay(&pg, "readonly", password("readonly"), "acl.readonly.", &[]);
+    slot_made(&client).await;
+    let id = "00000000-0000-0000-0000-00000000a006";
+    placed(&client, id).await;
+
+    let log = halted(&mut relay);
+    assert_mentions(
+        &log,
+        &[id, topic, "InitProducerId", "WRITE", "--operation Write"],
+    );
+    assert!(slot_still_holds(&client, "walrelay", id).await);
 }
