@@ -28,6 +28,7 @@ const USERS: &[(&str, &str)] = &[
     ("blind", "blind-secret-47"),
     ("nocreate", "nocreate-secret-59"),
     ("readonly", "readonly-secret-61"),
+    ("checker", "checker-secret-73"),
 ];
 const RELAY_PASSWORD: &str = "relay-secret-Ok7q";
 /// Distinct enough that any trace of it in a log is a leak.
@@ -215,6 +216,34 @@ async fn walrelay_check_with_a_wrong_password_fails_its_kafka_check_with_the_pro
         !output.contains(WRONG_PASSWORD),
         "the password leaked:\n{output}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_passes_its_kafka_checks_with_the_acls_docs_security_md_lists() {
+    let broker = broker();
+    broker.create_topic("sasl.checked.Placed", 1);
+    broker.grant(
+        "User:checker",
+        AclResource::TopicPrefix("sasl.checked."),
+        &[Describe, Write, Create, DescribeConfigs],
+    );
+    let pg = Postgres::start();
+    let _client = pg.client_with_outbox().await;
+    let (_, doc, _) = check(&pg, "checker", password("checker"), "sasl.checked.");
+    for name in [
+        "kafka.brokers",
+        "kafka.describe_topics",
+        "kafka.create_topics",
+        "kafka.idempotent_write",
+        "kafka.topics",
+    ] {
+        let entry = entry(&doc, name);
+        assert_eq!(entry["status"], "pass", "{name}: {entry:#}");
+    }
+    assert!(entry(&doc, "kafka.topics")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("sasl.checked.Placed"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
