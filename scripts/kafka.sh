@@ -20,6 +20,7 @@
 # User:admin is a super user. WALRELAY_KAFKA_USERS lists the SCRAM users as
 # NAME=PASSWORD, space-separated (default admin=admin-secret); admin must be
 # one. They are created when data/ is formatted, so they apply to a new DIR.
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
