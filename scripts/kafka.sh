@@ -14,6 +14,13 @@
 #
 # DIR keeps server.properties, data/ (formatted once with StorageTool, so a
 # second start keeps every topic and offset), broker.log and broker.pid.
+#
+# WALRELAY_KAFKA_SECURITY=sasl-scram makes PORT a SASL_PLAINTEXT listener
+# (SCRAM-SHA-512) with StandardAuthorizer ACLs: no ACL means no access, and
+# User:admin is a super user. WALRELAY_KAFKA_USERS lists the SCRAM users as
+# NAME=PASSWORD, space-separated (default admin=admin-secret); admin must be
+# one. They are created when data/ is formatted, so they apply to a new DIR.
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
@@ -75,6 +82,55 @@ jvm_flags=(
   -Dorg.slf4j.simpleLogger.log.kafka.server.KafkaConfig=warn
 )
 
+security="${WALRELAY_KAFKA_SECURITY:-}"
+users="${WALRELAY_KAFKA_USERS:-admin=admin-secret}"
+
+check_security() {
+  case "$security" in
+    "" | sasl-scram) ;;
+    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram, or leave it unset" >&2; exit 2 ;;
+  esac
+  [ -z "$security" ] || admin_password >/dev/null \
+    || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; }
+}
+
+admin_password() {
+  local user
+  for user in $users; do
+    [ "${user%%=*}" != admin ] || { echo "${user#*=}"; return 0; }
+  done
+  return 1
+}
+
+# The listeners: PLAINTEXT, or SASL_PLAINTEXT with ACLs.
+write_listeners() {
+  local port="$1" cport="$2"
+  if [ -z "$security" ]; then
+    cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+EOF
+    return
+  fi
+  cat <<EOF
+# Clients log in with SCRAM-SHA-512. The controller listener, on 127.0.0.1
+# only, stays PLAINTEXT: its principal, ANONYMOUS, is this node talking to
+# its own controller, which must be a super user.
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(admin_password)";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS
+EOF
+}
+
 write_config() {
   local dir="$1" port="$2" cport="$3"
   cat >"$dir/server.properties" <<EOF
@@ -83,10 +139,7 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+$(write_listeners "$port" "$cport")
 log.dirs=$dir/data
 # One replica of everything, and small internal topics that come up fast.
 default.replication.factor=1
@@ -116,14 +169,20 @@ run() {
   port="$2"
   cport="${3:-$((port + 1))}"
   need_libs
+  check_security
   write_config "$dir" "$port" "$cport"
   if [ ! -f "$dir/data/meta.properties" ]; then
-    local id
+    local id user scram=()
+    if [ -n "$security" ]; then
+      for user in $users; do
+        scram+=(--add-scram "SCRAM-SHA-512=[name=${user%%=*},password=${user#*=}]")
+      done
+    fi
     # 16 random bytes, base64url without padding. It may start with '-',
     # which argparse would read as an option: hence --cluster-id=ID.
     id="$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
     java "${jvm_flags[@]}" -cp "$libs/*" kafka.tools.StorageTool \
-      format --cluster-id="$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
+      format --cluster-id="$id" -c "$dir/server.properties" "${scram[@]}" >"$dir/format.log" 2>&1 \
       || { cat "$dir/format.log" >&2; exit 1; }
   fi
   exec java "${jvm_flags[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties"

@@ -16,7 +16,9 @@ scripts/validate-kubernetes.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
-# tests/apache_kafka.rs runs the core guarantees on Apache Kafka, the rest on tansu.
+# tests/apache_kafka.rs runs the core guarantees on Apache Kafka, and
+# tests/kafka_security.rs SASL/SCRAM and ACLs on one secure Apache Kafka
+# broker (tansu has neither); the rest run on tansu.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 # Where the broker itself decides (size limits, which topics exist), the
 # same tests on Apache Kafka too (docs/testing.md).

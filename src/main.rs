@@ -11,6 +11,9 @@ use tracing::{error, info, warn};
 use walrelay::config::{Cli, Command};
 use walrelay::{check, completions, logging, migrate, relay, status};
 
+/// How long walrelay's exit waits for blocking tasks still running.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let kafka_debug = cli
@@ -49,6 +52,10 @@ fn main() -> ExitCode {
             Command::Man { subcommand } => completions::man(subcommand.as_deref()),
         }
     });
+    // Dropping the runtime would wait for every blocking task, e.g. a Kafka
+    // metadata lookup that a refused login leaves waiting out its 30 s
+    // timeout: nothing left there matters once the command has ended.
+    runtime.shutdown_timeout(EXIT_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

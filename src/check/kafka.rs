@@ -15,6 +15,8 @@ use rdkafka::types::RDKafkaRespErr;
 
 use super::Check;
 use crate::config::{OnPoison, Settings};
+use crate::kafka::client::LoginWatch;
+use crate::kafka::LOGIN_FIX;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,6 +45,22 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let metadata = match metadata {
         Ok(Ok(m)) if !m.brokers().is_empty() => m,
         Ok(Ok(_)) | Ok(Err(_)) | Err(_) => {
+            // A refused login shows here as a transport failure or a
+            // timeout, without its reason.
+            let probe = config.clone();
+            let refused = tokio::task::spawn_blocking(move || login_refusal(&probe)).await;
+            if let Ok(Some(reason)) = refused {
+                out.push(Check::fail(
+                    "kafka.brokers",
+                    format!(
+                        "{} refused walrelay's login (authentication failed: {reason})",
+                        settings.kafka_brokers
+                    ),
+                    LOGIN_FIX,
+                ));
+                skip_after_brokers(&mut out);
+                return out;
+            }
             let reason = match metadata {
                 Ok(Err(e)) => e.to_string(),
                 _ => "no broker answered".into(),
@@ -56,15 +74,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
                 "check --kafka-brokers, the network path, and -X security.protocol / sasl.* / \
                  ssl.* against the listener's settings",
             ));
-            for name in [
-                "kafka.describe_topics",
-                "kafka.create_topics",
-                "kafka.idempotent_write",
-                "kafka.topics",
-                "kafka.durability",
-            ] {
-                out.push(Check::skip(name, "needs a reachable broker"));
-            }
+            skip_after_brokers(&mut out);
             return out;
         }
     };
@@ -107,6 +117,35 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let routed = route_pattern(settings.router.replacement());
     out.push(super::durability::check(&admin, &metadata, settings, &routed, TIMEOUT).await);
     out
+}
+
+/// librdkafka's reason for refusing a login with `config`, if it does: a
+/// producer that is polled (the admin client's errors reach no context)
+/// logs in at once to get its producer id.
+fn login_refusal(config: &ClientConfig) -> Option<String> {
+    let producer: BaseProducer<LoginWatch> =
+        config.create_with_context(LoginWatch::default()).ok()?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        producer.poll(Duration::from_millis(100));
+        if let Some(reason) = producer.context().refused() {
+            return Some(reason);
+        }
+    }
+    None
+}
+
+/// The checks that need a broker that answers.
+fn skip_after_brokers(out: &mut Vec<Check>) {
+    for name in [
+        "kafka.describe_topics",
+        "kafka.create_topics",
+        "kafka.idempotent_write",
+        "kafka.topics",
+        "kafka.durability",
+    ] {
+        out.push(Check::skip(name, "needs a reachable broker"));
+    }
 }
 
 /// A topic name walrelay's routing could produce, so ACLs on its prefix apply.

@@ -2,8 +2,47 @@
 //! guarantees rest on, defaults chosen from measurements, and the operator's
 //! `-X` properties on top.
 
+use std::sync::Mutex;
+
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
 use tracing::warn;
+
+use super::is_login_refusal;
+
+/// A client context that remembers why the broker refused the login, if it
+/// did: a request then only fails with a transport error or a timeout
+/// (`walrelay check`).
+#[derive(Default)]
+pub struct LoginWatch {
+    refused: Mutex<Option<String>>,
+}
+
+impl LoginWatch {
+    /// librdkafka's reason for the last refused login.
+    pub fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl ProducerContext for LoginWatch {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+impl ClientContext for LoginWatch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if is_login_refusal(&error) {
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+        }
+        warn!(error = %error, reason, "Kafka client error");
+    }
+}
 
 /// Settings walrelay relies on for ordering and no loss. `-X` may override
 /// them, with a warning.

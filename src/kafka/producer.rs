@@ -21,11 +21,12 @@ use tracing::{debug, warn};
 
 use super::reachability;
 use super::topics::{TopicManager, TopicPolicy};
-use super::{error_reason, refusal};
+use super::{error_reason, is_login_refusal, login_refused, refusal};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::sink::{
-    Delivery, Failure, OwnedRecord, Record, SendError, Sink, TopicAccess, TopicInfo,
+    Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink, TopicAccess,
+    TopicInfo,
 };
 
 /// A record's ticket on its way through librdkafka.
@@ -38,6 +39,35 @@ struct DeliveryContext<T> {
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
     repeats: Mutex<Repeats>,
+    /// Stops walrelay: a refused login would otherwise be retried forever,
+    /// each event waiting out a metadata timeout.
+    fatal: mpsc::Sender<Error>,
+    /// Why the broker refused the producer an id, if it did: librdkafka
+    /// then fails every record with a fatal error, which says nothing of
+    /// the permission missing.
+    refused_id: Mutex<Option<String>>,
+}
+
+impl<T> DeliveryContext<T> {
+    /// A produce error as the sink's refusal. A producer refused its id
+    /// (InitProducerId, ClusterAuthorizationFailed: a principal that may
+    /// write no topic at all) fails each record with Fatal or, for those
+    /// queued, PurgeQueue: a permission problem, not a retriable one.
+    fn refusal(&self, error: &KafkaError, partition: Option<i32>) -> Refusal {
+        use RDKafkaErrorCode::{Fatal, PurgeQueue};
+        let refused_id = self.refused_id.lock().unwrap_or_else(|e| e.into_inner());
+        match (error.rdkafka_error_code(), refused_id.as_deref()) {
+            (Some(Fatal | PurgeQueue), Some(reason)) => Refusal {
+                rejection: Rejection::Configuration,
+                message: format!(
+                    "the broker refused walrelay's idempotent producer an id (InitProducerId): \
+                     {reason}; on Kafka 2.8 and later WRITE on the topic allows it (before 2.8, \
+                     IDEMPOTENT_WRITE on the cluster)"
+                ),
+            },
+            _ => refusal(error, partition),
+        }
+    }
 }
 
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
@@ -64,6 +94,14 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
                 repeated,
                 "Kafka client error (repeated {repeated} times since last logged)"
             ),
+        }
+        if is_login_refusal(&error) {
+            // Full when an error already stops walrelay: one is enough.
+            let _ = self.fatal.try_send(login_refused(reason));
+        }
+        // librdkafka reports it before it purges the queued records.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
+            *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
         }
     }
 
@@ -118,7 +156,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
                 self.metrics.record_publish_error(&error_reason(error));
                 let partition = (message.partition() >= 0).then(|| message.partition());
                 Err(Box::new(Failure {
-                    refusal: refusal(error, partition),
+                    refusal: self.refusal(error, partition),
                     record: OwnedRecord {
                         topic: message.topic().to_string(),
                         key: message.key().map(Bytes::copy_from_slice),
@@ -160,8 +198,14 @@ pub struct KafkaSink<'a, T: Send + Sync + 'static> {
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
     /// A producer and a topic manager for one session: per session, so a
-    /// topic deleted under a running relay is created again.
-    pub fn new(config: &ClientConfig, policy: &'a TopicPolicy, metrics: Metrics) -> Result<Self> {
+    /// topic deleted under a running relay is created again. A refused
+    /// login is reported on `fatal`.
+    pub fn new(
+        config: &ClientConfig,
+        policy: &'a TopicPolicy,
+        metrics: Metrics,
+        fatal: mpsc::Sender<Error>,
+    ) -> Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         // No batch larger than a topic accepts (see TopicManager::fits_batches).
         let configured = config.get("batch.size").and_then(|v| v.parse().ok());
@@ -173,6 +217,8 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
                 deliveries: tx,
                 metrics: metrics.clone(),
                 repeats: Mutex::default(),
+                fatal,
+                refused_id: Mutex::new(None),
             })
             .map_err(|e| {
                 Error::permanent("cannot create the Kafka producer; check the -X properties")
@@ -261,7 +307,9 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
                 Err(SendError::Full(base.delivery_opaque.ticket))
             }
-            Err((e, _)) => Err(SendError::Refused(refusal(&e, record.partition))),
+            Err((e, _)) => Err(SendError::Refused(
+                self.producer.context().refusal(&e, record.partition),
+            )),
         }
     }
 

@@ -106,6 +106,7 @@ impl TopicPolicy {
 /// Topics for one session: per session, so a topic deleted under a running
 /// relay is created (or found missing) again.
 pub struct TopicManager<'a> {
+    /// Shared with the blocking metadata lookups.
     admin: Arc<AdminClient<DefaultClientContext>>,
     policy: &'a TopicPolicy,
     metrics: Metrics,
@@ -115,6 +116,8 @@ pub struct TopicManager<'a> {
     cannot_describe: bool,
     /// The session's producer's batch.size.
     batch_size: usize,
+    /// For the ACL commands in permission errors.
+    principal: String,
 }
 
 impl<'a> TopicManager<'a> {
@@ -128,18 +131,19 @@ impl<'a> TopicManager<'a> {
         // An admin client is a producer to librdkafka, which asks brokers to
         // auto-create topics it looks up: a lookup must not create one.
         config.set("allow.auto.create.topics", "false");
-        let admin = config.create().map_err(|e| {
+        let admin = Arc::new(config.create().map_err(|e| {
             Error::permanent("cannot create the Kafka admin client; check the -X properties")
                 .with_source(e)
-        })?;
+        })?);
         Ok(TopicManager {
-            admin: Arc::new(admin),
+            admin,
             policy,
             metrics,
             known: HashMap::new(),
             missing: HashMap::new(),
             cannot_describe: false,
             batch_size,
+            principal: super::principal(&config),
         })
     }
 
@@ -269,7 +273,14 @@ impl<'a> TopicManager<'a> {
                 {
                     return Err(Error::permanent(format!(
                         "topic {topic} does not exist and walrelay may not create it ({code}): \
-                         create the topic, or grant walrelay's principal CREATE on the cluster"
+                         create the topic, or grant walrelay's principal CREATE on it ({}; \
+                         with --resource-pattern-type prefixed and the topics' common prefix \
+                         it covers every routed topic) or on the cluster",
+                        super::grant_command(
+                            &self.principal,
+                            "Create",
+                            &format!("--topic {topic}")
+                        )
                     )));
                 }
                 Err((_, code))
@@ -300,12 +311,17 @@ impl<'a> TopicManager<'a> {
     /// The topic's partition count from fresh metadata, or None if it does
     /// not exist.
     pub async fn partition_count(&self, topic: &str) -> Result<Option<usize>> {
-        // fetch_metadata blocks; it runs once per topic and session.
-        let metadata = tokio::task::block_in_place(|| {
-            self.admin
-                .inner()
-                .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+        // fetch_metadata blocks; it runs once per topic and session. On a
+        // thread of its own, not in place: a fatal error (a refused login,
+        // which makes it wait out its timeout) must be able to stop walrelay
+        // meanwhile.
+        let admin = self.admin.clone();
+        let wanted = topic.to_string();
+        let metadata = tokio::task::spawn_blocking(move || {
+            admin.inner().fetch_metadata(Some(&wanted), ADMIN_TIMEOUT)
         })
+        .await
+        .map_err(|e| Error::transient(format!("the metadata lookup of topic {topic} failed: {e}")))?
         .map_err(|e| {
             Error::transient(format!("cannot read metadata of topic {topic}")).with_source(e)
         })?;
@@ -319,8 +335,14 @@ impl<'a> TopicManager<'a> {
         {
             return Err(Error::permanent(format!(
                 "walrelay may not describe topic {topic} (TopicAuthorizationFailed): this is a \
-                 permission problem, not the event, so walrelay stopped and the slot stays before \
-                 it; grant walrelay's principal DESCRIBE and WRITE on the topic and restart"
+                 permission problem, not the event (nor a missing topic: Kafka answers so for a \
+                 topic it hides), so walrelay stopped and the slot stays before it; grant \
+                 walrelay's principal DESCRIBE and WRITE on the topic ({}) and restart",
+                super::grant_command(
+                    &self.principal,
+                    "Describe --operation Write",
+                    &format!("--topic {topic}")
+                )
             )));
         }
         Ok((found.error().is_none() && !found.partitions().is_empty())

@@ -52,6 +52,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let metrics = Metrics::new();
     metrics::serve(settings.metrics_addr, metrics.clone()).await?;
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
+    let kafka_fatal = fatal_tx.clone();
     let (outbox_tx, outbox_rx) = watch::channel(Accepted::default());
     let watchdog = tokio::spawn(watchdog::run(
         watchdog::Watched {
@@ -76,6 +77,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     let shared = Shared {
         outbox: outbox_tx,
         position,
+        fatal: kafka_fatal,
     };
     let result = tokio::select! {
         result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
@@ -109,6 +111,8 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
 struct Shared {
     outbox: watch::Sender<Accepted>,
     position: resume::Position,
+    /// For the Kafka client: a refused login stops walrelay at once.
+    fatal: mpsc::Sender<Error>,
 }
 
 /// On a stop, the state table records the last delivered position, for a
@@ -223,7 +227,12 @@ async fn session(
     );
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
-    let sink = KafkaSink::new(&settings.kafka, &settings.topics, metrics.clone())?;
+    let sink = KafkaSink::new(
+        &settings.kafka,
+        &settings.topics,
+        metrics.clone(),
+        shared.fatal.clone(),
+    )?;
     let opened = tokio::select! {
         opened = opening => opened.map_err(|_| Error::transient(format!(
             "the session did not start within --setup-timeout ({:?}): Postgres did not answer \

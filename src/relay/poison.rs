@@ -164,13 +164,19 @@ pub fn cannot_dead_letter(event_id: Option<&Bytes>, commit_lsn: Lsn, why: &str) 
 
 /// The error for a refusal that is configuration, not the event: the
 /// policy does not apply, walrelay stops.
-pub fn configuration_error(event_id: Option<&Bytes>, topic: &str, refusal: &Refusal) -> Error {
+pub fn configuration_error(
+    event_id: Option<&Bytes>,
+    topic: &str,
+    refusal: &Refusal,
+    principal: &str,
+) -> Error {
     Error::permanent(format!(
         "Kafka refused event {} for topic {topic}: {refusal}. This is a permission or \
          configuration problem, not the event, so walrelay stopped (even with --on-poison \
          dead-letter) and the slot stays before it; grant walrelay's principal WRITE on the \
-         topic (or fix the -X properties) and restart",
-        text(event_id)
+         topic ({}) or fix the -X properties, and restart",
+        text(event_id),
+        crate::kafka::grant_command(principal, "Write", &format!("--topic {topic}"))
     ))
 }
 

@@ -5,6 +5,11 @@
 //! `Broker::start()` runs the broker `WALRELAY_TEST_BROKER` names (`tansu`,
 //! the default, or `apache`), so a whole test binary can run on either;
 //! `Broker::start_kind` picks one for a single test.
+//!
+//! `Broker::apache_secure(users)` is an Apache Kafka broker whose clients
+//! log in with SASL/SCRAM-SHA-512 and are held to ACLs (StandardAuthorizer);
+//! the tests' own clients log in as its super user, `admin`, and
+//! `Broker::grant` adds ACLs.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,6 +56,32 @@ pub struct Broker {
     engine: Engine,
     child: Option<Child>,
     dir: TempDir,
+    /// SCRAM users (name, password) of a secure Apache Kafka broker, admin first.
+    sasl: Option<Vec<(String, String)>>,
+}
+
+/// The super user of a secure broker, as whom the tests' own clients log in.
+pub const ADMIN_USER: &str = "admin";
+const ADMIN_PASSWORD: &str = "admin-secret-4f1c";
+
+/// What an ACL allows, as `kafka-acls --operation` names it.
+#[derive(Clone, Copy, Debug)]
+pub enum AclOperation {
+    Describe,
+    Write,
+    Create,
+    DescribeConfigs,
+    IdempotentWrite,
+}
+
+/// What an ACL is on.
+#[derive(Clone, Copy, Debug)]
+pub enum AclResource<'a> {
+    /// One topic, by its literal name.
+    Topic(&'a str),
+    /// Every topic whose name starts with this (`--resource-pattern-type prefixed`).
+    TopicPrefix(&'a str),
+    Cluster,
 }
 
 pub fn tansu_bin() -> PathBuf {
@@ -112,26 +143,117 @@ impl Broker {
 
     fn start_tansu(storage: &str) -> Self {
         let storage = storage.to_string();
-        Self::launch("tansu", free_port(), Engine::Tansu { storage })
+        Self::launch("tansu", free_port(), Engine::Tansu { storage }, None)
     }
 
     fn start_apache() -> Self {
+        Self::start_apache_with(None)
+    }
+
+    /// An Apache Kafka broker with a SASL_PLAINTEXT listener (SCRAM-SHA-512)
+    /// and StandardAuthorizer: a principal may do only what an ACL allows.
+    /// `users` (name, password) can log in, and `admin` (ADMIN_USER), a
+    /// super user, as whom this type's own clients log in.
+    pub fn apache_secure(users: &[(&str, &str)]) -> Self {
+        let mut all = vec![(ADMIN_USER.to_string(), ADMIN_PASSWORD.to_string())];
+        all.extend(users.iter().map(|(u, p)| (u.to_string(), p.to_string())));
+        Self::start_apache_with(Some(all))
+    }
+
+    /// One secure broker (`apache_secure(users)`) for every test of a binary
+    /// that asks, started by the first: a JVM per test would cost seconds
+    /// each. It is killed, and its directory removed, when the binary exits.
+    pub fn shared_apache_secure(users: &[(&str, &str)]) -> &'static Broker {
+        static SHARED: std::sync::OnceLock<Broker> = std::sync::OnceLock::new();
+        extern "C" fn stop_shared() {
+            if let Some(broker) = SHARED.get() {
+                broker.stop_from_exit();
+            }
+        }
+        SHARED.get_or_init(|| {
+            let broker = Self::apache_secure(users);
+            // A static is never dropped: stop the JVM when the process exits.
+            unsafe { libc::atexit(stop_shared) };
+            broker
+        })
+    }
+
+    fn start_apache_with(sasl: Option<Vec<(String, String)>>) -> Self {
         let port = free_port();
         let controller_port = std::iter::repeat_with(free_port)
             .find(|&p| p != port)
             .unwrap();
-        Self::launch("kafka", port, Engine::Apache { controller_port })
+        Self::launch("kafka", port, Engine::Apache { controller_port }, sasl)
     }
 
-    fn launch(tag: &str, port: u16, engine: Engine) -> Self {
+    fn launch(tag: &str, port: u16, engine: Engine, sasl: Option<Vec<(String, String)>>) -> Self {
         let mut broker = Broker {
             port,
             engine,
             child: None,
             dir: TempDir::new(tag),
+            sasl,
         };
         broker.spawn();
         broker
+    }
+
+    /// kill -9 through `&self` and the directory removed, for the shared
+    /// broker at exit (its `Child` is out of reach there).
+    fn stop_from_exit(&self) {
+        if let Some(child) = &self.child {
+            let pid = child.id() as i32;
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        if std::env::var_os("WALRELAY_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir.0);
+        }
+    }
+
+    /// The librdkafka properties that log in as `user` with `password` on
+    /// a secure broker, as `-X` takes them (none on a plain one).
+    pub fn login_properties(&self, user: &str, password: &str) -> Vec<(String, String)> {
+        if self.sasl.is_none() {
+            return Vec::new();
+        }
+        [
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", user),
+            ("sasl.password", password),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// `-X key=value` flags for walrelay that log in as `user`.
+    pub fn login_flags(&self, user: &str, password: &str) -> Vec<String> {
+        self.login_properties(user, password)
+            .into_iter()
+            .flat_map(|(k, v)| ["-X".to_string(), format!("{k}={v}")])
+            .collect()
+    }
+
+    /// A client configuration for this broker: as the super user on a
+    /// secure one.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", self.brokers());
+        for (key, value) in self.login_properties(ADMIN_USER, ADMIN_PASSWORD) {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// Allows `principal` (`User:name`) each of `operations` on `resource`,
+    /// through the admin API's CreateAcls, as the super user.
+    pub fn grant(&self, principal: &str, resource: AclResource<'_>, operations: &[AclOperation]) {
+        assert!(self.sasl.is_some(), "ACLs need Broker::apache_secure");
+        acl::create(&self.client_config(), principal, resource, operations);
     }
 
     pub fn kind(&self) -> BrokerKind {
@@ -176,6 +298,13 @@ impl Broker {
                     .arg(&self.dir.0)
                     .arg(self.port.to_string())
                     .arg(controller_port.to_string());
+                if let Some(users) = &self.sasl {
+                    let users: Vec<String> =
+                        users.iter().map(|(u, p)| format!("{u}={p}")).collect();
+                    command
+                        .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
+                        .env("WALRELAY_KAFKA_USERS", users.join(" "));
+                }
                 command
             }
         };
@@ -306,16 +435,13 @@ impl Broker {
     /// Creates a topic with topic-level configuration (e.g. max.message.bytes)
     /// through the admin API.
     pub async fn create_topic_with(&self, topic: &str, partitions: i32, config: &[(&str, &str)]) {
-        create_topic_at(&self.brokers(), topic, partitions, config).await;
+        create_topic_as(&self.client_config(), topic, partitions, config).await;
     }
 
     /// A topic-level configuration value, through DescribeConfigs.
     pub async fn topic_config(&self, topic: &str, key: &str) -> Option<String> {
         use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-        let admin: AdminClient<_> = ClientConfig::new()
-            .set("bootstrap.servers", self.brokers())
-            .create()
-            .unwrap();
+        let admin: AdminClient<_> = self.client_config().create().unwrap();
         let results = admin
             .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
             .await
@@ -329,10 +455,7 @@ impl Broker {
     /// (which replaces the topic's other overrides: tests set one at most).
     pub async fn alter_topic_config(&self, topic: &str, key: &str, value: &str) {
         use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
-        let admin: AdminClient<_> = ClientConfig::new()
-            .set("bootstrap.servers", self.brokers())
-            .create()
-            .unwrap();
+        let admin: AdminClient<_> = self.client_config().create().unwrap();
         let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
         for result in admin
             .alter_configs([&change], &AdminOptions::new())
@@ -344,7 +467,7 @@ impl Broker {
     }
 
     pub fn consumer(&self) -> KafkaReader {
-        KafkaReader::new(&self.brokers())
+        KafkaReader::with_config(self.client_config())
     }
 }
 
@@ -360,11 +483,20 @@ impl Drop for Broker {
 
 /// Creates a topic of one replica through the admin API of any cluster.
 pub async fn create_topic_at(brokers: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", brokers);
+    create_topic_as(&client, topic, partitions, config).await;
+}
+
+/// Creates a topic of one replica with a client configuration of its own.
+async fn create_topic_as(
+    client: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    config: &[(&str, &str)],
+) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<_> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
+    let admin: AdminClient<_> = client.create().unwrap();
     let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     for (key, value) in config {
         new_topic = new_topic.set(key, value);
@@ -427,8 +559,13 @@ impl KafkaReader {
     }
 
     fn new(brokers: &str) -> Self {
-        let consumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", brokers);
+        Self::with_config(config)
+    }
+
+    fn with_config(mut config: ClientConfig) -> Self {
+        let consumer = config
             .set("group.id", "walrelay-tests")
             .set("enable.auto.commit", "false")
             .set("fetch.wait.max.ms", "50")
@@ -533,4 +670,125 @@ fn is_connection_error(e: &rdkafka::error::KafkaError) -> bool {
         e.rdkafka_error_code(),
         Some(AllBrokersDown | BrokerTransportFailure)
     )
+}
+
+/// CreateAcls through librdkafka's C API, which rust-rdkafka does not wrap:
+/// no JVM (kafka-acls) per grant.
+mod acl {
+    use std::ffi::{CStr, CString};
+
+    use rdkafka::bindings as rd;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{BaseProducer, Producer};
+
+    use super::{AclOperation, AclResource};
+
+    pub fn create(
+        config: &ClientConfig,
+        principal: &str,
+        resource: AclResource<'_>,
+        operations: &[AclOperation],
+    ) {
+        use rd::rd_kafka_ResourcePatternType_t::*;
+        use rd::rd_kafka_ResourceType_t::*;
+        let (kind, name, pattern) = match resource {
+            AclResource::Topic(name) => (
+                RD_KAFKA_RESOURCE_TOPIC,
+                name,
+                RD_KAFKA_RESOURCE_PATTERN_LITERAL,
+            ),
+            AclResource::TopicPrefix(prefix) => (
+                RD_KAFKA_RESOURCE_TOPIC,
+                prefix,
+                RD_KAFKA_RESOURCE_PATTERN_PREFIXED,
+            ),
+            AclResource::Cluster => (
+                RD_KAFKA_RESOURCE_BROKER,
+                "kafka-cluster",
+                RD_KAFKA_RESOURCE_PATTERN_LITERAL,
+            ),
+        };
+        let producer: BaseProducer = config.create().unwrap();
+        let rk = producer.client().native_ptr();
+        let name = CString::new(name).unwrap();
+        let principal = CString::new(principal).unwrap();
+        let host = CString::new("*").unwrap();
+        let mut errstr = [0 as std::ffi::c_char; 512];
+        unsafe {
+            let mut bindings: Vec<*mut rd::rd_kafka_AclBinding_t> = operations
+                .iter()
+                .map(|op| {
+                    let binding = rd::rd_kafka_AclBinding_new(
+                        kind,
+                        name.as_ptr(),
+                        pattern,
+                        principal.as_ptr(),
+                        host.as_ptr(),
+                        operation(*op),
+                        rd::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW,
+                        errstr.as_mut_ptr(),
+                        errstr.len(),
+                    );
+                    assert!(!binding.is_null(), "{:?}", CStr::from_ptr(errstr.as_ptr()));
+                    binding
+                })
+                .collect();
+            let queue = rd::rd_kafka_queue_new(rk);
+            let options = rd::rd_kafka_AdminOptions_new(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_CREATEACLS,
+            );
+            rd::rd_kafka_AdminOptions_set_request_timeout(
+                options,
+                30_000,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            rd::rd_kafka_CreateAcls(rk, bindings.as_mut_ptr(), bindings.len(), options, queue);
+            let event = rd::rd_kafka_queue_poll(queue, 60_000);
+            assert!(!event.is_null(), "CreateAcls had no answer in 60 s");
+            let failed = rd::rd_kafka_event_error(event);
+            let mut problem =
+                (failed != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR).then(|| {
+                    CStr::from_ptr(rd::rd_kafka_event_error_string(event))
+                        .to_string_lossy()
+                        .into_owned()
+                });
+            if problem.is_none() {
+                let result = rd::rd_kafka_event_CreateAcls_result(event);
+                let mut count = 0;
+                let results = rd::rd_kafka_CreateAcls_result_acls(result, &mut count);
+                for i in 0..count {
+                    let error = rd::rd_kafka_acl_result_error(*results.add(i));
+                    if !error.is_null() {
+                        problem = Some(
+                            CStr::from_ptr(rd::rd_kafka_error_string(error))
+                                .to_string_lossy()
+                                .into_owned(),
+                        );
+                    }
+                }
+            }
+            rd::rd_kafka_event_destroy(event);
+            rd::rd_kafka_AdminOptions_destroy(options);
+            rd::rd_kafka_queue_destroy(queue);
+            for binding in bindings {
+                rd::rd_kafka_AclBinding_destroy(binding);
+            }
+            if let Some(problem) = problem {
+                panic!("CreateAcls for {principal:?} on {resource:?}: {problem}");
+            }
+        }
+    }
+
+    fn operation(op: AclOperation) -> rd::rd_kafka_AclOperation_t {
+        use rd::rd_kafka_AclOperation_t::*;
+        match op {
+            AclOperation::Describe => RD_KAFKA_ACL_OPERATION_DESCRIBE,
+            AclOperation::Write => RD_KAFKA_ACL_OPERATION_WRITE,
+            AclOperation::Create => RD_KAFKA_ACL_OPERATION_CREATE,
+            AclOperation::DescribeConfigs => RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS,
+            AclOperation::IdempotentWrite => RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE,
+        }
+    }
 }

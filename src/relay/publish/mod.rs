@@ -156,9 +156,12 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
                 self.reject(progress, poisoned).await
             }
-            Rejection::Configuration => {
-                Err(configuration_error(event.id.as_ref(), &topic, &refusal))
-            }
+            Rejection::Configuration => Err(configuration_error(
+                event.id.as_ref(),
+                &topic,
+                &refusal,
+                &crate::kafka::principal(&self.settings.kafka),
+            )),
             Rejection::Retriable => Err(Error::transient(format!(
                 "cannot hand event {} to the Kafka producer",
                 event.id_text()
@@ -273,6 +276,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 ticket.event_id.as_ref(),
                 &failure.record.topic,
                 refusal,
+                &crate::kafka::principal(&self.settings.kafka),
             )),
             // Its batch was refused for size: perhaps for a neighbour. The
             // loop sends it again alone (`oversized`).
