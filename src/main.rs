@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -15,7 +14,7 @@ use walrelay::{check, completions, logging, migrate, relay, status};
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_naming_env();
     let kafka_debug = cli
         .command
         .kafka_properties()

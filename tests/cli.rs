@@ -101,3 +101,32 @@ fn migrate_from_debezium_prints_a_runnable_command_and_notes() {
         }
     }
 }
+
+#[test]
+fn a_bad_value_from_the_environment_names_its_variable_and_a_typed_one_does_not() {
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+            .args([
+                "run",
+                "--pg-url",
+                "postgres://u@h/db",
+                "--kafka-brokers",
+                "k:9092",
+            ])
+            .args(extra)
+            .env("WALRELAY_TOPIC_PARTITIONS", "many")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let from_env = run(&[]);
+    assert!(
+        from_env.contains("--topic-partitions")
+            && from_env.contains("environment variable WALRELAY_TOPIC_PARTITIONS"),
+        "{from_env}"
+    );
+    let typed = run(&["--topic-partitions", "few"]);
+    assert!(typed.contains("'few'"), "{typed}");
+    assert!(!typed.contains("environment variable"), "{typed}");
+}

@@ -144,12 +144,18 @@ fn help_shows_no_secret_from_the_environment() {
         .args(["run", "--help"])
         .env("WALRELAY_PG_URL", "postgres://u:env-secret-77@h/db")
         .env("WALRELAY_KAFKA_PROPERTIES", "sasl.password=kafka-secret-88")
+        .env(
+            "WALRELAY_ALERT_WEBHOOK",
+            "http://ops:hook-secret-99@alerts:8080/hook",
+        )
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--pg-url"), "{help}");
     assert!(
-        !help.contains("env-secret-77") && !help.contains("kafka-secret-88"),
+        !help.contains("env-secret-77")
+            && !help.contains("kafka-secret-88")
+            && !help.contains("hook-secret-99"),
         "{help}"
     );
 }

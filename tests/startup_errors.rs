@@ -29,11 +29,17 @@ fn fails_cleanly(mut relay: Relay) -> String {
 fn unreachable_host_gives_up_after_the_startup_timeout() {
     let url = format!("postgres://postgres@127.0.0.1:{}/postgres", free_port());
     let relay = Relay::start_raw(&url, "127.0.0.1:9", &["--startup-timeout", "2s"]);
-    let line = fails_cleanly(relay);
+    let mut relay = relay;
+    let status = relay.wait(WAIT).expect("walrelay gives up");
+    assert!(!status.success());
+    let log = relay.log();
     assert!(
-        line.contains("--startup-timeout") && line.contains("reachable"),
-        "{line}"
+        log.contains("--startup-timeout") && log.contains("reachable"),
+        "{log}"
     );
+    // Nothing was ever connected: a retry is not a reconnect.
+    assert!(log.contains("cannot connect to Postgres yet"), "{log}");
+    assert!(!log.contains("session ended; reconnecting"), "{log}");
 }
 
 #[test]
@@ -45,6 +51,16 @@ fn malformed_url_is_rejected_with_an_example() {
         "{line}"
     );
     assert!(line.contains("example: postgres://"), "{line}");
+}
+
+#[test]
+fn a_mistyped_url_scheme_is_named_with_the_right_one() {
+    let relay = Relay::start_raw("postgress://u:pw@localhost/db", "127.0.0.1:9", &[]);
+    let line = fails_cleanly(relay);
+    assert!(
+        line.contains("\"postgress\"://") && line.contains("postgres:// or postgresql://"),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! Command-line flags (each with an env var), their validation, and the
 //! settings derived from them.
 
+mod env_errors;
 mod run;
 mod secrets;
 mod settings;

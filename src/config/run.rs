@@ -324,7 +324,8 @@ pub struct WatchdogArgs {
     pub stall_timeout: Duration,
 
     /// POST a JSON document here on every change of alert level (http://host:port/path).
-    #[arg(long, env = "WALRELAY_ALERT_WEBHOOK")]
+    /// Its credentials, if any, are never shown by --help or the logs.
+    #[arg(long, env = "WALRELAY_ALERT_WEBHOOK", hide_env_values = true)]
     pub alert_webhook: Option<String>,
 }
 

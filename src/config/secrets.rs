@@ -29,6 +29,12 @@ impl Command {
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
         }
+        let webhook = match self {
+            Command::Run(args) => args.watchdog.alert_webhook.as_deref(),
+            Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
+            _ => None,
+        };
+        secrets.extend(webhook.and_then(url_password));
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();
             if ["password", "secret", "jaas", "token", "pem", "credentials"]
@@ -50,15 +56,17 @@ fn pg_passwords(url: &str) -> Vec<String> {
         }
     }
     // The percent-encoded form, as it appears in the URL itself.
-    if let Some(rest) = url.split_once("://").map(|(_, rest)| rest) {
-        let authority = rest.split(['/', '?']).next().unwrap_or("");
-        if let Some((userinfo, _)) = authority.rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                found.push(password.to_string());
-            }
-        }
-    }
+    found.extend(url_password(url));
     found
+}
+
+/// The password in a URL's userinfo (scheme://user:password@host/…), as written.
+fn url_password(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then(|| password.to_string())
 }
 
 #[cfg(test)]
@@ -69,6 +77,21 @@ mod tests {
     fn secrets(argv: &[&str]) -> Vec<String> {
         let cli = Cli::try_parse_from(argv).unwrap();
         cli.command.secrets()
+    }
+
+    #[test]
+    fn the_alert_webhooks_password_is_a_secret() {
+        let found = secrets(&[
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u@h/db",
+            "--kafka-brokers",
+            "k:9092",
+            "--alert-webhook",
+            "http://ops:hook-pass@alerts:8080/hook",
+        ]);
+        assert_eq!(found, vec!["hook-pass".to_string()]);
     }
 
     #[test]

@@ -54,6 +54,17 @@ impl PgTarget {
     /// Parses `--pg-url`. tokio-postgres's messages do not echo the string,
     /// so no password leaks into the error.
     pub fn parse(conn: &str) -> Result<Self> {
+        // tokio-postgres reads any other scheme as a key=value string and
+        // says only "unexpected EOF".
+        if let Some((scheme, _)) = conn.trim_start().split_once("://") {
+            if scheme != "postgres" && scheme != "postgresql" {
+                let shown: String = scheme.chars().take(20).collect();
+                return Err(Error::permanent(format!(
+                    "--pg-url starts with {shown:?}://; the scheme is postgres:// or \
+                     postgresql:// (example: postgres://walrelay:secret@localhost:5432/app)"
+                )));
+            }
+        }
         let (rest, tls) = split_tls_options(conn)?;
         let mut config: tokio_postgres::Config = rest.parse().map_err(|e| {
             Error::permanent(

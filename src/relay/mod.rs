@@ -201,7 +201,16 @@ async fn supervise(
         if session_start.elapsed() >= HEALTHY_SESSION {
             backoff = INITIAL_BACKOFF;
         }
-        warn!(error = %err.report(), retry_in = ?backoff, "session ended; reconnecting");
+        if ever_connected {
+            warn!(error = %err.report(), retry_in = ?backoff, "session ended; reconnecting");
+        } else {
+            warn!(
+                error = %err.report(),
+                retry_in = ?backoff,
+                give_up_after = ?settings.timeouts.startup,
+                "cannot connect to Postgres yet; retrying until --startup-timeout"
+            );
+        }
         metrics.record_reconnect("postgres");
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
