@@ -87,8 +87,15 @@ as_pg=()
 if [ "$(id -u)" = 0 ]; then chown postgres "$demo"; as_pg=(runuser -u postgres --); fi
 
 pids=()
+# walrelay stops first and is waited for (it records its position in
+# Postgres as it stops), then the broker, then Postgres.
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  local i pid
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    pid="${pids[$i]}"
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
   "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$demo/pg" -m fast stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
