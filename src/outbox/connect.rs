@@ -284,9 +284,10 @@ mod tests {
             value("12.50", more_oid::NUMERIC, (10 << 16 | 2) + 4).json_text(),
             "\"BOI=\""
         );
+        // Unconstrained: Debezium strips the trailing zero first, 125 = 0x7D.
         assert_eq!(
             value("12.50", more_oid::NUMERIC, -1).json_text(),
-            "{\"scale\":2,\"value\":\"BOI=\"}"
+            "{\"scale\":1,\"value\":\"fQ==\"}"
         );
     }
 
@@ -308,13 +309,26 @@ mod tests {
             value(ts, more_oid::TIMESTAMP, 3).json_text(),
             "1795946400250"
         );
-        // ZonedTimestamp in UTC.
+        // ZonedTimestamp in UTC, with as many fraction digits as the
+        // column's precision (6 unconstrained), none for timestamptz(0).
         assert_eq!(
             value("2026-11-29 12:00:00.25+02", more_oid::TIMESTAMPTZ, -1).json_text(),
-            "\"2026-11-29T10:00:00.25Z\""
+            "\"2026-11-29T10:00:00.250000Z\""
         );
         assert_eq!(
             value("2026-11-29 10:00:00+00", more_oid::TIMESTAMPTZ, -1)
+                .header_text()
+                .unwrap(),
+            "2026-11-29T10:00:00.000000Z"
+        );
+        assert_eq!(
+            value("2026-11-29 10:00:00.25+00", more_oid::TIMESTAMPTZ, 3)
+                .header_text()
+                .unwrap(),
+            "2026-11-29T10:00:00.250Z"
+        );
+        assert_eq!(
+            value("2026-11-29 10:00:00+00", more_oid::TIMESTAMPTZ, 0)
                 .header_text()
                 .unwrap(),
             "2026-11-29T10:00:00Z"
