@@ -55,6 +55,19 @@ enum Expect {
     /// The same but for the value, which is the `payload` part of
     /// Debezium's `{"schema","payload"}` (why: the case's comment).
     ValueIsDebeziumsPayloadPart,
+    /// The same but for the envelope schema's name: Debezium's is that of
+    /// the route value `first` for every record, walrelay's that of the
+    /// record's own route value (why: the case's comment).
+    EnvelopeNamedAfterFirstRoute { first: &'static str },
+    /// The same once `fragment` is taken out of Debezium's value (why: the
+    /// case's comment).
+    SameWithoutDebeziums { fragment: &'static str },
+    /// The same but for walrelay's `traceparent` (and `tracestate`) headers,
+    /// `parent` wherever the row holds a context (why: the case's comment).
+    WalrelayAddsTraceHeaders { parent: &'static str },
+    /// Debezium's task fails with `error` and publishes nothing; walrelay
+    /// publishes each row stamped `timestamp` (why: the case's comment).
+    DebeziumTaskFails { error: &'static str, timestamp: i64 },
 }
 
 struct Case {
@@ -66,6 +79,9 @@ struct Case {
     /// Connector options beyond `Properties::outbox_connector`'s; `{side}`
     /// is `dbz.ID` or `wr.ID`, so each side and case has its own topics.
     options: &'static [(&'static str, &'static str)],
+    /// Run once the case's table exists, before anyone starts: `{table}`
+    /// is the case's table.
+    setup: &'static str,
     /// `{table}` is the case's table.
     inserts: &'static str,
     /// The topics' names after the `dbz.ID.`/`wr.ID.` prefix.
@@ -79,16 +95,50 @@ const DEFAULT_ROUTE: (&str, &str) = (
     "{side}.outbox.event.${routedByValue}",
 );
 
+/// What most cases leave as it is.
+const BASE: Case = Case {
+    what: "",
+    id: "",
+    columns: COLUMNS,
+    options: &[],
+    setup: "",
+    inserts: "",
+    topics: &["outbox.event.order"],
+    count: 0,
+    expect: Expect::Same,
+};
+
+const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Numeric columns in the envelope and the headers under each
+/// decimal.handling.mode.
+const DECIMAL_COLUMNS: &str = "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, \
+                               type text, payload jsonb, amount numeric(10,2), var numeric";
+const DECIMAL_ROWS: &str = "INSERT INTO {table} VALUES
+   ('00000000-0000-0000-0000-000000000091', 'order', 'o-1', 'T', '{}', 12.50, 12.50),
+   ('00000000-0000-0000-0000-000000000092', 'order', 'o-2', 'T', '{}', -0.01, 100),
+   ('00000000-0000-0000-0000-000000000093', 'order', 'o-3', 'T', '{}', 99999999.99, 0.000001234),
+   ('00000000-0000-0000-0000-000000000094', 'order', 'o-4', 'T', '{}', NULL, NULL);";
+const DECIMAL_PLACEMENT: (&str, &str) = (
+    "transforms.outbox.table.fields.additional.placement",
+    "amount:envelope,var:envelope,amount:header,var:header",
+);
+
 /// Rows over two aggregate types and several keys (so all partitions),
 /// with a NULL payload.
-const ORDERS: &str = "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
+macro_rules! orders {
+    () => {
+        "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
    ('00000000-0000-0000-0000-000000000001', 'order', 'o-1', 'OrderCreated', '{\"total\": 10, \"lines\": [1, 2]}'),
    ('00000000-0000-0000-0000-000000000002', 'customer', 'c-1', 'CustomerMoved', '{\"city\": \"Oslo\"}'),
    ('00000000-0000-0000-0000-000000000003', 'order', 'o-2', 'OrderCreated', '{\"note\": \"caf\u{e9} \\\\ \\\"q\\\"\"}'),
    ('00000000-0000-0000-0000-000000000004', 'order', 'o-3', 'OrderPaid', NULL),
    ('00000000-0000-0000-0000-000000000005', 'order', 'o-1', 'OrderPaid', '[]'),
    ('00000000-0000-0000-0000-000000000006', 'customer', 'c-2', 'CustomerMoved', '\"just a string\"'),
-   ('00000000-0000-0000-0000-000000000007', 'order', 'o-4', 'OrderShipped', '{\"n\": 1.50, \"big\": 12345678901234567890}');";
+   ('00000000-0000-0000-0000-000000000007', 'order', 'o-4', 'OrderShipped', '{\"n\": 1.50, \"big\": 12345678901234567890}');"
+    };
+}
+const ORDERS: &str = orders!();
 
 fn cases() -> Vec<Case> {
     vec![
@@ -103,7 +153,15 @@ fn cases() -> Vec<Case> {
                 ("value.converter", JSON),
                 ("value.converter.schemas.enable", "false"),
             ],
-            inserts: ORDERS,
+            setup: "",
+            // UPDATEs and DELETEs of outbox rows publish nothing on either
+            // side (the router warns and drops them; walrelay's publication
+            // carries inserts only).
+            inserts: concat!(
+                orders!(),
+                "UPDATE {table} SET payload = '{}' WHERE aggregateid = 'o-1';",
+                "DELETE FROM {table} WHERE aggregateid = 'c-1';"
+            ),
             topics: &["outbox.event.order", "outbox.event.customer"],
             count: 7,
             expect: Expect::Same,
@@ -117,6 +175,7 @@ fn cases() -> Vec<Case> {
                 ("key.converter", STRING),
                 ("value.converter", STRING),
             ],
+            setup: "",
             inserts: ORDERS,
             topics: &["outbox.event.order", "outbox.event.customer"],
             count: 7,
@@ -132,6 +191,7 @@ fn cases() -> Vec<Case> {
                 ("key.converter", JSON),
                 ("value.converter", JSON),
             ],
+            setup: "",
             inserts: ORDERS,
             topics: &["outbox.event.order", "outbox.event.customer"],
             count: 7,
@@ -154,6 +214,7 @@ fn cases() -> Vec<Case> {
                 ),
                 ("transforms.outbox.table.field.event.timestamp", "ts"),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} VALUES
                ('00000000-0000-0000-0000-000000000011', 'order', 'o-1', 'OrderCreated', '{\"total\": 10}', 't-7', 2, '2026-11-29 10:00:00.250'),
                ('00000000-0000-0000-0000-000000000012', 'order', 'o-2', 'OrderPaid', '[1, 2]', NULL, 0, '2026-11-29 12:30:00'),
@@ -173,6 +234,7 @@ fn cases() -> Vec<Case> {
                 ("value.converter", STRING),
                 ("transforms.outbox.route.tombstone.on.empty.payload", "true"),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} VALUES
                ('00000000-0000-0000-0000-000000000021', 'doc', 'd-1', 'Saved', 'plain text'),
                ('00000000-0000-0000-0000-000000000022', 'doc', 'd-2', 'Deleted', ''),
@@ -199,6 +261,7 @@ fn cases() -> Vec<Case> {
                 ("key.converter", STRING),
                 ("value.converter", STRING),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
                ('00000000-0000-0000-0000-000000000031', 'invoice', 'i-1', 'billing.issued', '{}'),
                ('00000000-0000-0000-0000-000000000032', 'invoice', 'i-2', 'billing.paid', '{\"a\": 1}'),
@@ -219,6 +282,7 @@ fn cases() -> Vec<Case> {
                 ("value.converter.schemas.enable", "false"),
                 ("transforms.outbox.table.expand.json.payload", "true"),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
                ('00000000-0000-0000-0000-000000000041', 'order', '1', 'OrderCreated', '{\"id\": 1, \"lineItems\": [{\"id\": 1, \"totalPrice\": 39.98}], \"note\": null, \"tags\": []}'),
                ('00000000-0000-0000-0000-000000000042', 'order', '2', 'OrderCreated', '{\"mixed\": [1, \"a\"]}'),
@@ -242,6 +306,7 @@ fn cases() -> Vec<Case> {
                 ("value.converter", JSON),
                 ("transforms.outbox.table.expand.json.payload", "true"),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
                ('00000000-0000-0000-0000-000000000051', 'order', '1', 'OrderCreated', '{\"id\": 1, \"items\": [{\"sku\": \"a\"}]}');",
             topics: &["outbox.event.order"],
@@ -267,6 +332,7 @@ fn cases() -> Vec<Case> {
                      j:header,n8:header",
                 ),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} VALUES
                ('00000000-0000-0000-0000-000000000061', 'order', '6f1c2f4e-8a3b-4c5d-9e0f-112233445566', 'T', '{\"a\": 1}',
                 true, -7, 12.50, '2026-11-29 10:00:00.25+00', '2026-11-29', '\\x00ff10', '{\"k\": [1, 2]}',
@@ -288,6 +354,7 @@ fn cases() -> Vec<Case> {
                 ("key.converter", STRING),
                 ("value.converter", BINARY),
             ],
+            setup: "",
             inserts: "INSERT INTO {table} VALUES
                ('00000000-0000-0000-0000-000000000071', 'blob', 'b-1', 'Stored', '\\x00010203ff5c22'),
                ('00000000-0000-0000-0000-000000000072', 'blob', 'b-2', 'Stored', '\\x'),
@@ -295,6 +362,204 @@ fn cases() -> Vec<Case> {
             topics: &["outbox.event.blob"],
             count: 3,
             expect: Expect::Same,
+        },
+        Case {
+            what: "json payload columns keep their text under JsonConverter with schemas",
+            id: "json_column",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload json",
+            options: &[DEFAULT_ROUTE, ("key.converter", JSON), ("value.converter", JSON)],
+            inserts: ORDERS,
+            topics: &["outbox.event.order", "outbox.event.customer"],
+            count: 7,
+            ..BASE
+        },
+        Case {
+            what: "several outbox tables under one connector publish alike",
+            id: "two_tables",
+            options: &[
+                DEFAULT_ROUTE,
+                ("table.include.list", "public.outbox_two_tables,public.outbox_two_tables_b"),
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+            ],
+            setup: "CREATE TABLE {table}_b (LIKE {table} INCLUDING ALL)",
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000a1', 'order', 'o-1', 'T', '{\"t\": \"a\"}');
+             INSERT INTO {table}_b VALUES
+               ('00000000-0000-0000-0000-0000000000a2', 'order', 'o-1', 'T', '{\"t\": \"b\"}');
+             INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000a3', 'order', 'o-2', 'T', '{\"t\": \"a\"}');",
+            count: 3,
+            ..BASE
+        },
+        Case {
+            what: "tombstones under JsonConverter with schemas are null values without a schema",
+            id: "tombstone_json",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload text",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", JSON),
+                ("value.converter", JSON),
+                ("transforms.outbox.route.tombstone.on.empty.payload", "true"),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000b1', 'order', 'o-1', 'T', 'x'),
+               ('00000000-0000-0000-0000-0000000000b2', 'order', 'o-2', 'T', ''),
+               ('00000000-0000-0000-0000-0000000000b3', 'order', 'o-3', 'T', NULL);",
+            count: 3,
+            ..BASE
+        },
+        Case {
+            what: "an envelope under schemas.enable=true is a struct named after the route value",
+            id: "envelope_schemas",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, tenant text NOT NULL, shard int, at timestamptz",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                (
+                    "transforms.outbox.table.fields.additional.placement",
+                    "tenant:envelope:tenantId,shard:envelope,at:envelope:occurredAt,type:header",
+                ),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000c1', 'order', 'o-1', 'Created', '{\"a\": 1}', 't-1', 2, '2026-11-29 12:00:00.25+02'),
+               ('00000000-0000-0000-0000-0000000000c2', 'order', 'o-2', 'Paid', NULL, 't-2', NULL, NULL);",
+            count: 2,
+            ..BASE
+        },
+        Case {
+            // Documented: Debezium builds the envelope schema once per task
+            // and names it after the route value of the first event it saw
+            // (EventRouterDelegate's cached schema); walrelay names each
+            // envelope after its own route value.
+            what: "envelopes of a second route value keep Debezium's first name there and their own in walrelay",
+            id: "envelope_names",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, shard int",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("transforms.outbox.table.fields.additional.placement", "shard:envelope"),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000d1', 'order', 'o-1', 'T', '{}', 1);
+             INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000d2', 'customer', 'c-1', 'T', '{}', 2);",
+            topics: &["outbox.event.order", "outbox.event.customer"],
+            count: 2,
+            expect: Expect::EnvelopeNamedAfterFirstRoute { first: "order" },
+            ..BASE
+        },
+        Case {
+            // Documented: Debezium writes a column's constant DEFAULT into its
+            // schema; pgoutput does not carry defaults, so walrelay writes none.
+            what: "a column default is in Debezium's envelope schema and not in walrelay's",
+            id: "defaults",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, region text DEFAULT 'eu'",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("transforms.outbox.table.fields.additional.placement", "region:envelope"),
+            ],
+            inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
+               ('00000000-0000-0000-0000-0000000000e1', 'order', 'o-1', 'T', '{}');",
+            count: 1,
+            expect: Expect::SameWithoutDebeziums { fragment: ",\"default\":\"eu\"" },
+            ..BASE
+        },
+        Case {
+            // Documented: Debezium's router adds trace headers only with
+            // OpenTelemetry in Connect (this one has none, as most); walrelay
+            // passes the writer's traceparent and tracestate through always.
+            what: "the writer's trace context becomes walrelay's traceparent header and none of Debezium's",
+            id: "trace",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, tracingspancontext varchar(256)",
+            options: &[DEFAULT_ROUTE, ("key.converter", STRING), ("value.converter", STRING)],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000f1', 'order', 'o-1', 'T', '{}',
+                E'#Mon Nov 30 13:50:37 UTC 2026\\ntraceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\\n'),
+               ('00000000-0000-0000-0000-0000000000f2', 'order', 'o-2', 'T', '{}', NULL);",
+            count: 2,
+            expect: Expect::WalrelayAddsTraceHeaders { parent: PARENT },
+            ..BASE
+        },
+        Case {
+            what: "numerics under decimal.handling.mode=precise are Base64 decimals and variable-scale structs",
+            id: "dec_precise",
+            columns: DECIMAL_COLUMNS,
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                DECIMAL_PLACEMENT,
+            ],
+            inserts: DECIMAL_ROWS,
+            count: 4,
+            ..BASE
+        },
+        Case {
+            what: "numerics under decimal.handling.mode=string are their text",
+            id: "dec_string",
+            columns: DECIMAL_COLUMNS,
+            options: &[
+                DEFAULT_ROUTE,
+                ("decimal.handling.mode", "string"),
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                DECIMAL_PLACEMENT,
+            ],
+            inserts: DECIMAL_ROWS,
+            count: 4,
+            ..BASE
+        },
+        Case {
+            what: "numerics under decimal.handling.mode=double are doubles",
+            id: "dec_double",
+            columns: DECIMAL_COLUMNS,
+            options: &[
+                DEFAULT_ROUTE,
+                ("decimal.handling.mode", "double"),
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                DECIMAL_PLACEMENT,
+            ],
+            inserts: DECIMAL_ROWS,
+            count: 4,
+            ..BASE
+        },
+        Case {
+            // Documented: Debezium's router reads the timestamp field as an
+            // INT64 (io.debezium.time.Timestamp/MicroTimestamp), so a
+            // timestamptz (ZonedTimestamp, a string) fails its task for good;
+            // walrelay takes the instant it names.
+            what: "a timestamptz column as table.field.event.timestamp fails Debezium's task and stamps walrelay's records",
+            id: "tstz_field",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, at timestamptz",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+                ("transforms.outbox.table.field.event.timestamp", "at"),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000000f9', 'order', 'o-1', 'T', '{}', '2026-11-29 12:00:00.25+02');",
+            count: 1,
+            expect: Expect::DebeziumTaskFails {
+                error: "DataException: Field 'at' is not of type INT64",
+                timestamp: 1_795_946_400_250,
+            },
+            ..BASE
         },
     ]
 }
@@ -362,7 +627,7 @@ fn read_side(broker: &Broker, case: &Case, side: &str, diffs: &mut Vec<String>) 
     reader.subscribe(&topics);
     let mut got = reader.read(case.count, WAIT);
     // One more moment: a duplicate or a stray record must show too.
-    got.extend(reader.read_for(Duration::from_millis(500)));
+    got.extend(reader.read_for(Duration::from_millis(300)));
     got.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
     got
 }
@@ -401,6 +666,7 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
         .options
         .iter()
         .any(|(k, _)| *k == "transforms.outbox.table.field.event.timestamp");
+    let mut traced = 0;
     for (d, w) in dbz.iter().zip(wr) {
         let id = d.header("id").unwrap_or("?").to_string();
         let mut differ = |what: &str, dv: String, wv: String| {
@@ -442,18 +708,61 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let (trace, wr_headers): (Vec<_>, Vec<_>) = w.raw_headers.iter().partition(|(k, _)| {
+            matches!(case.expect, Expect::WalrelayAddsTraceHeaders { .. })
+                && (k == "traceparent" || k == "tracestate")
+        });
+        if let Expect::WalrelayAddsTraceHeaders { parent } = case.expect {
+            match &trace[..] {
+                [] => {}
+                [(k, Some(v))] if k == "traceparent" && v == parent.as_bytes() => traced += 1,
+                other => diffs.push(format!("{id}: walrelay's trace headers are {other:?}")),
+            }
+        }
         let mut differ = |what: &str, dv: String, wv: String| {
             if dv != wv {
                 diffs.push(format!("{id}: {what}: Debezium {dv}, walrelay {wv}"));
             }
         };
-        differ(
-            "headers",
-            headers(dbz_headers),
-            headers(w.raw_headers.iter().collect()),
-        );
+        differ("headers", headers(dbz_headers), headers(wr_headers));
+        let text = |v: &Option<Vec<u8>>| {
+            v.as_deref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
         match case.expect {
-            Expect::Same => differ("value", show(&d.raw_value), show(&w.raw_value)),
+            Expect::Same | Expect::WalrelayAddsTraceHeaders { .. } => {
+                differ("value", show(&d.raw_value), show(&w.raw_value))
+            }
+            Expect::EnvelopeNamedAfterFirstRoute { first } => {
+                let route = w.topic.rsplit('.').next().unwrap_or_default();
+                let name = |route: &str| {
+                    format!(
+                        "\"name\":\"oracle_{0}.public.outbox_{0}.{route}.Value\"",
+                        case.id
+                    )
+                };
+                let dv = text(&d.raw_value).unwrap_or_default();
+                if !dv.contains(&name(first)) {
+                    differ("envelope name", name(first), dv.clone());
+                }
+                differ(
+                    "value (Debezium's renamed after the record's route)",
+                    dv.replace(&name(first), &name(route)),
+                    text(&w.raw_value).unwrap_or_default(),
+                );
+            }
+            Expect::DebeziumTaskFails { .. } => unreachable!("nothing to compare"),
+            Expect::SameWithoutDebeziums { fragment } => {
+                let dv = text(&d.raw_value).unwrap_or_default();
+                if !dv.contains(fragment) {
+                    differ("Debezium's documented extra", fragment.into(), dv.clone());
+                }
+                differ(
+                    "value (without Debezium's documented extra)",
+                    dv.replace(fragment, ""),
+                    text(&w.raw_value).unwrap_or_default(),
+                );
+            }
             Expect::ValueIsDebeziumsPayloadPart => {
                 let parse = |v: &Option<Vec<u8>>| -> serde_json::Value {
                     serde_json::from_slice(v.as_deref().unwrap_or(b"null")).unwrap()
@@ -481,7 +790,28 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
             }
         }
     }
+    if matches!(case.expect, Expect::WalrelayAddsTraceHeaders { .. }) && traced == 0 {
+        diffs.push("walrelay sent no traceparent".into());
+    }
     diffs
+}
+
+/// Debezium's task of `case` failed with `error`, and published nothing.
+fn debezium_fails(connect: &Connect, case: &Case, error: &str, diffs: &mut Vec<String>) {
+    let path = format!("/connectors/dbz_{}/status", case.id);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        let status = connect.get(&path).map(|(_, body)| body).unwrap_or_default();
+        if status.contains("\"FAILED\"") || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if !status.contains("\"FAILED\"") || !status.contains(error) {
+        diffs.push(format!(
+            "Debezium's task did not fail with {error:?}: {status}"
+        ));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -490,9 +820,9 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
     let cases = cases();
     // Two slots and walsenders a case, beside the test's own connections.
     let pg = Postgres::start_with(&[
-        "max_wal_senders = 40",
-        "max_replication_slots = 40",
-        "max_connections = 200",
+        "max_wal_senders = 60",
+        "max_replication_slots = 60",
+        "max_connections = 300",
     ]);
     let broker = Broker::apache();
     let client = pg.client().await;
@@ -507,6 +837,13 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
             ))
             .await
             .unwrap();
+        let table = format!("public.outbox_{}", case.id);
+        if !case.setup.is_empty() {
+            client
+                .batch_execute(&case.setup.replace("{table}", &table))
+                .await
+                .unwrap();
+        }
         let dbz = files.0.join(format!("dbz_{}.properties", case.id));
         properties(&pg, case, "dbz").write(&dbz);
         dbz_files.push(dbz);
@@ -554,11 +891,19 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
     let mut failures = Vec::new();
     for case in &cases {
         let mut diffs = Vec::new();
-        let dbz = read_side(&broker, case, "dbz", &mut diffs);
-        let wr = read_side(&broker, case, "wr", &mut diffs);
-        diffs.extend(compare(case, &dbz, &wr));
+        if let Expect::DebeziumTaskFails { error, timestamp } = case.expect {
+            debezium_fails(&connect, case, error, &mut diffs);
+            let wr = read_side(&broker, case, "wr", &mut diffs);
+            if wr.len() != case.count || wr.iter().any(|m| m.timestamp != Some(timestamp)) {
+                diffs.push(format!("walrelay published {wr:?}"));
+            }
+        } else {
+            let dbz = read_side(&broker, case, "dbz", &mut diffs);
+            let wr = read_side(&broker, case, "wr", &mut diffs);
+            diffs.extend(compare(case, &dbz, &wr));
+        }
         if diffs.is_empty() {
-            eprintln!("same: {} ({} records)", case.what, dbz.len());
+            eprintln!("as expected: {} ({} records)", case.what, case.count);
         } else {
             failures.push(format!(
                 "{} ({}):\n  {}\n  walrelay's command: {}",
