@@ -318,7 +318,7 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     used.push(type_key);
     // Enumerations, read case-insensitively as Debezium reads them; `_` in
     // Debezium's values is `-` in walrelay's.
-    let enums: [(String, &str, &[&str]); 4] = [
+    let enums: [(String, &str, &[&str]); 3] = [
         (
             format!("{prefix}table.field.additional.missing"),
             "--fields-additional-missing",
@@ -328,11 +328,6 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             format!("{prefix}table.json.payload.null.behavior"),
             "--json-payload-null-behavior",
             &["ignore", "optional_bytes"],
-        ),
-        (
-            format!("{prefix}table.json.payload.empty.array.behavior"),
-            "--json-payload-empty-array-behavior",
-            &["ignore", "optional_string"],
         ),
         (
             "decimal.handling.mode".to_string(),
@@ -418,6 +413,17 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ));
     }
     used.extend([operation_key, only_key]);
+    // Debezium 3.6.1's router has no such option (EventRouterConfigDefinition;
+    // JsonSchemaData drops every empty array): walrelay's default does the same.
+    let empty_key = format!("{prefix}table.json.payload.empty.array.behavior");
+    if let Some(value) = get(&empty_key) {
+        notes.push(format!(
+            "{empty_key}={value}: Debezium 3.6.1 does not read it and leaves empty arrays out of \
+             expanded payloads, as walrelay does by default; --json-payload-empty-array-behavior \
+             optional-string would keep them"
+        ));
+    }
+    used.push(empty_key);
     // Debezium 3 adds headers naming its connector, task and run unless told
     // not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
     if get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false")) {

@@ -538,6 +538,99 @@ fn cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            what: "other column names for the id, key, payload, route and timestamp are read alike",
+            id: "custom_columns",
+            columns: "event_id uuid PRIMARY KEY, kind text, agg_key text, body jsonb, \
+                      created timestamp",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+                ("transforms.outbox.table.field.event.id", "event_id"),
+                ("transforms.outbox.table.field.event.key", "agg_key"),
+                ("transforms.outbox.table.field.event.payload", "body"),
+                ("transforms.outbox.route.by.field", "kind"),
+                ("transforms.outbox.table.field.event.timestamp", "created"),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000101', 'order', 'k-1', '{\"a\": 1}', '2026-11-29 10:00:00.123456'),
+               ('00000000-0000-0000-0000-000000000102', 'order', 'k-2', '{}', '1970-01-01 00:00:01');",
+            count: 2,
+            ..BASE
+        },
+        Case {
+            what: "expansion keeps null fields and empty arrays under the optional_bytes and optional_string behaviours",
+            id: "expand_behaviors",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("transforms.outbox.table.expand.json.payload", "true"),
+                ("transforms.outbox.table.json.payload.null.behavior", "optional_bytes"),
+                (
+                    "transforms.outbox.table.json.payload.empty.array.behavior",
+                    "optional_string",
+                ),
+            ],
+            inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
+               ('00000000-0000-0000-0000-000000000111', 'order', 'o-1', 'T', '{\"id\": 1, \"note\": null, \"tags\": [], \"deep\": {\"n\": null, \"e\": []}}');",
+            count: 1,
+            ..BASE
+        },
+        Case {
+            what: "control characters, line separators and astral characters are escaped as JsonConverter escapes them",
+            id: "escapes",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload text, note text",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", JSON),
+                ("key.converter.schemas.enable", "false"),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("transforms.outbox.table.fields.additional.placement", "note:header"),
+            ],
+            inserts: r#"INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000121', 'order', E'k\x01"\\', 'T',
+                E'a\x01b\x1fc\x7fd\u2028e\u2029 \u00e9 \U0001F600 \t\n\r\b\f "q" \\ / <>&='' ',
+                E'h\x01\x1f\u00e9 \U0001F600'),
+               ('00000000-0000-0000-0000-000000000122', 'order', 'k-2', 'T',
+                '{"s": "\u001f\u2028\ud83d\ude00"}', NULL);"#,
+            count: 2,
+            ..BASE
+        },
+        Case {
+            what: "the same escapes inside an envelope",
+            id: "escapes_envelope",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, note text",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("transforms.outbox.table.fields.additional.placement", "note:envelope"),
+            ],
+            inserts: r#"INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000131', 'order', 'o-1', 'T',
+                '{"s": "\u001f\u2028\ud83d\ude00 \\ \" /"}',
+                E'a\x01b\x1fc\x7fd\u2028e \U0001F600 \t\n "q" \\ /');"#,
+            count: 1,
+            ..BASE
+        },
+        Case {
+            what: "a payload of 300 kB arrives whole",
+            id: "large",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload text",
+            options: &[DEFAULT_ROUTE, ("key.converter", STRING), ("value.converter", STRING)],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000141', 'order', 'o-1', 'T', repeat('0123456789', 30000));",
+            count: 1,
+            ..BASE
+        },
+        Case {
             // Documented: Debezium's router reads the timestamp field as an
             // INT64 (io.debezium.time.Timestamp/MicroTimestamp), so a
             // timestamptz (ZonedTimestamp, a string) fails its task for good;

@@ -53,8 +53,35 @@ impl ConnectValue {
     }
 }
 
-fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "null".into())
+/// A JSON string literal as JsonConverter's Jackson writes it (found by
+/// tests/debezium_oracle.rs): `\"`, `\\`, `\b \t \n \f \r`, other control
+/// characters as `\u00XX` in upper-case hex, and a character beyond the
+/// BMP as its escaped UTF-16 surrogates (`\uD83D\uDE00`: Jackson's
+/// COMBINE_UNICODE_SURROGATES_IN_UTF8 is off by default); the rest as is.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c if (c as u32) > 0xFFFF => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// io.debezium.data.VariableScaleDecimal, a struct `{scale, value}`;
@@ -269,6 +296,14 @@ mod tests {
         assert_eq!(java_big_decimal("-0.000000000123"), "-1.23E-10");
         assert_eq!(java_big_decimal("12.50"), "12.50");
         assert_eq!(java_big_decimal("1000"), "1000");
+    }
+
+    #[test]
+    fn json_strings_are_escaped_as_jackson_escapes_them() {
+        assert_eq!(
+            json_string("a\u{1}\u{1f}\u{7f}\u{2028}é😀\t\n\"\\/"),
+            "\"a\\u0001\\u001F\u{7f}\u{2028}é\\uD83D\\uDE00\\t\\n\\\"\\\\/\""
+        );
     }
 
     #[test]
