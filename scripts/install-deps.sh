@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what walrelay's tests and demo need on a fresh Debian machine:
 # the PostgreSQL server binaries, a C toolchain for librdkafka, tansu (a
-# Kafka-protocol broker from crates.io) and Apache Kafka's jars (from Maven
-# Central, run by a Java 17). Safe to run again: it skips what is already
-# there.
+# Kafka-protocol broker from crates.io), Apache Kafka's jars and Kafka
+# Connect's with Debezium's (from Maven Central, run by a Java 17). Safe to
+# run again: it skips what is already there.
 #
 #   scripts/install-deps.sh          everything scripts/test.sh needs
 #   scripts/install-deps.sh --demo   only what scripts/demo.sh needs: Postgres,
@@ -67,7 +67,10 @@ if ! $demo_only && [ ! -x "$tansu_bin" ]; then
 fi
 
 # Apache Kafka for tests/apache_kafka.rs (and WALRELAY_TEST_BROKER=apache):
-# the broker's jars, fetched once into ~/.cache/walrelay (a few seconds).
+# the broker's jars, fetched once into ~/.cache/walrelay (a few seconds);
+# and Kafka Connect with Debezium's PostgreSQL connector, the oracle of
+# tests/debezium_oracle.rs.
 if ! $demo_only; then
   scripts/kafka.sh fetch >/dev/null
+  scripts/debezium.sh fetch >/dev/null
 fi

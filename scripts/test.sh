@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs walrelay's whole test suite against a real Postgres and real Kafka
-# brokers (tansu, and Apache Kafka for tests/apache_kafka.rs), installing
-# them first when they are missing.
+# brokers (tansu, and Apache Kafka for tests/apache_kafka.rs and, with
+# Debezium in Kafka Connect, tests/debezium_oracle.rs), installing them
+# first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,9 +17,10 @@ scripts/validate-kubernetes.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
-# tests/apache_kafka.rs runs the core guarantees on Apache Kafka, and
-# tests/kafka_security.rs SASL/SCRAM and ACLs on one secure Apache Kafka
-# broker (tansu has neither); the rest run on tansu.
+# On Apache Kafka whatever the broker setting: tests/apache_kafka.rs (the core
+# guarantees), tests/kafka_security.rs (SASL/SCRAM and ACLs on one secure
+# broker) and tests/debezium_oracle.rs (walrelay beside Debezium in Kafka
+# Connect, record for record; about 40 s); the rest on tansu.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 # Where the broker itself decides (size limits, which topics exist), the
 # same tests on Apache Kafka too (docs/testing.md).

@@ -318,7 +318,7 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     used.push(type_key);
     // Enumerations, read case-insensitively as Debezium reads them; `_` in
     // Debezium's values is `-` in walrelay's.
-    let enums: [(String, &str, &[&str]); 4] = [
+    let enums: [(String, &str, &[&str]); 3] = [
         (
             format!("{prefix}table.field.additional.missing"),
             "--fields-additional-missing",
@@ -328,11 +328,6 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             format!("{prefix}table.json.payload.null.behavior"),
             "--json-payload-null-behavior",
             &["ignore", "optional_bytes"],
-        ),
-        (
-            format!("{prefix}table.json.payload.empty.array.behavior"),
-            "--json-payload-empty-array-behavior",
-            &["ignore", "optional_string"],
         ),
         (
             "decimal.handling.mode".to_string(),
@@ -418,6 +413,28 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ));
     }
     used.extend([operation_key, only_key]);
+    // Debezium 3.6.1's router has no such option (EventRouterConfigDefinition;
+    // JsonSchemaData drops every empty array): walrelay's default does the same.
+    let empty_key = format!("{prefix}table.json.payload.empty.array.behavior");
+    if let Some(value) = get(&empty_key) {
+        notes.push(format!(
+            "{empty_key}={value}: Debezium 3.6.1 does not read it and leaves empty arrays out of \
+             expanded payloads, as walrelay does by default; --json-payload-empty-array-behavior \
+             optional-string would keep them"
+        ));
+    }
+    used.push(empty_key);
+    // Debezium 3 adds headers naming its connector, task and run unless told
+    // not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
+    if get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false")) {
+        notes.push(
+            "Debezium 3 adds the headers __debezium.context.connectorLogicalName, .taskId, \
+             .connectorName and .runId to every record (extended.headers.enabled, true unless \
+             set); walrelay has no connector, task or run to name and sends none of them"
+                .into(),
+        );
+    }
+    used.push("extended.headers.enabled".into());
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
     used.push(format!("{prefix}type"));
@@ -723,6 +740,18 @@ mod tests {
             "{notes}"
         );
         assert!(!notes.contains("has no walrelay equivalent"), "{notes}");
+        assert!(
+            notes.contains("__debezium.context.connectorLogicalName"),
+            "{notes}"
+        );
+        let m = migrate(
+            &with_router("extended.headers.enabled=false\n"),
+            Options::default(),
+        )
+        .unwrap();
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("__debezium.context"), "{notes}");
+        assert!(!notes.contains("extended.headers.enabled"), "{notes}");
         // Unset: Debezium's default column is walrelay's, so no flag is needed.
         let m = migrate(&with_router(""), Options::default()).unwrap();
         assert_eq!(flag(&m, "--field-tracing-span-context"), None);

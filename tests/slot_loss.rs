@@ -7,9 +7,9 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::outbox::{committed_ids, events, read_until_all_arrive};
+use support::outbox::{add_outbox, committed_ids, events, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, drop_slot};
-use support::{Relay, Stack};
+use support::{Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -100,6 +100,76 @@ async fn the_first_start_on_a_database_creates_the_slot_and_remembers_it() {
     assert!(row.get::<_, bool>(0), "the slot's creation is recorded");
     assert_eq!(row.get::<_, String>(1), "event_type");
     assert_eq!(row.get::<_, String>(2), "public.outbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelays_that_create_the_state_table_at_the_same_moment_all_start() {
+    // CREATE TABLE IF NOT EXISTS does not wait for a concurrent one: it
+    // fails on pg_type's unique index once the other commits, which stopped
+    // one of ten walrelays started at once in tests/debezium_oracle.rs. To
+    // make that moment certain, another session creates the table and
+    // commits only once every walrelay is waiting on it.
+    const N: usize = 3;
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let other = pg.client().await;
+    for i in 0..N {
+        add_outbox(&client, &format!("s{i}")).await;
+    }
+    other.batch_execute("BEGIN").await.unwrap();
+    // The file's statement, without the comments before it (which hold a ';').
+    let sql = include_str!("../sql/walrelay_state.sql");
+    let create = &sql[sql.find("CREATE TABLE").unwrap()..];
+    other
+        .batch_execute(create.split(';').next().unwrap())
+        .await
+        .unwrap();
+    let args: Vec<[String; 6]> = (0..N)
+        .map(|i| {
+            [
+                "--table".into(),
+                format!("s{i}.outbox"),
+                "--slot".into(),
+                format!("slot_{i}"),
+                "--publication".into(),
+                format!("pub_{i}"),
+            ]
+        })
+        .collect();
+    let relays: Vec<Relay> = args
+        .iter()
+        .map(|a| {
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            Relay::start_with(&pg, &broker, &a)
+        })
+        .collect();
+    support::eventually(WAIT, "every walrelay waiting on the table", || async {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query LIKE 'CREATE TABLE IF NOT EXISTS%' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting == N as i64).then_some(())
+    })
+    .await;
+    other.batch_execute("COMMIT").await.unwrap();
+    for relay in &relays {
+        relay.wait_ready(WAIT);
+    }
+    let remembered: i64 = client
+        .query_one(
+            "SELECT count(*) FROM walrelay_state WHERE slot LIKE 'slot\\_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(remembered, N as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

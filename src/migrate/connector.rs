@@ -104,32 +104,105 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>> {
             })
             .collect());
     }
+    properties(text)
+}
+
+/// A .properties file read as java.util.Properties `load` reads it, as
+/// Kafka Connect does: `#`/`!` comments, a line ending in an odd number of
+/// backslashes continued on the next (its leading blanks dropped), the key
+/// ended by the first unescaped `=`, `:` or blank, and the escapes `\t`,
+/// `\n`, `\r`, `\f`, `\uXXXX` and `\x` for any other x (so `public\\.outbox`
+/// is the regex `public\.outbox`). Trailing blanks of a value are dropped.
+fn properties(text: &str) -> Result<BTreeMap<String, String>> {
     let mut map = BTreeMap::new();
     let mut pending = String::new();
+    let mut continued = false;
     for line in text.lines() {
-        let line = line.trim();
-        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!'))
-        {
+        let line = line.trim_start_matches([' ', '\t', '\x0c']);
+        if !continued && (line.is_empty() || line.starts_with('#') || line.starts_with('!')) {
             continue;
         }
-        // A trailing backslash continues the line.
-        if let Some(start) = line.strip_suffix('\\') {
-            pending.push_str(start);
+        let backslashes = line.chars().rev().take_while(|&c| c == '\\').count();
+        if backslashes % 2 == 1 {
+            pending.push_str(&line[..line.len() - 1]);
+            continued = true;
             continue;
         }
         pending.push_str(line);
-        let entry = std::mem::take(&mut pending);
-        let split = entry.find(['=', ':']).ok_or_else(|| {
-            Error::permanent(format!(
-                "cannot read the properties line {entry:?}: expected key=value"
-            ))
-        })?;
-        map.insert(
-            entry[..split].trim().to_string(),
-            entry[split + 1..].trim().to_string(),
-        );
+        continued = false;
+        let (key, value) = entry(&std::mem::take(&mut pending))?;
+        map.insert(key, value);
+    }
+    if continued {
+        let (key, value) = entry(&pending)?;
+        map.insert(key, value);
     }
     Ok(map)
+}
+
+/// One logical line's key and value, unescaped: after the key, blanks and
+/// at most one `=` or `:` are skipped (Properties.load0).
+fn entry(line: &str) -> Result<(String, String)> {
+    let blank = |c: char| matches!(c, ' ' | '\t' | '\x0c');
+    let mut chars = line.char_indices();
+    let mut key_end = line.len();
+    let mut has_separator = false;
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' {
+            chars.next();
+        } else if c == '=' || c == ':' || blank(c) {
+            key_end = i;
+            has_separator = !blank(c);
+            break;
+        }
+    }
+    let mut value = line.get(key_end + 1..).unwrap_or("");
+    while let Some(c) = value.chars().next() {
+        if blank(c) {
+        } else if !has_separator && (c == '=' || c == ':') {
+            has_separator = true;
+        } else {
+            break;
+        }
+        value = &value[c.len_utf8()..];
+    }
+    Ok((
+        unescape(&line[..key_end])?,
+        unescape(value.trim_end_matches(blank))?,
+    ))
+}
+
+fn unescape(text: &str) -> Result<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('f') => out.push('\x0c'),
+            Some('u') => {
+                let hex: String = chars.by_ref().take(4).collect();
+                let code = u32::from_str_radix(&hex, 16)
+                    .ok()
+                    .filter(|_| hex.len() == 4)
+                    .and_then(char::from_u32)
+                    .ok_or_else(|| {
+                        Error::permanent(format!(
+                            "cannot read the properties text {text:?}: malformed \\u{hex} escape"
+                        ))
+                    })?;
+                out.push(code);
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -174,6 +247,36 @@ mod tests {
             None,
         );
         assert!(note.unwrap().contains("AvroConverter"));
+    }
+
+    #[test]
+    fn properties_are_read_as_java_util_properties_reads_them() {
+        let map = parse(
+            "# a comment\n\
+             ! another\n\
+             table.include.list=public\\\\.outbox\n\
+             transforms.outbox.route.topic.regex = (?<x>[a-z]+)\\\\.(?<y>\\\\w+)  \n\
+             key\\ with\\=odd\\:chars value\n\
+             spaced   :  v\n\
+             long=a,\\\n\
+             \x20   b\n\
+             ends.in.backslash=c:\\\\\\\\\n\
+             unicode=caf\\u00e9\\tx\n\
+             empty\n",
+        )
+        .unwrap();
+        assert_eq!(map["table.include.list"], "public\\.outbox");
+        assert_eq!(
+            map["transforms.outbox.route.topic.regex"],
+            "(?<x>[a-z]+)\\.(?<y>\\w+)"
+        );
+        assert_eq!(map["key with=odd:chars"], "value");
+        assert_eq!(map["spaced"], "v");
+        assert_eq!(map["long"], "a,b");
+        assert_eq!(map["ends.in.backslash"], "c:\\\\");
+        assert_eq!(map["unicode"], "caf\u{e9}\tx");
+        assert_eq!(map["empty"], "");
+        assert!(parse("bad=\\u12").is_err());
     }
 
     #[test]

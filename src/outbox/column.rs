@@ -91,7 +91,7 @@ impl ConnectValue {
                     ConnectValue::Int(us)
                 }
             }
-            more_oid::TIMESTAMPTZ => ConnectValue::String(zoned_timestamp(text)?),
+            more_oid::TIMESTAMPTZ => ConnectValue::String(zoned_timestamp(text, type_modifier)?),
             _ => ConnectValue::String(text.to_string()),
         })
     }
@@ -130,11 +130,26 @@ fn numeric(text: &str, type_modifier: i32, decimals: DecimalMode) -> Result<Conn
             ))
         }
         // An unconstrained numeric has typmod -1: no declared scale.
+        // PostgresValueConverter.convertDecimal strips its trailing zeros
+        // (12.50 is 12.5, scale 1; 100 stays 100, scale 0, as a negative
+        // scale is set back to 0).
         DecimalMode::Precise if type_modifier < 4 => {
-            ConnectValue::VariableScaleDecimal(text.to_string())
+            ConnectValue::VariableScaleDecimal(strip_trailing_zeros(text))
         }
         DecimalMode::Precise => ConnectValue::Decimal(text.to_string()),
     })
+}
+
+/// A numeric's text without the zeros that end its fraction (and without
+/// the point when nothing is left of it).
+fn strip_trailing_zeros(text: &str) -> String {
+    match text.split_once('.') {
+        Some((int, frac)) => match frac.trim_end_matches('0') {
+            "" => int.to_string(),
+            frac => format!("{int}.{frac}"),
+        },
+        None => text.to_string(),
+    }
 }
 
 /// `YYYY-MM-DD` as days since 1970-01-01 (io.debezium.time.Date).
@@ -151,11 +166,13 @@ fn parse_date(text: &str) -> Option<i64> {
     ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| days_from_civil(y, m, d))
 }
 
-/// io.debezium.time.ZonedTimestamp: the instant in UTC as Java's
-/// `DateTimeFormatter.ISO_OFFSET_DATE_TIME` writes it (ZonedTimestamp.java,
-/// FORMATTER; PostgresValueConverter.convertTimestampWithZone moves the value
-/// to UTC first): seconds always, the fraction only as long as it needs, `Z`.
-fn zoned_timestamp(text: &str) -> Result<String, String> {
+/// io.debezium.time.ZonedTimestamp: the instant in UTC, as Debezium 3
+/// writes it (PostgresValueConverter.convertTimestampWithZone moves the value
+/// to UTC and passes the column's scale to ZonedTimestamp.toIsoString): a
+/// timestamptz(p), 1 <= p <= 6, has exactly p fraction digits, even zeros
+/// (`10:00:00.250000Z` for an unconstrained column, whose scale is 6);
+/// timestamptz(0) the ISO_OFFSET_DATE_TIME form, seconds and `Z`.
+fn zoned_timestamp(text: &str, type_modifier: i32) -> Result<String, String> {
     if text == "infinity" || text == "-infinity" {
         return Ok(text.to_string());
     }
@@ -171,8 +188,13 @@ fn zoned_timestamp(text: &str) -> Result<String, String> {
         rest % 3600 / 60,
         rest % 60
     );
-    if micros != 0 {
-        let fraction = format!("{micros:06}");
+    let fraction = format!("{micros:06}");
+    let width = if type_modifier < 0 { 6 } else { type_modifier };
+    if (1..=6).contains(&width) {
+        // Postgres rounded the value to the column's precision: nothing is cut.
+        out.push('.');
+        out.push_str(&fraction[..width as usize]);
+    } else if micros != 0 {
         out.push('.');
         out.push_str(fraction.trim_end_matches('0'));
     }
@@ -234,6 +256,24 @@ mod tests {
             &[0x00, 0xff, 0x7f, 0x80]
         );
         assert_eq!(&bytea_from_hex(b"\\x").unwrap()[..], b"");
+    }
+
+    #[test]
+    fn unconstrained_numerics_lose_their_trailing_zeros_as_in_debezium() {
+        let var = |text: &str| {
+            ConnectValue::from_pg(
+                Some(text.as_bytes()),
+                more_oid::NUMERIC,
+                -1,
+                DecimalMode::Precise,
+            )
+            .unwrap()
+        };
+        let expect = |text: &str| ConnectValue::VariableScaleDecimal(text.into());
+        assert_eq!(var("12.50"), expect("12.5"));
+        assert_eq!(var("100"), expect("100"));
+        assert_eq!(var("0.000"), expect("0"));
+        assert_eq!(var("-3.10"), expect("-3.1"));
     }
 
     #[test]

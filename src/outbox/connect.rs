@@ -53,8 +53,35 @@ impl ConnectValue {
     }
 }
 
-fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "null".into())
+/// A JSON string literal as JsonConverter's Jackson writes it (found by
+/// tests/debezium_oracle.rs): `\"`, `\\`, `\b \t \n \f \r`, other control
+/// characters as `\u00XX` in upper-case hex, and a character beyond the
+/// BMP as its escaped UTF-16 surrogates (`\uD83D\uDE00`: Jackson's
+/// COMBINE_UNICODE_SURROGATES_IN_UTF8 is off by default); the rest as is.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c if (c as u32) > 0xFFFF => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// io.debezium.data.VariableScaleDecimal, a struct `{scale, value}`;
@@ -272,6 +299,14 @@ mod tests {
     }
 
     #[test]
+    fn json_strings_are_escaped_as_jackson_escapes_them() {
+        assert_eq!(
+            json_string("a\u{1}\u{1f}\u{7f}\u{2028}é😀\t\n\"\\/"),
+            "\"a\\u0001\\u001F\u{7f}\u{2028}é\\uD83D\\uDE00\\t\\n\\\"\\\\/\""
+        );
+    }
+
+    #[test]
     fn decimals_in_json_are_base64_of_the_unscaled_twos_complement() {
         // BigInteger.toByteArray: 1250 = 0x04E2; -1 = 0xFF; 128 = 0x0080;
         // -129 = 0xFF7F; 0 = 0x00.
@@ -284,9 +319,10 @@ mod tests {
             value("12.50", more_oid::NUMERIC, (10 << 16 | 2) + 4).json_text(),
             "\"BOI=\""
         );
+        // Unconstrained: Debezium strips the trailing zero first, 125 = 0x7D.
         assert_eq!(
             value("12.50", more_oid::NUMERIC, -1).json_text(),
-            "{\"scale\":2,\"value\":\"BOI=\"}"
+            "{\"scale\":1,\"value\":\"fQ==\"}"
         );
     }
 
@@ -308,13 +344,26 @@ mod tests {
             value(ts, more_oid::TIMESTAMP, 3).json_text(),
             "1795946400250"
         );
-        // ZonedTimestamp in UTC.
+        // ZonedTimestamp in UTC, with as many fraction digits as the
+        // column's precision (6 unconstrained), none for timestamptz(0).
         assert_eq!(
             value("2026-11-29 12:00:00.25+02", more_oid::TIMESTAMPTZ, -1).json_text(),
-            "\"2026-11-29T10:00:00.25Z\""
+            "\"2026-11-29T10:00:00.250000Z\""
         );
         assert_eq!(
             value("2026-11-29 10:00:00+00", more_oid::TIMESTAMPTZ, -1)
+                .header_text()
+                .unwrap(),
+            "2026-11-29T10:00:00.000000Z"
+        );
+        assert_eq!(
+            value("2026-11-29 10:00:00.25+00", more_oid::TIMESTAMPTZ, 3)
+                .header_text()
+                .unwrap(),
+            "2026-11-29T10:00:00.250Z"
+        );
+        assert_eq!(
+            value("2026-11-29 10:00:00+00", more_oid::TIMESTAMPTZ, 0)
                 .header_text()
                 .unwrap(),
             "2026-11-29T10:00:00Z"

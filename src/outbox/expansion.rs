@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::connect::java_double;
+use super::connect::{java_double, json_string};
 
 /// What the two behaviours keep (Debezium's `ignore` drops, the others keep).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -194,7 +194,7 @@ fn write(node: &Node, schema: &Schema, out: &mut String) -> Option<()> {
         (Node::Bool(b), Schema::Bool) => out.push_str(if *b { "true" } else { "false" }),
         (Node::Int(i), Schema::Int32 | Schema::Int64) => out.push_str(&i.to_string()),
         (Node::Double(d), Schema::Float64) => out.push_str(&java_double(*d)),
-        (Node::String(s), Schema::String) => out.push_str(&serde_json::to_string(s).ok()?),
+        (Node::String(s), Schema::String) => out.push_str(&json_string(s)),
         (Node::Array(items), Schema::Array(member)) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -211,7 +211,7 @@ fn write(node: &Node, schema: &Schema, out: &mut String) -> Option<()> {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&serde_json::to_string(name).ok()?);
+                out.push_str(&json_string(name));
                 out.push(':');
                 match fields.iter().find(|(n, _)| n == name) {
                     Some((_, value)) => write(value, field_schema, out)?,

@@ -290,9 +290,7 @@ fn with_schema(schema: &str, payload: &str) -> String {
     format!("{{\"schema\":{schema},\"payload\":{payload}}}")
 }
 
-fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "null".into())
-}
+use super::connect::json_string;
 
 #[cfg(test)]
 mod tests {

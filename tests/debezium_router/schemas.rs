@@ -158,7 +158,7 @@ async fn envelopes_are_named_structs_with_typed_fields_in_configuration_order() 
                     r#"{"type":"int32","optional":true,"field":"shard"},"#,
                     r#"{"type":"string","optional":true,"name":"io.debezium.time.ZonedTimestamp","version":1,"field":"occurredAt"}"#,
                     r#"],"optional":false,"name":"dbserver1.public.outbox.order.Value"},"#,
-                    r#""payload":{"payload":"{\"total\": 10}","shard":2,"occurredAt":"2026-11-29T10:00:00.25Z"}}"#,
+                    r#""payload":{"payload":"{\"total\": 10}","shard":2,"occurredAt":"2026-11-29T10:00:00.250000Z"}}"#,
                 )),
             ),
             // A tombstone has neither schema nor value: fromConnectData returns null.

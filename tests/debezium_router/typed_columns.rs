@@ -45,10 +45,12 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("big", "1.0E10", "1.0E10"),
     // BigDecimal.toString "12.50"; JsonConverter: Base64 of 1250 = 0x04E2.
     ("dec", "12.50", "\"BOI=\""),
+    // Unconstrained: 12.50 without its trailing zero (PostgresValueConverter
+    // strips them), 125 = 0x7D at scale 1.
     (
         "var",
-        "{\"scale\":2,\"value\":\"BOI=\"}",
-        "{\"scale\":2,\"value\":\"BOI=\"}",
+        "{\"scale\":1,\"value\":\"fQ==\"}",
+        "{\"scale\":1,\"value\":\"fQ==\"}",
     ),
     ("t", "héllo", "\"héllo\""),
     (
@@ -61,8 +63,8 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("ts", "1795946400250000", "1795946400250000"),
     (
         "tstz",
-        "2026-11-29T10:00:00.25Z",
-        "\"2026-11-29T10:00:00.25Z\"",
+        "2026-11-29T10:00:00.250000Z",
+        "\"2026-11-29T10:00:00.250000Z\"",
     ),
     // Base64 of 0x00 0xff.
     ("bin", "AP8=", "\"AP8=\""),

@@ -539,6 +539,8 @@ pub struct Received {
     pub raw_key: Option<Vec<u8>>,
     pub raw_value: Option<Vec<u8>>,
     pub headers: HashMap<String, Option<String>>,
+    /// Every header in the record's order, its value's exact bytes.
+    pub raw_headers: Vec<(String, Option<Vec<u8>>)>,
     pub timestamp: Option<i64>,
 }
 
@@ -631,6 +633,7 @@ impl KafkaReader {
                     Err(e) => panic!("consumer error: {e:?}"),
                 };
                 let mut headers = HashMap::new();
+                let mut raw_headers = Vec::new();
                 if let Some(h) = m.headers() {
                     for header in h.iter() {
                         headers.insert(
@@ -639,6 +642,8 @@ impl KafkaReader {
                                 .value
                                 .map(|v| String::from_utf8_lossy(v).into_owned()),
                         );
+                        raw_headers
+                            .push((header.key.to_string(), header.value.map(<[u8]>::to_vec)));
                     }
                 }
                 out.push(Received {
@@ -650,6 +655,7 @@ impl KafkaReader {
                     raw_key: m.key().map(<[u8]>::to_vec),
                     raw_value: m.payload().map(<[u8]>::to_vec),
                     headers,
+                    raw_headers,
                     timestamp: m.timestamp().to_millis(),
                 });
             }

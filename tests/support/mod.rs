@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod debezium;
 pub mod guarantees;
 pub mod kafka;
 pub mod outbox;

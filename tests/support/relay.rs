@@ -11,6 +11,9 @@ pub struct Relay {
     dir: TempDir,
     pub metrics_port: u16,
     args: Vec<String>,
+    /// A command line for bash to run instead of `args`, with walrelay on
+    /// its PATH and these variables set.
+    shell: Option<(String, Vec<(String, String)>)>,
 }
 
 impl Relay {
@@ -43,6 +46,32 @@ impl Relay {
             dir: TempDir::new("relay"),
             metrics_port,
             args,
+            shell: None,
+        };
+        relay.spawn();
+        relay
+    }
+
+    /// A command line as a user pastes it into a shell, e.g. the one
+    /// `walrelay migrate-from-debezium` prints: bash runs it with `env`
+    /// set, walrelay on its PATH and its metrics on a free port
+    /// (WALRELAY_METRICS_ADDR).
+    pub fn start_shell(command: &str, env: &[(&str, &str)]) -> Self {
+        let metrics_port = free_port();
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push((
+            "WALRELAY_METRICS_ADDR".into(),
+            format!("127.0.0.1:{metrics_port}"),
+        ));
+        let mut relay = Relay {
+            child: None,
+            dir: TempDir::new("relay"),
+            metrics_port,
+            args: Vec::new(),
+            shell: Some((command.to_string(), env)),
         };
         relay.spawn();
         relay
@@ -54,8 +83,30 @@ impl Relay {
             .append(true)
             .open(self.log_path())
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-            .args(&self.args)
+        let mut command = match &self.shell {
+            None => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_walrelay"));
+                command.args(&self.args);
+                command
+            }
+            Some((line, env)) => {
+                let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
+                let path = format!(
+                    "{}:{}",
+                    bin.parent().unwrap().display(),
+                    std::env::var("PATH").unwrap_or_default()
+                );
+                // exec: the child's pid is walrelay's, so kill9 and signals reach it.
+                let mut command = Command::new("bash");
+                command
+                    .arg("-c")
+                    .arg(format!("exec {line}"))
+                    .env("PATH", path)
+                    .envs(env.iter().map(|(k, v)| (k, v)));
+                command
+            }
+        };
+        let child = command
             .env("WALRELAY_LOG", "info,walrelay=debug")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))

@@ -249,10 +249,18 @@ impl StateTable {
     }
 
     async fn create(&self, client: &Client) -> Result<()> {
-        client
-            .batch_execute(&self.create_sql())
-            .await
-            .map_err(|e| self.refused("create", e))
+        match client.batch_execute(&self.create_sql()).await {
+            // Another walrelay (another slot) created it at the same moment:
+            // CREATE TABLE IF NOT EXISTS does not wait for a concurrent one,
+            // it fails on the unique index of the table's row type.
+            Err(e)
+                if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+                    || e.code() == Some(&SqlState::DUPLICATE_TABLE) =>
+            {
+                Ok(())
+            }
+            other => other.map_err(|e| self.refused("create", e)),
+        }
     }
 
     async fn insert(&self, client: &Client, state: &SlotState) -> Result<()> {
