@@ -25,6 +25,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
+tag=debezium.sh
+# shellcheck source=scripts/background-jvm.sh
+. "$here/background-jvm.sh"
 pom="$here/debezium/pom.xml"
 version="$(sed -n 's|.*<debezium.version>\(.*\)</debezium.version>.*|\1|p' "$pom")"
 kafka_version="$(sed -n 's|.*<kafka.version>\(.*\)</kafka.version>.*|\1|p' "$pom")"
@@ -121,17 +124,8 @@ run() {
     org.apache.kafka.connect.cli.ConnectStandalone "$dir/worker.properties" "$@"
 }
 
-# Whether pid $1 runs: a killed worker is a zombie until init reaps it.
-alive() {
-  local state
-  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || true
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-
-# Whether pid $1 is a worker this script started (a stale connect.pid may
-# name a pid that was reused since).
 is_worker() {
-  alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE "ConnectStandalone |debezium\.sh run "
+  runs "$1" "ConnectStandalone |debezium\.sh run "
 }
 
 # The state of the connector named in properties file $2 and its tasks, as
@@ -146,14 +140,6 @@ connector_state() {
     *'"state":"FAILED"'*) echo "debezium.sh: connector $name failed: $status" >&2; echo failed ;;
     *) if [ "$(grep -o '"state":"RUNNING"' <<<"$status" | wc -l)" -ge 2 ]; then echo running; else echo starting; fi ;;
   esac
-}
-
-# This start's part of the log (from line $2 on): its errors first, then its end.
-show_log() {
-  echo "--- errors in $1/connect.log ---" >&2
-  tail -n "+$2" "$1/connect.log" | grep -E "ERROR|Exception" | head -n 20 >&2 || true
-  echo "--- the end of $1/connect.log ---" >&2
-  tail -n "+$2" "$1/connect.log" | tail -n 40 >&2
 }
 
 start() {
@@ -177,7 +163,7 @@ start() {
     for file in "${@:4}"; do
       case "$(connector_state "$port" "$file")" in
         running) ;;
-        failed) show_log "$dir" "$from"; stop "$dir"; exit 1 ;;
+        failed) show_log "$dir/connect.log" "$from" "ERROR|Exception"; stop "$dir"; exit 1 ;;
         *) ready=false; break ;;
       esac
     done
@@ -187,35 +173,21 @@ start() {
     fi
     if ! alive "$pid"; then
       echo "debezium.sh: the worker exited before its connectors ran" >&2
-      show_log "$dir" "$from"
+      show_log "$dir/connect.log" "$from" "ERROR|Exception"
       rm -f "$dir/connect.pid"
       exit 1
     fi
     sleep 0.2
   done
   echo "debezium.sh: the connectors did not run within 120 s" >&2
-  show_log "$dir" "$from"
+  show_log "$dir/connect.log" "$from" "ERROR|Exception"
   stop "$dir"
   exit 1
 }
 
 stop() {
   [ $# -eq 1 ] || usage
-  local dir="$1" pid
-  [ -f "$dir/connect.pid" ] || { echo "debezium.sh: no connect.pid in $dir" >&2; return 0; }
-  pid="$(cat "$dir/connect.pid")"
-  if is_worker "$pid" && kill -TERM "$pid" 2>/dev/null; then
-    kill -CONT "$pid" 2>/dev/null || true
-    for _ in $(seq 1 300); do
-      alive "$pid" || break
-      sleep 0.1
-    done
-    if alive "$pid"; then
-      echo "debezium.sh: pid $pid ignored SIGTERM for 30 s; SIGKILL" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  rm -f "$dir/connect.pid"
+  stop_pid_file "$1/connect.pid" "ConnectStandalone |debezium\.sh run "
 }
 
 case "${1:-}" in

@@ -26,6 +26,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
+tag=kafka.sh
+# shellcheck source=scripts/background-jvm.sh
+. "$here/background-jvm.sh"
 pom="$here/kafka/pom.xml"
 version="$(sed -n 's|.*<kafka.version>\(.*\)</kafka.version>.*|\1|p' "$pom")"
 cache="${WALRELAY_CACHE:-$HOME/.cache/walrelay}"
@@ -188,32 +191,14 @@ run() {
   exec java "${jvm_flags[@]}" -cp "$libs/*" kafka.Kafka "$dir/server.properties"
 }
 
-# Whether pid $1 runs: a killed broker is a zombie until init reaps it.
-alive() {
-  local state
-  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || true
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-
-# Whether pid $1 is a broker this script started (a stale broker.pid may
-# name a pid that was reused since).
 is_broker() {
-  alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qE "kafka\.Kafka |kafka\.sh run "
+  runs "$1" "kafka\.Kafka |kafka\.sh run "
 }
 
 started_count() {
   local n
   n="$(grep -c "Kafka Server started" "$1" 2>/dev/null)" || true
   echo "${n:-0}"
-}
-
-# This start's part of the log (from line $2 on): its errors first, since a
-# shutdown buries them, then its end.
-show_log() {
-  echo "--- errors in $1/broker.log ---" >&2
-  tail -n "+$2" "$1/broker.log" | grep -E "ERROR|FATAL|Exception" | head -n 20 >&2 || true
-  echo "--- the end of $1/broker.log ---" >&2
-  tail -n "+$2" "$1/broker.log" | tail -n 40 >&2
 }
 
 start() {
@@ -239,35 +224,21 @@ start() {
     fi
     if ! alive "$pid"; then
       echo "kafka.sh: the broker exited before it started" >&2
-      show_log "$dir" "$from"
+      show_log "$dir/broker.log" "$from" "ERROR|FATAL|Exception"
       rm -f "$dir/broker.pid"
       exit 1
     fi
     sleep 0.1
   done
   echo "kafka.sh: the broker did not start within 120 s" >&2
-  show_log "$dir" "$from"
+  show_log "$dir/broker.log" "$from" "ERROR|FATAL|Exception"
   stop "$dir"
   exit 1
 }
 
 stop() {
   [ $# -eq 1 ] || usage
-  local dir="$1" pid
-  [ -f "$dir/broker.pid" ] || { echo "kafka.sh: no broker.pid in $dir" >&2; return 0; }
-  pid="$(cat "$dir/broker.pid")"
-  if is_broker "$pid" && kill -TERM "$pid" 2>/dev/null; then
-    kill -CONT "$pid" 2>/dev/null || true
-    for _ in $(seq 1 300); do
-      alive "$pid" || break
-      sleep 0.1
-    done
-    if alive "$pid"; then
-      echo "kafka.sh: pid $pid ignored SIGTERM for 30 s; SIGKILL" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  rm -f "$dir/broker.pid"
+  stop_pid_file "$1/broker.pid" "kafka\.Kafka |kafka\.sh run "
 }
 
 case "${1:-}" in
