@@ -2,6 +2,42 @@
 # watch and stop a JVM they started in the background. $tag names the
 # calling script in messages.
 
+# Jars fetched once into folder $1 from pom $2: copy_jars (defined by the
+# caller) fills a fresh folder, given as its argument, which is renamed
+# into place only when complete; a marker holds the pom's checksum, so an
+# edited pom fetches again and an unchanged one costs nothing. $3 says what
+# is fetched. Prints the folder.
+fetch_once() {
+  local dest="$1" pom="$2" what="$3" sum tmp
+  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
+  if [ -f "$dest/.complete" ] && [ "$(cat "$dest/.complete")" = "$sum" ]; then
+    echo "$dest"
+    return
+  fi
+  command -v mvn >/dev/null || { echo "$tag: mvn is missing (apt-get install maven)" >&2; exit 1; }
+  tmp="$dest.partial.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  echo "fetching $what into $dest" >&2
+  if ! copy_jars "$tmp" >"$tmp.log" 2>&1; then
+    cat "$tmp.log" >&2
+    echo "$tag: mvn could not fetch $what" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  rm -f "$tmp.log"
+  echo "$sum" >"$tmp/.complete"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  echo "$dest"
+}
+
+# Whether the jars in folder $1 are there and java can run them.
+need_jars() {
+  [ -f "$1/.complete" ] || { echo "$tag: no jars in $1: run scripts/$tag fetch" >&2; exit 1; }
+  command -v java >/dev/null || { echo "$tag: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+}
+
 # Whether pid $1 runs: a killed JVM is a zombie until init reaps it.
 alive() {
   local state

@@ -40,41 +40,23 @@ usage() {
   exit 2
 }
 
-# The jars, copied by Maven into a fresh folder that is renamed into place
-# only when complete; a marker holds the pom's checksum, so an edited pom
-# fetches again and an unchanged one costs nothing.
+# Connect's jars in libs/, Debezium's as a plugin in plugins/ (each
+# profile's main jar must be among them).
+copy_jars() {
+  mvn -B -f "$pom" -Pworker dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$1/libs" \
+    && mvn -B -f "$pom" -Pplugin dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$1/plugins/$plugin" \
+    && [ -f "$1/libs/connect-runtime-$kafka_version.jar" ] \
+    && [ -f "$1/plugins/$plugin/$plugin-$version.jar" ]
+}
+
 fetch() {
-  local sum
-  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
-  if [ -f "$home/.complete" ] && [ "$(cat "$home/.complete")" = "$sum" ]; then
-    echo "$home"
-    return
-  fi
-  command -v mvn >/dev/null || { echo "debezium.sh: mvn is missing (apt-get install maven)" >&2; exit 1; }
-  local tmp="$home.partial.$$"
-  rm -rf "$tmp"
-  mkdir -p "$tmp"
-  echo "fetching Kafka Connect $kafka_version and Debezium $version's jars into $home" >&2
-  if ! mvn -B -f "$pom" -Pworker dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp.log" 2>&1 \
-    || ! mvn -B -f "$pom" -Pplugin dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$tmp/plugins/$plugin" >>"$tmp.log" 2>&1 \
-    || [ ! -f "$tmp/libs/connect-runtime-$kafka_version.jar" ] \
-    || [ ! -f "$tmp/plugins/$plugin/$plugin-$version.jar" ]; then
-    cat "$tmp.log" >&2
-    echo "debezium.sh: mvn could not fetch Connect's and Debezium's jars" >&2
-    exit 1
-  fi
-  rm -f "$tmp.log"
-  echo "$sum" >"$tmp/.complete"
-  rm -rf "$home"
-  mv "$tmp" "$home"
-  echo "$home"
+  fetch_once "$home" "$pom" "Kafka Connect $kafka_version and Debezium $version's jars"
 }
 
 need_libs() {
-  [ -f "$home/.complete" ] || { echo "debezium.sh: no jars in $home: run scripts/debezium.sh fetch" >&2; exit 1; }
-  command -v java >/dev/null || { echo "debezium.sh: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+  need_jars "$home"
 }
 
 # A small JVM beside Postgres, a broker and walrelay on 2 cores, as in

@@ -39,38 +39,20 @@ usage() {
   exit 2
 }
 
-# The jars, copied by Maven into a fresh folder that is renamed into place
-# only when complete; a marker holds the pom's checksum, so an edited pom
-# fetches again and an unchanged one costs nothing.
+# The broker's jars (kafka_2.13 must be among them, or Maven fetched
+# something else).
+copy_jars() {
+  mvn -B -f "$pom" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$1" \
+    && [ -f "$1/kafka_2.13-$version.jar" ]
+}
+
 fetch() {
-  local sum
-  sum="$(sha256sum "$pom" | cut -d' ' -f1)"
-  if [ -f "$libs/.complete" ] && [ "$(cat "$libs/.complete")" = "$sum" ]; then
-    echo "$libs"
-    return
-  fi
-  command -v mvn >/dev/null || { echo "kafka.sh: mvn is missing (apt-get install maven)" >&2; exit 1; }
-  local tmp="$libs.partial.$$"
-  rm -rf "$tmp"
-  mkdir -p "$(dirname "$libs")"
-  echo "fetching Apache Kafka $version's jars into $libs" >&2
-  if ! mvn -B -f "$pom" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$tmp" >"$tmp.log" 2>&1 \
-    || [ ! -f "$tmp/kafka_2.13-$version.jar" ]; then
-    cat "$tmp.log" >&2
-    echo "kafka.sh: mvn could not fetch the broker's jars" >&2
-    exit 1
-  fi
-  rm -f "$tmp.log"
-  echo "$sum" >"$tmp/.complete"
-  rm -rf "$libs"
-  mv "$tmp" "$libs"
-  echo "$libs"
+  fetch_once "$libs" "$pom" "Apache Kafka $version's jars"
 }
 
 need_libs() {
-  [ -f "$libs/.complete" ] || { echo "kafka.sh: no jars in $libs: run scripts/kafka.sh fetch" >&2; exit 1; }
-  command -v java >/dev/null || { echo "kafka.sh: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+  need_jars "$libs"
 }
 
 # A small JVM beside Postgres on 2 cores: C1 only (it starts faster), the
