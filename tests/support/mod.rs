@@ -19,15 +19,36 @@ use std::time::{Duration, Instant};
 pub use kafka::{Broker, BrokerKind};
 pub use pg::Postgres;
 pub use relay::Relay;
-// Re-exported for tests that need a port nobody uses.
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, taken below the kernel's ephemeral
+/// range (32768–60999 by default). A port from `bind(…:0)` comes from that
+/// range, and so does the local port of every outgoing connection: between
+/// the test choosing it and the child binding it, a JVM's connection to
+/// Kafka or Postgres could take it (it did once in CI, failing walrelay's
+/// --metrics-addr). Ports below the range are handed out only on request.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Each test binary starts at its own place in 20000..32000, and walks on,
+    // so that two binaries or two tests rarely try the same port.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let seed = (std::process::id().wrapping_mul(2_654_435_761) ^ nanos()) % SPAN;
+    let _ = NEXT.compare_exchange(0, seed + 1, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
+}
+
+fn nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
 }
 
 /// A fresh directory for one test's processes, removed when dropped.
