@@ -138,6 +138,14 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
     let topics = entry(&doc, "kafka.topics")["detail"].as_str().unwrap();
     assert!(!topics.contains("WalrelayCheck"), "{topics}");
     assert_check(&doc, "postgres.state", "pass", "remembers slot");
+    // Without the guard, changes undone between two checks go unseen.
+    assert_check(&doc, "postgres.guard", "warn", "sql/walrelay_guard.sql");
+    client
+        .batch_execute(include_str!("../sql/walrelay_guard.sql"))
+        .await
+        .unwrap();
+    let (_, doc) = check(&pg.url(), &broker.brokers(), &[]);
+    assert_check(&doc, "postgres.guard", "pass", "exact WAL position");
     // One broker: an acknowledged event lives on one disk.
     assert_check(
         &doc,

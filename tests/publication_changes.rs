@@ -132,6 +132,48 @@ async fn an_outbox_replaced_while_walrelay_was_down_stops_it_with_the_range_at_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_the_replaced_outbox_left_in_the_slot_are_published_once_the_replacement_is_accepted()
+{
+    let mut stack = Stack::start(&[]).await;
+    let client = &stack.client;
+    assert!(stack.relay.terminate(WAIT).success());
+    // Written to the old table while walrelay is down: in the slot, under
+    // the outbox's name and the old table's oid.
+    events("Stranded", 5).insert(client).await;
+    let mut expected = committed_ids(client, "Stranded").await;
+    client.batch_execute(&replace_outbox()).await.unwrap();
+    client
+        .batch_execute("ALTER PUBLICATION walrelay ADD TABLE outbox")
+        .await
+        .unwrap();
+    events("Published", 5).insert(client).await;
+    expected.extend(committed_ids(client, "Published").await);
+
+    // Accepted while Kafka is away, so nothing is confirmed: the
+    // acceptance must outlive this instance.
+    stack.broker.stop();
+    let mut relay = Relay::start_with(&stack.pg, &stack.broker, &["--accept-outbox-change"]);
+    support::eventually(WAIT, "the replacement accepted", || {
+        let accepted = relay.log().contains("accepted at start-up");
+        async move { accepted.then_some(()) }
+    })
+    .await;
+    assert!(relay.terminate(WAIT).success(), "{}", relay.log());
+    stack.broker.restart();
+
+    // No flag now: the old table's rows are still events, and so are the new one's.
+    stack.relay = Relay::start(&stack.pg, &stack.broker);
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.Stranded", "outbox.event.Published"]);
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
+    assert!(
+        !stack.relay.log().contains("was dropped and recreated"),
+        "{}",
+        stack.relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_that_left_the_publication_and_came_back_between_two_checks_stops_walrelay() {
     let stack = Stack::start(&["--watchdog-interval", "3s"]).await;
     let client = &stack.client;
@@ -205,4 +247,133 @@ fn lsn_after(log: &str, marker: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {marker:?} in the log:\n{log}"));
     let (hi, lo) = text.split_once('/').unwrap();
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// sql/walrelay_guard.sql, installed as a DBA would before walrelay starts.
+fn outbox_with_guard() -> String {
+    format!(
+        "{OUTBOX_SQL}\n{}",
+        include_str!("../sql/walrelay_guard.sql")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_switched_off_and_on_between_two_checks_stops_a_guarded_walrelay_at_the_switch(
+) {
+    // The watchdog is slow on purpose, and the catalog looks the same
+    // before and after: only the guard's message can tell.
+    let mut stack = Stack::start_on(&outbox_with_guard(), &["--watchdog-interval", "1h"]).await;
+    let client = &stack.client;
+    let reader = stack.broker.consumer();
+    events("Before", 3).insert(client).await;
+    reader.subscribe(&["outbox.event.Before"]);
+    let before = committed_ids(client, "Before").await;
+    read_until_all_arrive(&reader, &before, HashSet::new(), &stack.relay, WAIT);
+    assert!(stack.relay.log().contains("the guard is installed"));
+
+    let switch_from = current_lsn(client).await;
+    client
+        .batch_execute("ALTER PUBLICATION walrelay SET (publish = 'update')")
+        .await
+        .unwrap();
+    let switch_to = current_lsn(client).await;
+    events("Hidden", 4).insert(client).await;
+    client
+        .batch_execute("ALTER PUBLICATION walrelay SET (publish = 'insert')")
+        .await
+        .unwrap();
+    events("After", 3).insert(client).await;
+
+    let log = stack.relay.wait_for_failure(WAIT);
+    assert!(log.contains("no longer publishes inserts"), "{log}");
+    assert!(log.contains("--accept-outbox-change"), "{log}");
+    // The range starts at the transaction that switched inserts off.
+    let at = lsn_after(&log, "committed between LSN ");
+    assert!(
+        (switch_from..=switch_to).contains(&at),
+        "{at:X} not in {switch_from:X}..{switch_to:X}: {log}"
+    );
+    assert!(confirmed_flush_lsn(client, "walrelay").await <= at);
+
+    // A restart without the flag stops at the same place.
+    let mut again = Relay::start(&stack.pg, &stack.broker);
+    let log = again.wait_for_failure(WAIT);
+    assert_eq!(lsn_after(&log, "committed between LSN "), at, "{log}");
+
+    // The runbook: publish the hidden rows again, accept once, and every
+    // event arrives; the flag is not needed after that.
+    client
+        .batch_execute(&publish_again("Hidden"))
+        .await
+        .unwrap();
+    let mut relay = Relay::start_with(&stack.pg, &stack.broker, &["--accept-outbox-change"]);
+    reader.subscribe(&["outbox.event.Hidden", "outbox.event.After"]);
+    let mut expected = committed_ids(client, "Hidden").await;
+    expected.extend(committed_ids(client, "After").await);
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
+    assert!(
+        relay.log().contains("accepted with --accept-outbox-change"),
+        "{}",
+        relay.log()
+    );
+    assert!(relay.terminate(WAIT).success());
+    stack.relay = Relay::start(&stack.pg, &stack.broker);
+    stack.relay.wait_ready(WAIT);
+    events("Later", 2).insert(client).await;
+    reader.subscribe(&["outbox.event.Later"]);
+    let later = committed_ids(client, "Later").await;
+    read_until_all_arrive(&reader, &later, HashSet::new(), &stack.relay, WAIT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_column_or_another_table_in_the_publication_does_not_stop_a_guarded_walrelay() {
+    let stack = Stack::start_on(&outbox_with_guard(), &["--watchdog-interval", "1h"]).await;
+    let client = &stack.client;
+    client
+        .batch_execute(
+            "ALTER TABLE outbox ADD COLUMN note text; \
+             CREATE TABLE other (id int PRIMARY KEY); \
+             ALTER PUBLICATION walrelay ADD TABLE other; \
+             ALTER PUBLICATION walrelay SET (publish = 'insert, update')",
+        )
+        .await
+        .unwrap();
+    events("StillFlowing", 3).insert(client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.StillFlowing"]);
+    let expected = committed_ids(client, "StillFlowing").await;
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &stack.relay, WAIT);
+    assert!(
+        !stack.relay.log().contains("the guard saw"),
+        "{}",
+        stack.relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_that_left_the_publication_and_came_back_stops_a_guarded_walrelay_at_the_drop() {
+    let stack = Stack::start_on(&outbox_with_guard(), &["--watchdog-interval", "1h"]).await;
+    let client = &stack.client;
+    let left_from = current_lsn(client).await;
+    client
+        .batch_execute("ALTER PUBLICATION walrelay DROP TABLE outbox")
+        .await
+        .unwrap();
+    let left_to = current_lsn(client).await;
+    events("WhileOut", 3).insert(client).await;
+    client
+        .batch_execute("ALTER PUBLICATION walrelay ADD TABLE outbox")
+        .await
+        .unwrap();
+    events("AfterReturn", 3).insert(client).await;
+
+    let mut relay = stack.relay;
+    let log = relay.wait_for_failure(WAIT);
+    assert!(log.contains("an outbox table left publication"), "{log}");
+    let at = lsn_after(&log, "committed between LSN ");
+    assert!(
+        (left_from..=left_to).contains(&at),
+        "{at:X} not in {left_from:X}..{left_to:X}: {log}"
+    );
+    assert!(confirmed_flush_lsn(client, "walrelay").await <= at);
 }

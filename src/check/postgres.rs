@@ -105,6 +105,7 @@ impl<'a> Probe<'a> {
                     .table_checks(out)
                     .await;
                 }
+                out.push(self.or_fail("postgres.guard", self.guard().await));
             }
             Source::Messages => {
                 out.push(match setup::check_messages_supported(self.client).await {
@@ -290,6 +291,37 @@ impl<'a> Probe<'a> {
                     "max_slot_wal_keep_size = {}",
                     human_bytes(mb as u64 * 1024 * 1024)
                 ),
+            )
+        })
+    }
+
+    /// The event trigger that marks publication changes in the WAL
+    /// (`postgres::guard`), as `run` reads it.
+    async fn guard(&self) -> Result<Check, tokio_postgres::Error> {
+        if self.version < 140000 {
+            return Ok(Check::warn(
+                "postgres.guard",
+                "PostgreSQL before 14 cannot stream the guard's messages",
+                "upgrade to see publication changes at their exact WAL position",
+            ));
+        }
+        let installed = match crate::postgres::guard::installed(self.client).await {
+            Ok(installed) => installed,
+            Err(e) => return Ok(Check::from_error("postgres.guard", &e)),
+        };
+        Ok(if installed {
+            Check::pass(
+                "postgres.guard",
+                "the guard's event triggers are installed: a change to how the outbox is \
+                 published stops walrelay at its exact WAL position",
+            )
+        } else {
+            Check::warn(
+                "postgres.guard",
+                "the guard is not installed: a change to the outbox's publication is found \
+                 only by the checks at start-up and every --watchdog-interval, and one undone \
+                 between two checks (publish switched off and on) is not found at all",
+                "run sql/walrelay_guard.sql once as a superuser (docs/operations.md, \"The guard\")",
             )
         })
     }

@@ -2,6 +2,7 @@
 //! an ordinary SQL connection, and the replication stream with its pgoutput codec.
 
 pub mod failover;
+pub mod guard;
 pub mod lsn;
 pub mod names;
 pub mod pgoutput;

@@ -144,6 +144,8 @@ impl Binding {
             table: table.to_string(),
             oid: self.table?.oid,
             membership: self.membership.clone()?,
+            earlier_oids: Vec::new(),
+            accepted_through: None,
         })
     }
 }
@@ -322,6 +324,33 @@ async fn membership(
     Ok((parts.len() > 1).then(|| parts.join(" ")))
 }
 
+/// The oids in a membership (the text [`membership`] builds): the
+/// publication's, and the catalog rows that list the table or its schema.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipOids {
+    pub publication: Option<u32>,
+    pub rels: Vec<u32>,
+    pub schemas: Vec<u32>,
+}
+
+impl MembershipOids {
+    pub fn parse(membership: &str) -> Self {
+        let mut oids = MembershipOids::default();
+        let mut words = membership.split(' ');
+        while let Some(word) = words.next() {
+            let list = || words.clone().next().unwrap_or("");
+            let parsed = |l: &str| l.split(',').filter_map(|o| o.parse().ok()).collect();
+            match word {
+                "publication" => oids.publication = list().parse().ok(),
+                "rel" => oids.rels = parsed(list()),
+                "schema" => oids.schemas = parsed(list()),
+                _ => {}
+            }
+        }
+        oids
+    }
+}
+
 /// Creates the publication if it is absent (for the outbox tables, or with
 /// no tables for the table-less outbox) and checks that it covers each
 /// table. Returns the tables as they are now, in order.
@@ -457,6 +486,8 @@ mod tests {
             table: "public.outbox".into(),
             oid,
             membership: membership.into(),
+            earlier_oids: Vec::new(),
+            accepted_through: None,
         }
     }
 
@@ -477,6 +508,15 @@ mod tests {
             healthy(true).problem("walrelay", &table(), Some(&same)),
             None
         );
+    }
+
+    #[test]
+    fn a_membership_reads_back_as_its_oids() {
+        let m = MembershipOids::parse("publication 7 all tables rel 9,11 schema 3");
+        assert_eq!(m.publication, Some(7));
+        assert_eq!(m.rels, vec![9, 11]);
+        assert_eq!(m.schemas, vec![3]);
+        assert_eq!(MembershipOids::parse(""), MembershipOids::default());
     }
 
     #[test]

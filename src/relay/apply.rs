@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
+use crate::postgres::guard;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{self, EmittedMessage, LogicalMessage, Relation};
@@ -54,6 +55,8 @@ pub struct ApplyLoop<'a, U, S> {
     warned_prefixes: HashSet<String>,
     /// Where confirmed positions are remembered beyond the session.
     remember: Option<(ServerId, &'a Position)>,
+    /// What the guard's messages are judged against, when it is installed.
+    guard: Option<guard::Watch>,
 }
 
 impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
@@ -79,7 +82,14 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             prefix_seen: false,
             warned_prefixes: HashSet::new(),
             remember: None,
+            guard: None,
         }
+    }
+
+    /// Judges the guard's messages (sql/walrelay_guard.sql) against `watch`.
+    pub fn guarded(mut self, watch: Option<guard::Watch>) -> Self {
+        self.guard = watch;
+        self
     }
 
     /// Shares every confirmed position on `server` with later sessions.
@@ -251,6 +261,9 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
     /// transactional ones are events: a non-transactional message is sent
     /// even when its transaction rolls back, so it could be a phantom.
     async fn on_emitted_message(&mut self, message: EmittedMessage) -> Result<()> {
+        if message.prefix == guard::PREFIX {
+            return self.on_guard(&message);
+        }
         if self.settings.source != Source::Messages {
             return Ok(());
         }
@@ -283,6 +296,52 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         self.publisher.reject(&mut self.progress, poisoned).await?;
         self.progress.commit(txn.seq, message.lsn);
         Ok(())
+    }
+
+    /// A guard message: a command of this transaction changed a publication
+    /// or a table. If it changed how the outbox is published, walrelay stops
+    /// before the transaction: from it on, until the outbox is published
+    /// again, inserts never reached the slot.
+    fn on_guard(&self, message: &EmittedMessage) -> Result<()> {
+        let (Some(watch), Some(txn), true) = (&self.guard, self.open_txn, message.transactional)
+        else {
+            return Ok(());
+        };
+        let notice = guard::Notice::parse(&message.content).map_err(|e| {
+            Error::permanent(format!(
+                "cannot read the guard's message at LSN {} (sql/walrelay_guard.sql): it may come \
+                 from a newer guard than this walrelay knows; walrelay stopped before it and the \
+                 slot stays at {}. Upgrade walrelay, or install this version's \
+                 sql/walrelay_guard.sql",
+                message.lsn,
+                self.progress.confirmed()
+            ))
+            .with_source(e)
+        })?;
+        let Some(what) = watch.judge(&notice) else {
+            return Ok(());
+        };
+        if watch.accepted_through.is_some_and(|a| txn.commit_lsn <= a) {
+            info!(commit_lsn = %txn.commit_lsn, "{what}: accepted with --accept-outbox-change, reading on");
+            return Ok(());
+        }
+        let at = std::time::UNIX_EPOCH
+            + Duration::from_micros(u64::try_from(txn.commit_time_us).unwrap_or(0));
+        let risk = AtRisk {
+            from: format!(
+                "{} (the transaction committed at {} that made the change: walrelay stopped \
+                 before it, and the slot stays at {})",
+                txn.commit_lsn,
+                humantime::format_rfc3339_micros(at),
+                self.progress.confirmed()
+            ),
+            to: "the position where it was published again".to_string(),
+        };
+        error!(level = "critical", cause = "publication_changed", "{what}");
+        Err(outbox_changed_error(
+            &format!("the guard saw how the outbox is published change: {what}"),
+            &risk,
+        ))
     }
 
     /// Other applications' messages are not events, but a prefix mistyped

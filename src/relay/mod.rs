@@ -14,6 +14,7 @@ mod upstream;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -24,12 +25,13 @@ use crate::config::{OnUpdate, RunArgs, Settings, Source};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::KafkaSink;
 use crate::metrics::{self, Metrics};
+use crate::postgres::guard;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
 use crate::postgres::state::decide::{decide, settings_verdict, Observed};
-use crate::postgres::state::{Accepted, ServerId};
+use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
 use resume::Confirmed;
@@ -78,6 +80,8 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         outbox: outbox_tx,
         position,
         fatal: kafka_fatal,
+        change_accepted: AtomicBool::new(false),
+        guard_told: AtomicBool::new(false),
     };
     let result = tokio::select! {
         result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
@@ -113,6 +117,10 @@ struct Shared {
     position: resume::Position,
     /// For the Kafka client: a refused login stops walrelay at once.
     fatal: mpsc::Sender<Error>,
+    /// --accept-outbox-change was recorded by this process.
+    change_accepted: AtomicBool,
+    /// Whether the guard is installed was said.
+    guard_told: AtomicBool,
 }
 
 /// On a stop, the state table records the last delivered position, for a
@@ -265,7 +273,8 @@ async fn session(
         opened.read_timeout,
         metrics.clone(),
     )
-    .remembering(opened.server, &shared.position);
+    .remembering(opened.server, &shared.position)
+    .guarded(opened.guard);
     let result = apply.run(shutdown).await;
     announce.abort();
     result
@@ -313,7 +322,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
              ({change}); instances with the old ones stop"
         );
     }
-    let outbox = match settings.source {
+    let mut outbox = match settings.source {
         Source::Table => {
             for table in &settings.tables {
                 setup::check_table(&client, table, &settings.mapping.column_names()).await?;
@@ -357,6 +366,18 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
     for change in &verdict.accepted {
         warn!(slot = %settings.slot, "accepted at start-up, as the flags ask: {change}");
     }
+    if let Some(stored) = &stored {
+        carry_history(&mut outbox, &stored.outbox);
+    }
+    // The flag accepts every change committed so far, the guard's messages
+    // about them included; once per process, so that a standby polling with
+    // the flag still set does not write every second.
+    let accepting = allowed.outbox_change && !shared.change_accepted.load(Ordering::Relaxed);
+    if accepting {
+        for table in &mut outbox {
+            table.accepted_through = Some(wal_now);
+        }
+    }
     // Unchanged, nothing is written: a standby polls this every second.
     let unchanged = stored
         .as_ref()
@@ -365,6 +386,9 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         state_table
             .record_start(&client, &settings.slot, &outbox, &published, wal_now)
             .await?;
+    }
+    if accepting {
+        shared.change_accepted.store(true, Ordering::Relaxed);
     }
     let ready = setup::ensure_slot(
         &client,
@@ -385,6 +409,10 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         outbox: outbox.clone(),
         intact_at: wal_now,
     });
+    let guard = match settings.source {
+        Source::Table => guarded(&client, settings, &outbox, shared).await?,
+        Source::Messages => None,
+    };
     let read_timeout = match settings.timeouts.replication {
         Some(timeout) => timeout,
         None => setup::wal_sender_timeout(&client)
@@ -411,7 +439,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         .start(
             &settings.slot,
             &settings.publication,
-            settings.source == Source::Messages,
+            settings.source == Source::Messages || guard.is_some(),
             if start > ready.confirmed {
                 start
             } else {
@@ -423,7 +451,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         client,
         publication: settings.publication.clone(),
         tables: settings.tables.clone(),
-        accepted: outbox.iter().map(|o| o.oid).collect(),
+        accepted: outbox.iter().flat_map(|o| o.oids()).collect(),
         intact_at: wal_now,
     });
     Ok(Opened {
@@ -436,7 +464,41 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         start,
         server: system.server,
         read_timeout,
+        guard,
     })
+}
+
+/// What the guard (sql/walrelay_guard.sql) watches in this session, if it
+/// is installed; said once per process either way.
+async fn guarded(
+    client: &tokio_postgres::Client,
+    settings: &Settings,
+    outbox: &[OutboxIdentity],
+    shared: &Shared,
+) -> Result<Option<guard::Watch>> {
+    let installed = guard::installed(client).await?;
+    if !shared.guard_told.swap(true, Ordering::Relaxed) {
+        if installed {
+            info!("the guard is installed: a change to the outbox's publication stops walrelay at its exact WAL position");
+        } else {
+            info!(
+                "the guard is not installed (sql/walrelay_guard.sql, run once by a superuser): \
+                 changes to the outbox's publication are found by the checks at start-up and \
+                 every --watchdog-interval, with a wider range at risk"
+            );
+        }
+    }
+    if !installed {
+        return Ok(None);
+    }
+    let partitioned = guard::partitioned(client, outbox).await?;
+    let accepted_through = outbox.iter().filter_map(|o| o.accepted_through).max();
+    Ok(Some(guard::Watch::new(
+        &settings.publication,
+        outbox,
+        &partitioned,
+        accepted_through,
+    )))
 }
 
 /// What `open` hands the apply loop.
@@ -448,4 +510,6 @@ struct Opened {
     server: ServerId,
     /// Silence on the replication connection longer than this means it is dead.
     read_timeout: Duration,
+    /// What the guard's messages are judged against, when it is installed.
+    guard: Option<guard::Watch>,
 }

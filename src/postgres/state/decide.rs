@@ -162,6 +162,8 @@ mod tests {
             table: "public.outbox".into(),
             oid,
             membership: membership.into(),
+            earlier_oids: Vec::new(),
+            accepted_through: None,
         }
     }
 

@@ -63,6 +63,49 @@ pub struct OutboxIdentity {
     /// How the publication includes the table (`membership::of`): a
     /// table removed from it and added back gets a new one.
     pub membership: String,
+    /// The oids the table had before an accepted replacement. Rows the
+    /// old table wrote before it was dropped may still wait in the slot,
+    /// under the outbox's name and the old oid: they are events like any
+    /// other, and refusing them would leave walrelay stuck before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_oids: Vec<u32>,
+    /// Changes to the outbox committed before this position were accepted
+    /// with --accept-outbox-change: the guard's messages about them (see
+    /// `guard`) are read past.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_through: Option<Lsn>,
+}
+
+/// How many replaced oids of one table are remembered: more than a slot
+/// would ever hold rows of, and a bound on the row's size.
+const EARLIER_OIDS_KEPT: usize = 16;
+
+impl OutboxIdentity {
+    /// The oids whose rows are this table's events: its own and those of
+    /// the tables it replaced.
+    pub fn oids(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.oid).chain(self.earlier_oids.iter().copied())
+    }
+}
+
+/// Carries what the recorded tables remember into the tables as they are
+/// now: a table whose oid changed (an accepted replacement) remembers the
+/// old one, so the old table's rows still in the slot are read; and the
+/// position through which changes were accepted.
+pub fn carry_history(now: &mut [OutboxIdentity], recorded: &[OutboxIdentity]) {
+    for table in now.iter_mut() {
+        let Some(old) = recorded.iter().find(|r| r.table == table.table) else {
+            continue;
+        };
+        table.accepted_through = old.accepted_through;
+        let mut earlier: Vec<u32> = Vec::new();
+        for oid in old.oids().filter(|&o| o != table.oid) {
+            if !earlier.contains(&oid) && earlier.len() < EARLIER_OIDS_KEPT {
+                earlier.push(oid);
+            }
+        }
+        table.earlier_oids = earlier;
+    }
 }
 
 /// The outbox tables a session accepted, and the WAL position at which it
@@ -471,6 +514,37 @@ mod tests {
         assert!(state
             .last_delivered()
             .starts_with("0/2000 (recorded at t1)"));
+    }
+
+    #[test]
+    fn a_replaced_table_remembers_the_oids_whose_rows_may_still_be_in_the_slot() {
+        let table = |oid, earlier: Vec<u32>| OutboxIdentity {
+            table: "public.outbox".into(),
+            oid,
+            membership: format!("publication 7 rel {oid}"),
+            earlier_oids: earlier,
+            accepted_through: Some(Lsn(0x50)),
+        };
+        let mut now = vec![table(300, vec![])];
+        carry_history(&mut now, &[table(200, vec![100])]);
+        assert_eq!(now[0].earlier_oids, vec![200, 100]);
+        assert_eq!(now[0].oids().collect::<Vec<_>>(), vec![300, 200, 100]);
+        assert_eq!(now[0].accepted_through, Some(Lsn(0x50)));
+        // Unchanged, it stays as recorded, so nothing is written again.
+        let mut same = vec![table(300, vec![])];
+        carry_history(&mut same, &now);
+        assert_eq!(same, now);
+        // What an older walrelay wrote still reads.
+        let old: OutboxIdentity = serde_json::from_str(
+            r#"{"table": "public.outbox", "oid": 5, "membership": "publication 7 rel 9"}"#,
+        )
+        .unwrap();
+        assert!(old.earlier_oids.is_empty() && old.accepted_through.is_none());
+        let written = serde_json::to_string(&now[0]).unwrap();
+        assert!(
+            written.contains(r#""accepted_through":"0/50""#),
+            "{written}"
+        );
     }
 
     #[test]
