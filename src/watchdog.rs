@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::mpsc;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
@@ -20,6 +20,9 @@ mod source;
 mod webhook;
 
 pub use source::Watched;
+
+/// How often a watchdog that cannot reach Postgres says so again.
+const BLIND_REPEAT: Duration = Duration::from_secs(60);
 pub use webhook::Webhook;
 
 #[derive(Debug, Clone)]
@@ -269,6 +272,7 @@ pub async fn run(
     let mut last_acked = metrics.acked_total();
     let mut last_lag = None;
     let mut source = source::SourceWatch::default();
+    let mut last_blind_warning: Option<std::time::Instant> = None;
     let slot_name = watched.slot.clone();
     loop {
         tick.tick().await;
@@ -277,9 +281,25 @@ pub async fn run(
             .is_none_or(|c: &tokio_postgres::Client| c.is_closed())
         {
             match setup::connect(&watched.pg).await {
-                Ok(c) => client = Some(c),
+                Ok(c) => {
+                    if last_blind_warning.take().is_some() {
+                        info!("watchdog connected to Postgres again; its checks resume");
+                    }
+                    client = Some(c)
+                }
                 Err(e) => {
-                    debug!(error = %e.report(), "watchdog cannot connect; will retry");
+                    // Its checks (the slot, the publication) guard against
+                    // loss: being blind must not go unsaid, nor flood the log
+                    // while the relay's own session says more.
+                    let now = std::time::Instant::now();
+                    if last_blind_warning.is_none_or(|at| now.duration_since(at) >= BLIND_REPEAT) {
+                        last_blind_warning = Some(now);
+                        warn!(
+                            error = %e.report(),
+                            "watchdog cannot connect to Postgres: the slot and publication \
+                             checks wait until it can"
+                        );
+                    }
                     continue;
                 }
             }
