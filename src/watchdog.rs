@@ -23,6 +23,24 @@ pub use source::Watched;
 
 /// How often a watchdog that cannot reach Postgres says so again.
 const BLIND_REPEAT: Duration = Duration::from_secs(60);
+
+/// The longest one check may wait for Postgres: a frozen backend must not
+/// hold the watchdog (and its guard against loss) forever.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A check's result, or a transient error if Postgres did not answer in time
+/// (the caller then drops the connection and connects again).
+async fn answered<T>(
+    check: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::time::timeout(CHECK_TIMEOUT, check)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::transient(format!(
+                "Postgres did not answer the watchdog within {CHECK_TIMEOUT:?}"
+            )))
+        })
+}
 pub use webhook::Webhook;
 
 #[derive(Debug, Clone)]
@@ -305,9 +323,7 @@ pub async fn run(
             }
         }
         let c = client.as_ref().expect("connected above");
-        match source
-            .check_source(c, &watched, &metrics, settings.webhook.as_ref())
-            .await
+        match answered(source.check_source(c, &watched, &metrics, settings.webhook.as_ref())).await
         {
             Ok(()) => {}
             Err(e) if e.is_transient() => {
@@ -320,7 +336,7 @@ pub async fn run(
                 return;
             }
         }
-        let report = match slot::read(c, &slot_name).await {
+        let report = match answered(slot::read(c, &slot_name)).await {
             Ok(Some(report)) => {
                 source.slot_present(&watched, &metrics);
                 report

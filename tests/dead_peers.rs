@@ -67,6 +67,53 @@ async fn a_stopped_walsender_is_noticed_and_streaming_resumes_after_it_continues
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_backend_that_places_a_relation_ends_the_session_instead_of_holding_it() {
+    // The catalog query's timeout is the replication read timeout.
+    let pg = Postgres::start_with(&["wal_sender_timeout = '4s'"]);
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    // walrelay's SQL connections (the one that places relations, and the
+    // watchdog's), frozen before the outbox's first row needs placing.
+    let frozen: Vec<i32> = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
+             AND pid <> pg_backend_pid() AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!frozen.is_empty());
+    for pid in &frozen {
+        signal(*pid as u32, libc::SIGSTOP);
+    }
+    events("Frozen", 3).insert(&client).await;
+    eventually(
+        Duration::from_secs(30),
+        "the placement to time out",
+        || async {
+            relay
+                .log()
+                .contains("did not answer the catalog query that places table public.outbox")
+                .then_some(())
+        },
+    )
+    .await;
+    // A new session, on a new connection, places it and streams on.
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Frozen"]);
+    let expected = committed_ids(&client, "Frozen").await;
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
+    for pid in &frozen {
+        signal(*pid as u32, libc::SIGCONT);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postmaster_that_never_answers_is_retried_after_the_setup_timeout_and_sigterm_still_stops_walrelay(
 ) {
     let pg = Postgres::start();

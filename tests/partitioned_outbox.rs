@@ -194,6 +194,13 @@ async fn changes_of_a_dropped_partition_stop_walrelay_before_the_slot_moves_past
         log.contains("cannot tell whether its rows are events"),
         "{log}"
     );
+    // The way past names the transaction's LSN, and warns what it costs.
+    assert!(
+        log.contains("in the transaction that commits at LSN ")
+            && log.contains("SELECT pg_replication_slot_advance('walrelay', '")
+            && log.contains("publish them again afterwards"),
+        "{log}"
+    );
     assert_eq!(
         confirmed_flush_lsn(&client, "walrelay").await,
         before,

@@ -444,6 +444,31 @@ async fn a_message_walrelay_cannot_decode_stops_it_for_good_before_the_slot_move
 }
 
 #[tokio::test]
+async fn a_relation_whose_name_is_not_utf8_stops_walrelay_for_good_before_the_slot_moves() {
+    let relay = Relay::start(&[]);
+    let begin = &captured_pg15()[INSERT.start];
+    relay.feed_raw(begin.0, begin.1.clone());
+    // A Relation message: oid, namespace, a name in another encoding
+    // (a server with a non-UTF-8 database encoding), replica identity, no columns.
+    let mut raw = b"R".to_vec();
+    raw.extend_from_slice(&16_384u32.to_be_bytes());
+    raw.extend_from_slice(b"public\0");
+    raw.extend_from_slice(b"outb\xf6x\0");
+    raw.push(b'd');
+    raw.extend_from_slice(&0i16.to_be_bytes());
+    relay.feed_raw(begin.0, Bytes::from(raw));
+    assert_eq!(relay.confirmed_after_a_while().await, START);
+    let error = relay.error().await;
+    assert!(!error.is_transient(), "{error:?}");
+    let text = error.report();
+    assert!(text.contains("is not UTF-8"), "{text}");
+    assert!(
+        text.contains(&format!("the slot stays at {START}")),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn a_batch_refused_for_size_is_sent_again_record_by_record_and_only_the_offender_is_poison() {
     let relay = Relay::start(&["--on-poison", "dead-letter"]);
     relay.feed(INSERT);
