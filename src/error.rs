@@ -54,6 +54,12 @@ impl Error {
         self
     }
 
+    /// The same error with a sentence more (the range at risk, say).
+    pub fn with_note(mut self, note: &str) -> Self {
+        self.message.push_str(note);
+        self
+    }
+
     /// Worth another attempt (a standby waits too).
     pub fn is_transient(&self) -> bool {
         self.kind != Kind::Permanent

@@ -31,6 +31,7 @@ use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
 use crate::postgres::state::decide::{decide, settings_verdict, Observed};
+use crate::postgres::state::recovery::unpublished_since;
 use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
@@ -327,8 +328,9 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             for table in &settings.tables {
                 setup::check_table(&client, table, &settings.mapping.column_names()).await?;
             }
-            let outbox =
-                publication::ensure(&client, &settings.publication, &settings.tables).await?;
+            let outbox = publication::ensure(&client, &settings.publication, &settings.tables)
+                .await
+                .map_err(|e| unpublished_since(e, stored.as_ref(), wal_now))?;
             if settings.on_update != OnUpdate::Warn
                 && !publication::publishes_updates(
                     &client,

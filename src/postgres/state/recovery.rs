@@ -71,6 +71,25 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
     ))
 }
 
+/// A start-up refusal about how the outbox is published (left the
+/// publication, publication gone, no inserts), with the range at risk when
+/// walrelay has read the outbox before: from where it last found it as
+/// recorded until now.
+pub fn unpublished_since(error: Error, state: Option<&SlotState>, wal_now: Lsn) -> Error {
+    match state {
+        Some(state) if !error.is_transient() && !state.outbox.is_empty() => {
+            error.with_note(&format!(
+                ". walrelay last found the outbox published as recorded at LSN {}: events \
+             committed since then, up to {wal_now}, may never have reached the slot. Once it is \
+             fixed, publish them again and start walrelay once with --accept-outbox-change \
+             (docs/operations.md, \"The outbox table was replaced or left the publication\")",
+                state.last_verified()
+            ))
+        }
+        _ => error,
+    }
+}
+
 /// The permanent error for an instance whose settings differ from the
 /// ones recorded for the slot.
 pub fn config_changed_error(slot: &str, differences: &[String]) -> Error {
