@@ -519,3 +519,31 @@ async fn a_batch_refused_for_size_is_sent_again_record_by_record_and_only_the_of
     );
     relay.stop().await;
 }
+
+#[tokio::test]
+async fn in_halt_mode_a_batch_refused_for_size_stops_walrelay_naming_the_offender_not_its_neighbour(
+) {
+    let relay = Relay::start(&["--on-poison", "halt"]);
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    let first = relay.wait_for_records(2).await;
+    let too_large = || Refusal {
+        rejection: Rejection::Oversized,
+        message: "Broker: Message size too large".into(),
+    };
+    relay.sink.refuse(0, too_large());
+    relay.sink.refuse(1, too_large());
+    // The innocent one, alone, is delivered and confirmed.
+    relay.wait_for_records(3).await;
+    relay.sink.ack(2);
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    // The offender, alone, is refused again: walrelay halts naming it.
+    relay.wait_for_records(4).await;
+    relay.sink.refuse(3, too_large());
+    assert_eq!(relay.confirmed_after_a_while().await, commit_end(INSERT));
+    let text = relay.error().await.report();
+    let offender = header(&first[1], "id").unwrap();
+    let neighbour = header(&first[0], "id").unwrap();
+    assert!(text.contains(&offender), "{text}");
+    assert!(!text.contains(&neighbour), "{text}");
+}
