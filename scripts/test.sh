@@ -22,9 +22,10 @@ cargo clippy --all-targets -- -D warnings
 # broker) and tests/debezium_oracle.rs (walrelay beside Debezium in Kafka
 # Connect, record for record; about 40 s); the rest on tansu.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
-# Where the broker itself decides (size limits, which topics exist), the
-# same tests on Apache Kafka too (docs/testing.md).
-WALRELAY_TEST_BROKER=apache cargo test --test poison --test topics -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
+# Where the broker itself decides (size limits, which topics exist), and
+# the resume after Postgres crashes (what Kafka already holds is not sent
+# again), the same tests on Apache Kafka too (docs/testing.md).
+WALRELAY_TEST_BROKER=apache cargo test --test poison --test topics --test postgres_crashes -- --test-threads="${WALRELAY_TEST_THREADS:-2}"
 # The TypeScript writer examples: tsc against the real packages, and the
 # Drizzle one end to end (node_modules cached in examples/writers/).
 scripts/test-writers.sh

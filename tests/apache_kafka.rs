@@ -57,6 +57,11 @@ async fn apache_kafka_unreachable_for_a_minute_delays_but_loses_nothing() {
     guarantees::broker_unreachable_for_a_minute_under_load_delays_but_loses_nothing(APACHE).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_fast_and_immediately_loses_nothing_on_apache_kafka() {
+    guarantees::postgres_restarts_fast_and_immediate_lose_nothing(APACHE).await;
+}
+
 /// A broker that `scripts/kafka.sh start` left running in `dir`, stopped
 /// again on drop.
 struct ScriptBroker<'a>(&'a TempDir);

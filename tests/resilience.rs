@@ -58,40 +58,7 @@ async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarts_fast_and_immediate_lose_nothing() {
-    let mut pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    let relay = Relay::start(&pg, &broker);
-    relay.wait_ready(WAIT);
-
-    events("Restarted", 300).insert(&client).await;
-    pg.restart("fast");
-    let client = pg.client().await;
-    events("Restarted", 300).insert(&client).await;
-    // Let it reconnect, so the next restart hits a live session.
-    eventually(WAIT, "a reconnect after the fast restart", || async {
-        (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
-    })
-    .await;
-    relay.wait_ready(WAIT);
-    pg.restart("immediate");
-    let client = pg.client().await;
-    events("Restarted", 300).insert(&client).await;
-    relay.wait_ready(WAIT);
-    // The walsender killed from SQL is one more way to lose the connection.
-    client
-        .execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'",
-            &[],
-        )
-        .await
-        .unwrap();
-    events("Restarted", 300).insert(&client).await;
-
-    let expected = committed_ids(&client, "Restarted").await;
-    assert_eq!(expected.len(), 1200);
-    assert_all_arrive(&broker, "outbox.event.Restarted", &expected, &relay);
-    assert!(relay.metric("walrelay_reconnects_total").unwrap() >= 2.0);
+    guarantees::postgres_restarts_fast_and_immediate_lose_nothing(BrokerKind::from_env()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! The core guarantees as scenarios on a broker of a given kind: events
 //! arrive routed, keyed and in commit order; the slot waits for the broker's
 //! acknowledgements; kill -9 of walrelay and a broker that dies or stops
-//! answering lose nothing. end_to_end.rs, faults.rs, resilience.rs and
+//! answering lose nothing, nor do Postgres restarts and crashes. end_to_end.rs, faults.rs, resilience.rs and
 //! broker_faults.rs run them on the default broker (`WALRELAY_TEST_BROKER`),
 //! apache_kafka.rs on Apache Kafka.
 
@@ -428,4 +428,45 @@ pub async fn broker_unreachable_for_a_minute_under_load_delays_but_loses_nothing
     );
     stack.broker.resume();
     durable_events_arrive(&stack.client, &stack.broker, &stack.relay).await;
+}
+
+/// Postgres restarted fast, then immediately (a crash), then its walsender
+/// terminated from SQL: each session ends and the next loses nothing.
+pub async fn postgres_restarts_fast_and_immediate_lose_nothing(kind: BrokerKind) {
+    let mut pg = Postgres::start();
+    let broker = Broker::start_kind(kind);
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    events("Restarted", 300).insert(&client).await;
+    pg.restart("fast");
+    let client = pg.client().await;
+    events("Restarted", 300).insert(&client).await;
+    // Let it reconnect, so the next restart hits a live session.
+    eventually(WAIT, "a reconnect after the fast restart", || async {
+        (relay.metric("walrelay_reconnects_total").unwrap_or(0.0) >= 1.0).then_some(())
+    })
+    .await;
+    relay.wait_ready(WAIT);
+    pg.restart("immediate");
+    let client = pg.client().await;
+    events("Restarted", 300).insert(&client).await;
+    relay.wait_ready(WAIT);
+    // The walsender killed from SQL is one more way to lose the connection.
+    client
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walrelay'",
+            &[],
+        )
+        .await
+        .unwrap();
+    events("Restarted", 300).insert(&client).await;
+
+    let expected = committed_ids(&client, "Restarted").await;
+    assert_eq!(expected.len(), 1200);
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Restarted"]);
+    read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
+    assert!(relay.metric("walrelay_reconnects_total").unwrap() >= 2.0);
 }
