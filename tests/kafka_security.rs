@@ -29,6 +29,7 @@ const USERS: &[(&str, &str)] = &[
     ("nocreate", "nocreate-secret-59"),
     ("readonly", "readonly-secret-61"),
     ("checker", "checker-secret-73"),
+    ("noconfigs", "noconfigs-secret-83"),
 ];
 const RELAY_PASSWORD: &str = "relay-secret-Ok7q";
 /// Distinct enough that any trace of it in a log is a leak.
@@ -370,4 +371,76 @@ async fn a_principal_that_may_write_no_topic_at_all_halts_walrelay_with_the_acl_
         &[id, topic, "InitProducerId", "WRITE", "--operation Write"],
     );
     assert!(slot_still_holds(&client, "walrelay", id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_that_may_not_read_topic_configs_still_dead_letters_only_the_oversized_event() {
+    let broker = broker();
+    let (topic, dead_letter) = ("acl.noconfigs.Placed", "acl.noconfigs.dead-letter");
+    broker
+        .create_topic_with(topic, 1, &[("max.message.bytes", "4000")])
+        .await;
+    broker.create_topic(dead_letter, 1);
+    // Everything but DescribeConfigs: the topic's limit cannot be read.
+    broker.grant(
+        "User:noconfigs",
+        AclResource::TopicPrefix("acl.noconfigs."),
+        &[Describe, Write],
+    );
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = relay(
+        &pg,
+        "noconfigs",
+        password("noconfigs"),
+        "acl.noconfigs.",
+        &[
+            "--topic-create",
+            "false",
+            "--on-poison",
+            "dead-letter",
+            "--dead-letter-topic",
+            dead_letter,
+        ],
+    );
+    relay.wait_ready(WAIT);
+    // One transaction, so the records share a batch: ten small events
+    // around one over the topic's limit (and under the assumed default).
+    let big = format!(r#"{{"blob": "{}"}}"#, "x".repeat(6000));
+    let mut sql = String::from("BEGIN;");
+    for n in 0..11 {
+        let payload = if n == 5 {
+            big.clone()
+        } else {
+            format!(r#"{{"n": {n}}}"#)
+        };
+        sql.push_str(&format!(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('00000000-0000-0000-0000-0000000b{n:04}', 'order', 'order-{n}', 'Placed', '{payload}');"
+        ));
+    }
+    sql.push_str("COMMIT;");
+    client.batch_execute(&sql).await.unwrap();
+
+    let reader = broker.consumer();
+    reader.subscribe(&[topic]);
+    let delivered = reader.read(10, WAIT);
+    let ids: Vec<&str> = delivered.iter().filter_map(|m| m.header("id")).collect();
+    assert_eq!(ids.len(), 10, "{ids:?}\n{}", relay.log());
+    assert!(
+        !ids.contains(&"00000000-0000-0000-0000-0000000b0005"),
+        "{ids:?}"
+    );
+    let dead = broker.consumer();
+    dead.subscribe(&[dead_letter]);
+    let copies = dead.read(1, WAIT);
+    assert_eq!(copies.len(), 1, "{}", relay.log());
+    assert_eq!(
+        copies[0].header("id"),
+        Some("00000000-0000-0000-0000-0000000b0005")
+    );
+    assert!(dead.read_for(Duration::from_secs(2)).is_empty());
+    let log = relay.log();
+    assert!(log.contains("DESCRIBE_CONFIGS"), "{log}");
+    relay.terminate(WAIT);
 }

@@ -380,14 +380,23 @@ impl<'a> TopicManager<'a> {
                 return assumed;
             }
         };
-        let limit = results.into_iter().find_map(|r| {
-            r.ok()?
-                .get("max.message.bytes")?
-                .value
-                .as_deref()?
-                .parse::<usize>()
-                .ok()
-        });
+        // rust-rdkafka drops a resource's own error (DESCRIBE_CONFIGS not
+        // granted on this topic) and hands back no entries; a topic Kafka
+        // describes always has max.message.bytes, so none means refused.
+        let limit = results
+            .into_iter()
+            .flatten()
+            .find_map(|config| config.get("max.message.bytes")?.value.clone())
+            .and_then(|value| value.parse::<usize>().ok());
+        if limit.is_none() {
+            warn!(
+                topic,
+                assumed = DEFAULT_TOPIC_LIMIT,
+                "cannot read this topic's max.message.bytes (grant DESCRIBE_CONFIGS on it); \
+                 assuming the broker's default: a record over it is sent alone, so that a \
+                 refusal is its own"
+            );
+        }
         match limit {
             Some(limit) => TopicInfo {
                 max_record_bytes: Some(limit),
