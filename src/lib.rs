@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod outbox;
 pub mod postgres;
+pub mod redrive;
 pub mod relay;
 pub mod sink;
 pub mod status;

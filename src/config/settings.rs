@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 
-use super::{MissingField, OnPoison, OnUpdate, RunArgs, Source};
+use super::{KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, Source};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
@@ -156,7 +156,11 @@ impl Settings {
                 poison.dead_letter_max_message_bytes,
             ),
             event_max_bytes: event_max_bytes(&kafka.properties()),
-            topics: topic_policy(args)?,
+            topics: topic_policy(
+                kafka,
+                &poison.dead_letter_topic,
+                poison.dead_letter_max_message_bytes,
+            )?,
             on_poison: poison.on_poison,
             flow: Flow {
                 max_inflight_events: flow.max_inflight_events,
@@ -231,7 +235,7 @@ fn check_formats(args: &RunArgs) -> Result<()> {
 
 /// The `--kafka-brokers` list: librdkafka takes an empty one and then waits
 /// for a broker that can never answer.
-fn kafka_brokers(list: &str) -> Result<String> {
+pub(super) fn kafka_brokers(list: &str) -> Result<String> {
     if list.split(',').any(|broker| broker.trim().is_empty()) {
         return Err(Error::permanent(format!(
             "--kafka-brokers (WALRELAY_KAFKA_BROKERS) {}: give host:port, or several \
@@ -319,9 +323,12 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
     }
 }
 
-/// The rules for the topics walrelay produces to.
-fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
-    let kafka = &args.kafka;
+/// The rules for the topics walrelay produces to (`run` and `redrive`).
+pub(super) fn topic_policy(
+    kafka: &KafkaArgs,
+    dead_letter_topic: &str,
+    dead_letter_max_message_bytes: usize,
+) -> Result<TopicPolicy> {
     let allow = kafka
         .topic_allow_regex
         .as_deref()
@@ -342,8 +349,8 @@ fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
         max_created_per_minute: kafka.topic_create_max_per_minute,
         partitions: kafka.topic_partitions,
         replication_factor: kafka.topic_replication_factor,
-        dead_letter_topic: args.poison.dead_letter_topic.clone(),
-        dead_letter_max_message_bytes: args.poison.dead_letter_max_message_bytes,
+        dead_letter_topic: dead_letter_topic.to_string(),
+        dead_letter_max_message_bytes,
         compressed,
         created: CreationLog::default(),
         smallest_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
