@@ -17,6 +17,7 @@ pub struct RedriveArgs {
     /// The dead-letter topic to read (the --dead-letter-topic of walrelay run).
     #[arg(
         long,
+        help_heading = "Redrive",
         env = "WALRELAY_DEAD_LETTER_TOPIC",
         default_value = "walrelay.dead-letter"
     )]
@@ -25,6 +26,7 @@ pub struct RedriveArgs {
     /// max.message.bytes of the dead-letter topic, if redrive has to create it, and the largest record it sends back there.
     #[arg(
         long,
+        help_heading = "Redrive",
         env = "WALRELAY_DEAD_LETTER_MAX_MESSAGE_BYTES",
         default_value_t = 8_388_608
     )]
@@ -47,11 +49,11 @@ pub struct RedriveArgs {
     pub filter_event_type: Vec<String>,
 
     /// Print what would be sent, skipped or failed; send nothing and leave the group's position where it is.
-    #[arg(long, env = "WALRELAY_REDRIVE_DRY_RUN")]
+    #[arg(long, help_heading = "Redrive", env = "WALRELAY_REDRIVE_DRY_RUN")]
     pub dry_run: bool,
 
     /// Print JSON lines (one per record with --dry-run, then a summary) instead of text.
-    #[arg(long, env = "WALRELAY_REDRIVE_JSON")]
+    #[arg(long, help_heading = "Redrive", env = "WALRELAY_REDRIVE_JSON")]
     pub json: bool,
 }
 
