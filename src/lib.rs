@@ -20,6 +20,7 @@ pub mod outbox;
 pub mod postgres;
 pub mod redrive;
 pub mod relay;
+pub mod retention;
 pub mod sink;
 pub mod status;
 pub mod watchdog;

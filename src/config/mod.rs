@@ -3,6 +3,7 @@
 
 mod env_errors;
 mod redrive;
+mod retention;
 mod run;
 mod secrets;
 mod settings;

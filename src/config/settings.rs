@@ -20,6 +20,7 @@ use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::StateTable;
 use crate::postgres::PgTarget;
+use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
 /// Everything a relay needs, derived once from the flags.
@@ -52,6 +53,8 @@ pub struct Settings {
     pub timeouts: Timeouts,
     pub metrics_addr: SocketAddr,
     pub watchdog: WatchdogSettings,
+    /// `--retention` / `--partitions-ahead`; None when neither is given.
+    pub retention: Option<RetentionSettings>,
 }
 
 /// How much the apply loop may have in hand, and how often it reports.
@@ -185,6 +188,7 @@ impl Settings {
                 stall_timeout: watch.stall_timeout,
                 webhook,
             },
+            retention: args.retention.settings(source.source)?,
         })
     }
 
