@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use rdkafka::message::{Header, OwnedHeaders};
@@ -102,17 +101,15 @@ fn dead_letter(broker: &Broker, records: &[Poisoned<'_>]) {
 
 /// Runs `walrelay redrive` against the broker: (success, stdout, stderr).
 fn redrive(broker: &Broker, extra: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["redrive", "--kafka-brokers", &broker.brokers()])
-        .args(["--group", "redrive-tests"])
-        .args(extra)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let brokers = broker.brokers();
+    let args = [
+        "redrive",
+        "--kafka-brokers",
+        &brokers,
+        "--group",
+        "redrive-tests",
+    ];
+    support::walrelay(&[&args[..], extra].concat())
 }
 
 /// Every record of `topics` that arrives within a few seconds.

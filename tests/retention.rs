@@ -144,28 +144,15 @@ async fn every_retention_metric_served_is_documented_and_every_documented_one_is
     let relay = relay(&pg, &broker, &[]);
     let ids = insert(&client, "Listed", 1).await;
     wait_gone(&client, &ids, &relay, "a row deleted").await;
-    let (_, body) = relay.http_get("/metrics").unwrap();
-    let served: std::collections::BTreeSet<String> = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .filter(|name| name.starts_with("walrelay_retention_"))
-        .map(str::to_string)
-        .collect();
-    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-        .unwrap();
-    let section = ops
-        .split("\n## Metrics\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/operations.md has a Metrics section");
-    let documented: std::collections::BTreeSet<String> = section
-        .lines()
-        .filter_map(|line| line.strip_prefix("| `walrelay_retention_"))
-        .filter_map(|rest| rest.split('`').next())
-        .map(|name| format!("walrelay_retention_{name}"))
-        .collect();
-    assert!(served.len() >= 5, "{body}");
+    let retention = |names: std::collections::BTreeSet<String>| {
+        names
+            .into_iter()
+            .filter(|name| name.starts_with("walrelay_retention_"))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let served = retention(relay.metric_names());
+    let documented = retention(support::documented_metrics());
+    assert!(served.len() >= 5, "{served:?}");
     assert_eq!(served, documented);
 }
 
@@ -225,14 +212,7 @@ async fn a_row_of_a_transaction_open_across_the_retention_boundary_is_deleted_on
     let later = insert(&client, "Boundary", 3).await;
     wait_gone(&client, &later, &relay, "the later rows to be deleted").await;
 
-    // It commits while Kafka cannot take its event.
-    broker.pause();
-    open.batch_execute("COMMIT").await.unwrap();
-    eventually(WAIT, "passes that waited for its event", || async {
-        let waited = relay.metric("walrelay_retention_waiting_seconds")?;
-        (waited > 2.0 * RETENTION_S).then_some(())
-    })
-    .await;
+    commit_while_kafka_is_away(&open, &broker, &relay).await;
     assert_eq!(
         present(&client, &inside).await,
         1,
@@ -248,6 +228,18 @@ async fn a_row_of_a_transaction_open_across_the_retention_boundary_is_deleted_on
         &relay,
         "its row, once its event is confirmed",
     )
+    .await;
+}
+
+/// Pauses the broker, commits the transaction open on `open`, and waits
+/// until retention's passes have waited for its event a while.
+async fn commit_while_kafka_is_away(open: &Client, broker: &Broker, relay: &Relay) {
+    broker.pause();
+    open.batch_execute("COMMIT").await.unwrap();
+    eventually(WAIT, "passes that waited for its event", || async {
+        let waited = relay.metric("walrelay_retention_waiting_seconds")?;
+        (waited > 2.0 * RETENTION_S).then_some(())
+    })
     .await;
 }
 
@@ -374,14 +366,8 @@ async fn a_partition_an_open_transaction_could_still_write_to_is_not_dropped() {
         relay.log()
     );
 
-    // It commits while Kafka cannot take its event: the partition stays.
-    broker.pause();
-    open.batch_execute("COMMIT").await.unwrap();
-    eventually(WAIT, "passes that waited for its event", || async {
-        let waited = relay.metric("walrelay_retention_waiting_seconds")?;
-        (waited > 2.0 * RETENTION_S).then_some(())
-    })
-    .await;
+    // The partition stays while its row's event is not confirmed.
+    commit_while_kafka_is_away(&open, &broker, &relay).await;
     assert!(
         exists(&client, &partition).await,
         "the partition went before its row's event was confirmed:\n{}",
@@ -426,19 +412,19 @@ async fn retention_on_a_role_without_delete_stops_walrelay_with_the_grant_that_f
     assert!(log.contains(grant), "{log}");
 
     // walrelay check says so beforehand.
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["check", "--pg-url", &pg.url_as("walrelay", "pw-retain-1")])
-        .args([
-            "--kafka-brokers",
-            &broker.brokers(),
-            "--retention",
-            "7d",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(!check.status.success());
-    let doc: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    let (url, brokers) = (pg.url_as("walrelay", "pw-retain-1"), broker.brokers());
+    let (ok, stdout, _) = support::walrelay(&[
+        "check",
+        "--pg-url",
+        &url,
+        "--kafka-brokers",
+        &brokers,
+        "--retention",
+        "7d",
+        "--json",
+    ]);
+    assert!(!ok);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let retention = doc["checks"]
         .as_array()
         .unwrap()
