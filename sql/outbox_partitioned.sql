@@ -34,3 +34,7 @@ CREATE TABLE IF NOT EXISTS public.outbox_default PARTITION OF public.outbox DEFA
 -- replays and audits. A DROP (or DETACH) publishes nothing and does not
 -- disturb streaming:
 --   DROP TABLE public.outbox_2026_11_01;
+-- `walrelay run --retention 7d --partitions-ahead 2` does both for you:
+-- it drops a partition only once its events are confirmed and no open
+-- transaction could still write to it, and makes the next partitions
+-- ahead of time (docs/operations.md, "Outbox retention").

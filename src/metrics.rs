@@ -91,6 +91,9 @@ struct Inner {
     ignored_messages: IntCounterVec,
     /// The prefixes `ignored_messages` has a label for.
     ignored_prefixes: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The WAL position of the watchdog's last check that found the outbox
+    /// published as accepted (0: none yet), for retention.
+    outbox_verified: AtomicU64,
 }
 
 /// Distinct prefixes `walrelay_ignored_messages_total` names; the rest are
@@ -338,6 +341,7 @@ impl Metrics {
             publication_broken,
             ignored_messages,
             ignored_prefixes: Default::default(),
+            outbox_verified: AtomicU64::new(0),
         }))
     }
 
@@ -524,6 +528,22 @@ impl Metrics {
 
     pub fn set_alert_level(&self, level: i64) {
         self.0.slot_lag_alert_level.set(level);
+    }
+
+    /// The registry, for a task that registers metrics of its own (retention).
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    /// The watchdog found the outbox published as accepted at this WAL position.
+    pub fn set_outbox_verified(&self, lsn: u64) {
+        self.0.outbox_verified.fetch_max(lsn, Ordering::Relaxed);
+    }
+
+    /// The newest WAL position at which the outbox was found published as
+    /// accepted; 0 before the first check.
+    pub fn outbox_verified(&self) -> u64 {
+        self.0.outbox_verified.load(Ordering::Relaxed)
     }
 
     pub fn render(&self) -> String {

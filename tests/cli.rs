@@ -18,7 +18,12 @@ fn walrelay(args: &[&str]) -> (bool, String) {
 
 /// flag -> (env var, default) from `walrelay run --help`.
 fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
-    let (_, help) = walrelay(&["run", "--help"]);
+    flags_of("run")
+}
+
+/// flag -> (env var, default) from `walrelay <subcommand> --help`.
+fn flags_of(subcommand: &str) -> BTreeMap<String, (String, Option<String>)> {
+    let (_, help) = walrelay(&[subcommand, "--help"]);
     let mut flags = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in help.lines() {
@@ -46,6 +51,22 @@ fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
     flags
 }
 
+/// The flag rows of docs/configuration.md's section for `walrelay <subcommand>`
+/// and of its "Flags of every subcommand".
+fn documented_rows(doc: &str, subcommand: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    let mut inside = false;
+    for line in doc.lines() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            inside = heading == format!("`walrelay {subcommand}`")
+                || heading == "Flags of every subcommand";
+        } else if inside && line.starts_with("| `-") {
+            rows.push(line.to_string());
+        }
+    }
+    rows
+}
+
 #[test]
 fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
     let doc = std::fs::read_to_string(concat!(
@@ -53,31 +74,37 @@ fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
         "/docs/configuration.md"
     ))
     .unwrap();
-    let help = flags_from_help();
-    assert!(help.len() > 30, "parsed {help:?}");
-    for (flag, (env, default)) in &help {
-        let row = doc
-            .lines()
-            .find(|l| l.starts_with('|') && l.contains(&format!("`{flag}`")))
-            .unwrap_or_else(|| panic!("docs/configuration.md has no row for {flag}"));
-        assert!(
-            row.contains(&format!("`{env}`")),
-            "{flag}: env {env} missing in {row}"
-        );
-        match default {
-            Some(d) => assert!(
-                row.contains(&format!("`{d}`")),
-                "{flag}: default {d} missing in {row}"
-            ),
-            None => assert!(row.contains("required") || row.contains('—'), "{row}"),
+    // Each subcommand with a flag table of its own.
+    for subcommand in ["run", "redrive"] {
+        let help = flags_of(subcommand);
+        assert!(help.len() > 8, "parsed {help:?}");
+        let rows = documented_rows(&doc, subcommand);
+        for (flag, (env, default)) in &help {
+            let row = rows
+                .iter()
+                .find(|l| l.contains(&format!("`{flag}`")))
+                .unwrap_or_else(|| {
+                    panic!("docs/configuration.md has no row for {subcommand} {flag}")
+                });
+            assert!(
+                row.contains(&format!("`{env}`")),
+                "{subcommand} {flag}: env {env} missing in {row}"
+            );
+            match default {
+                Some(d) => assert!(
+                    row.contains(&format!("`{d}`")),
+                    "{subcommand} {flag}: default {d} missing in {row}"
+                ),
+                None => assert!(row.contains("required") || row.contains('—'), "{row}"),
+            }
         }
-    }
-    for line in doc.lines().filter(|l| l.starts_with("| `-")) {
-        let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
-        assert!(
-            help.contains_key(flag),
-            "docs/configuration.md documents {flag}, which --help lacks"
-        );
+        for line in &rows {
+            let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
+            assert!(
+                help.contains_key(flag),
+                "docs/configuration.md documents {subcommand} {flag}, which --help lacks"
+            );
+        }
     }
 }
 

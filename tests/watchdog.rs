@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -208,16 +207,8 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
 }
 
 fn status(pg: &Postgres, extra: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["status", "--pg-url", &pg.url()])
-        .args(extra)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let url = pg.url();
+    support::walrelay(&[&["status", "--pg-url", &url][..], extra].concat())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,34 +295,22 @@ async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_
     let stack = Stack::start(&[]).await;
     // A labelled series shows once it has a label: one event gives a topic.
     insert(&stack.client, "Listed", 1).await;
-    let body = eventually(WAIT, "the event published", || async {
+    eventually(WAIT, "the event published", || async {
         let (_, body) = stack.relay.http_get("/metrics").unwrap();
         body.contains("walrelay_events_published_total{")
-            .then_some(body)
+            .then_some(())
     })
     .await;
-    let mut served: std::collections::BTreeSet<String> = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .map(str::to_string)
-        .collect();
-    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-        .unwrap();
-    let section = ops
-        .split("\n## Metrics\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/operations.md has a Metrics section");
-    let documented: std::collections::BTreeSet<String> = section
-        .lines()
-        .filter_map(|line| line.strip_prefix("| `walrelay_"))
-        .filter_map(|rest| rest.split('`').next())
-        .map(|name| format!("walrelay_{name}"))
-        .collect();
+    let mut served = stack.relay.metric_names();
+    let documented = support::documented_metrics();
     // Labelled by prefix, so it shows only with --source messages and a
     // message of another prefix (tests/messages_source.rs reads it).
     served.insert("walrelay_ignored_messages_total".into());
+    // Registered only with --retention (tests/retention.rs compares them).
+    let documented: std::collections::BTreeSet<String> = documented
+        .into_iter()
+        .filter(|name| !name.starts_with("walrelay_retention_"))
+        .collect();
     assert_eq!(
         served.difference(&documented).collect::<Vec<_>>(),
         Vec::<&String>::new(),

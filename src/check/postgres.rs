@@ -123,6 +123,13 @@ impl<'a> Probe<'a> {
                 });
             }
         }
+        if let Some(retention) = &self.settings.retention {
+            let said = crate::retention::check(self.client, &self.settings.tables, retention);
+            out.push(match said.await {
+                Ok(detail) => Check::pass("postgres.retention", detail),
+                Err(e) => Check::from_error("postgres.retention", &e),
+            });
+        }
         let (state, plan) = super::state::check(self.client, self.settings).await;
         out.push(state);
         out.push(self.or_fail("postgres.slot", self.slot(plan.as_ref()).await));

@@ -2,6 +2,8 @@
 //! settings derived from them.
 
 mod env_errors;
+mod redrive;
+mod retention;
 mod run;
 mod secrets;
 mod settings;
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
 pub use settings::{Flow, Settings, Timeouts};
 
@@ -39,6 +42,8 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
     Status(StatusArgs),
+    /// Publish the dead-letter topic's records again to their original topics; a second run sends nothing again.
+    Redrive(Box<RedriveArgs>),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.

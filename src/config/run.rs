@@ -33,6 +33,8 @@ pub struct RunArgs {
     pub flow: FlowArgs,
     #[command(flatten)]
     pub watchdog: WatchdogArgs,
+    #[command(flatten)]
+    pub retention: super::retention::RetentionArgs,
 }
 
 /// Where events come from in the database.

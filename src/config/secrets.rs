@@ -8,6 +8,7 @@ impl Command {
         match self {
             Command::Run(args) => args.kafka.properties(),
             Command::Check(args) => args.run.kafka.properties(),
+            Command::Redrive(args) => args.kafka.properties(),
             _ => Vec::new(),
         }
     }
@@ -20,7 +21,8 @@ impl Command {
             Command::Run(args) => Some(&args.conn.pg_url),
             Command::Check(args) => Some(&args.run.conn.pg_url),
             Command::Status(args) => Some(&args.conn.pg_url),
-            Command::MigrateFromDebezium { .. }
+            Command::Redrive(_)
+            | Command::MigrateFromDebezium { .. }
             | Command::Completions { .. }
             | Command::Man { .. } => None,
         };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 
-use super::{MissingField, OnPoison, OnUpdate, RunArgs, Source};
+use super::{KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, Source};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
@@ -20,6 +20,7 @@ use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::StateTable;
 use crate::postgres::PgTarget;
+use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
 /// Everything a relay needs, derived once from the flags.
@@ -52,6 +53,8 @@ pub struct Settings {
     pub timeouts: Timeouts,
     pub metrics_addr: SocketAddr,
     pub watchdog: WatchdogSettings,
+    /// `--retention` / `--partitions-ahead`; None when neither is given.
+    pub retention: Option<RetentionSettings>,
 }
 
 /// How much the apply loop may have in hand, and how often it reports.
@@ -156,7 +159,11 @@ impl Settings {
                 poison.dead_letter_max_message_bytes,
             ),
             event_max_bytes: event_max_bytes(&kafka.properties()),
-            topics: topic_policy(args)?,
+            topics: topic_policy(
+                kafka,
+                &poison.dead_letter_topic,
+                poison.dead_letter_max_message_bytes,
+            )?,
             on_poison: poison.on_poison,
             flow: Flow {
                 max_inflight_events: flow.max_inflight_events,
@@ -181,6 +188,7 @@ impl Settings {
                 stall_timeout: watch.stall_timeout,
                 webhook,
             },
+            retention: args.retention.settings(source.source)?,
         })
     }
 
@@ -231,7 +239,7 @@ fn check_formats(args: &RunArgs) -> Result<()> {
 
 /// The `--kafka-brokers` list: librdkafka takes an empty one and then waits
 /// for a broker that can never answer.
-fn kafka_brokers(list: &str) -> Result<String> {
+pub(super) fn kafka_brokers(list: &str) -> Result<String> {
     if list.split(',').any(|broker| broker.trim().is_empty()) {
         return Err(Error::permanent(format!(
             "--kafka-brokers (WALRELAY_KAFKA_BROKERS) {}: give host:port, or several \
@@ -319,9 +327,12 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
     }
 }
 
-/// The rules for the topics walrelay produces to.
-fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
-    let kafka = &args.kafka;
+/// The rules for the topics walrelay produces to (`run` and `redrive`).
+pub(super) fn topic_policy(
+    kafka: &KafkaArgs,
+    dead_letter_topic: &str,
+    dead_letter_max_message_bytes: usize,
+) -> Result<TopicPolicy> {
     let allow = kafka
         .topic_allow_regex
         .as_deref()
@@ -342,8 +353,8 @@ fn topic_policy(args: &RunArgs) -> Result<TopicPolicy> {
         max_created_per_minute: kafka.topic_create_max_per_minute,
         partitions: kafka.topic_partitions,
         replication_factor: kafka.topic_replication_factor,
-        dead_letter_topic: args.poison.dead_letter_topic.clone(),
-        dead_letter_max_message_bytes: args.poison.dead_letter_max_message_bytes,
+        dead_letter_topic: dead_letter_topic.to_string(),
+        dead_letter_max_message_bytes,
         compressed,
         created: CreationLog::default(),
         smallest_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),

@@ -74,6 +74,21 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         metrics.clone(),
         fatal_tx,
     ));
+    // Off the per-event path: a task with its own connection.
+    let retention = settings.retention.clone().map(|retention| {
+        tokio::spawn(crate::retention::run(
+            crate::retention::Retained {
+                pg: settings.pg.clone(),
+                slot: settings.slot.clone(),
+                publication: settings.publication.clone(),
+                state_table: settings.state_table.clone(),
+                tables: settings.tables.clone(),
+            },
+            retention,
+            metrics.clone(),
+            kafka_fatal.clone(),
+        ))
+    });
     let (position, persisted) = watch::channel(None);
     let mut stop = shutdown.clone();
     let mut cut_short = false;
@@ -105,6 +120,9 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         }
     };
     watchdog.abort();
+    if let Some(retention) = retention {
+        retention.abort();
+    }
     if !cut_short {
         record_delivered(&settings, &persisted).await;
     }

@@ -94,6 +94,7 @@ impl SourceWatch {
         metrics.set_publication_broken(false);
         if !accepted.outbox.is_empty() {
             self.verified(client, watched, wal_now).await;
+            metrics.set_outbox_verified(wal_now.0);
         }
         self.check_settings(client, watched).await
     }

@@ -74,6 +74,36 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs the walrelay binary once with `args`: (success, stdout, stderr).
+pub fn walrelay(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every metric the Metrics section of docs/operations.md lists.
+pub fn documented_metrics() -> std::collections::BTreeSet<String> {
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let section = ops
+        .split("\n## Metrics\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/operations.md has a Metrics section");
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `walrelay_"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| format!("walrelay_{name}"))
+        .collect()
+}
+
 /// Polls `check` until it returns Some or `timeout` passes.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where

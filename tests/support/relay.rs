@@ -197,6 +197,16 @@ impl Relay {
         (!values.is_empty()).then(|| values.iter().sum())
     }
 
+    /// The name of every series /metrics serves (its `# TYPE` lines).
+    pub fn metric_names(&self) -> std::collections::BTreeSet<String> {
+        let (_, body) = self.http_get("/metrics").unwrap_or_default();
+        body.lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
     pub fn wait_ready(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.http_get("/readyz").map(|(s, _)| s) != Some(200) {

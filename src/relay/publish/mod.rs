@@ -32,8 +32,10 @@ const ROUTE_CACHE_LIMIT: usize = 10_000;
 /// Where a route-by value sends its events.
 enum Route {
     To(Arc<str>, TopicInfo),
-    /// Why the event cannot go anywhere: it is poison.
-    Nowhere(String),
+    /// Why the event cannot go anywhere: it is poison. The topic it was
+    /// routed to, when it has a legal one (a dead-letter copy names it,
+    /// for `walrelay redrive` once the topic may be used).
+    Nowhere(Option<String>, String),
 }
 
 /// What the sink did with a record.
@@ -105,9 +107,12 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         };
         let (topic, info) = match self.route(route_value).await? {
             Route::To(topic, info) => (topic, info),
-            Route::Nowhere(reason) => {
+            Route::Nowhere(topic, reason) => {
                 return self
-                    .reject(progress, Poisoned::new(txn, &event, None, reason))
+                    .reject(
+                        progress,
+                        Poisoned::new(txn, &event, topic.as_deref(), reason),
+                    )
                     .await
             }
         };
@@ -183,11 +188,11 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             .topic(&String::from_utf8_lossy(route_value));
         let topic = match routed {
             Ok(topic) => topic,
-            Err(reason) => return Ok(Route::Nowhere(reason)),
+            Err(reason) => return Ok(Route::Nowhere(None, reason)),
         };
         let info = match self.sink.open_topic(&topic).await? {
             TopicAccess::Open(info) => info,
-            TopicAccess::Closed(reason) => return Ok(Route::Nowhere(reason)),
+            TopicAccess::Closed(reason) => return Ok(Route::Nowhere(Some(topic), reason)),
         };
         // A route-by column of many distinct values must not grow the cache forever.
         if self.routes.len() >= ROUTE_CACHE_LIMIT {

@@ -1,0 +1,334 @@
+//! What retention reads from the catalog and the server: each outbox table
+//! (plain, or partitioned with its partitions and their bounds), whether
+//! the role may do what retention is asked to do there, the slot's
+//! confirmed position, and the snapshot a plan is made in.
+
+use tokio_postgres::Client;
+
+use super::RetentionSettings;
+use crate::error::{Error, Result};
+use crate::postgres::lsn::Lsn;
+use crate::postgres::names::{quote_ident, TableName};
+use crate::postgres::sql_error;
+
+/// One outbox table as retention sees it.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    pub table: TableName,
+    /// The time column, quoted.
+    pub column: String,
+    /// Its type as `format_type` names it.
+    pub column_type: String,
+    pub partitioned: bool,
+    /// The DEFAULT partition of a partitioned outbox.
+    pub default: Option<TableName>,
+}
+
+impl Outbox {
+    /// The tables whose rows are deleted one by one: a plain outbox, or the
+    /// DEFAULT partition of a partitioned one (the others are dropped whole).
+    pub fn row_leaves(&self) -> Vec<&TableName> {
+        match (self.partitioned, &self.default) {
+            (false, _) => vec![&self.table],
+            (true, Some(default)) => vec![default],
+            (true, None) => Vec::new(),
+        }
+    }
+}
+
+/// A partition of a partitioned outbox with its bounds as SQL literals'
+/// text (None: MINVALUE, MAXVALUE, or not a one-column range).
+#[derive(Debug, Clone)]
+pub struct Partition {
+    pub table: TableName,
+    pub default: bool,
+    pub lower: Option<String>,
+    pub upper: Option<String>,
+}
+
+const TIME_TYPES: [&str; 3] = [
+    "timestamp with time zone",
+    "timestamp without time zone",
+    "date",
+];
+
+/// Each table, checked: it exists, has the time column, and the role may
+/// delete (and, partitioned, detach, drop, read other sessions'
+/// transaction starts, and create partitions when asked).
+pub async fn inspect(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+) -> Result<Vec<Outbox>> {
+    let in_recovery: bool = client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(|e| sql_error("cannot ask whether Postgres is a standby", e))?
+        .get(0);
+    if in_recovery {
+        return Err(Error::permanent(
+            "--retention deletes outbox rows, and --pg-url names a standby (read-only): point \
+             --pg-url at the primary, or drop --retention and --partitions-ahead",
+        ));
+    }
+    let mut outboxes = Vec::new();
+    for table in tables {
+        outboxes.push(inspect_one(client, table, settings).await?);
+    }
+    Ok(outboxes)
+}
+
+async fn inspect_one(
+    client: &Client,
+    table: &TableName,
+    settings: &RetentionSettings,
+) -> Result<Outbox> {
+    let column = &settings.time_column;
+    let row = client
+        .query_opt(
+            "SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod), \
+                    has_table_privilege(c.oid, 'SELECT'), has_table_privilege(c.oid, 'DELETE'), \
+                    pg_has_role(c.relowner, 'USAGE'), current_user::text, \
+                    (SELECT pt.partstrat::text = 'r' AND pt.partnatts = 1 \
+                            AND pt.partattrs[0] = a.attnum \
+                       FROM pg_catalog.pg_partitioned_table pt WHERE pt.partrelid = c.oid), \
+                    pg_has_role('pg_read_all_stats', 'USAGE') \
+                       OR (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), \
+                    has_schema_privilege(c.relnamespace, 'CREATE') \
+             FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN pg_catalog.pg_attribute a \
+               ON a.attrelid = c.oid AND a.attname = $3 AND NOT a.attisdropped \
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&table.schema, &table.name, column],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot read the catalog entry of {table}"), e))?;
+    let Some(row) = row else {
+        return Err(Error::permanent(format!(
+            "outbox retention: table {table} does not exist"
+        )));
+    };
+    let kind: String = row.get(0);
+    let column_type: Option<String> = row.get(1);
+    let (select, delete, owner): (bool, bool, bool) = (row.get(2), row.get(3), row.get(4));
+    let role: String = row.get(5);
+    let by_time: Option<bool> = row.get(6);
+    let read_all_stats: bool = row.get::<_, Option<bool>>(7).unwrap_or(false);
+    let create: bool = row.get(8);
+    let Some(column_type) = column_type else {
+        return Err(Error::permanent(format!(
+            "--retention-time-column {column}: table {table} has no such column; name the \
+             column that holds each row's insert time"
+        )));
+    };
+    if !TIME_TYPES.contains(&column_type.as_str()) {
+        return Err(Error::permanent(format!(
+            "--retention-time-column {column} of {table} is {column_type}; retention needs a \
+             timestamptz, timestamp or date column holding each row's insert time"
+        )));
+    }
+    let partitioned = match kind.as_str() {
+        "r" => false,
+        "p" => true,
+        other => {
+            return Err(Error::permanent(format!(
+                "outbox retention: {table} is not a table (relkind {other})"
+            )))
+        }
+    };
+    let quoted_role = quote_ident(&role);
+    if settings.partitions_ahead > 0 && !partitioned {
+        return Err(Error::permanent(format!(
+            "--partitions-ahead makes partitions of an outbox partitioned by time, and {table} \
+             is not partitioned (sql/outbox_partitioned.sql is); drop --partitions-ahead"
+        )));
+    }
+    let deleting = settings.keep.is_some();
+    if !select || (deleting && !partitioned && !delete) {
+        return Err(Error::permanent(format!(
+            "--retention deletes old rows of {table}, and role {role} may not: run GRANT \
+             SELECT, DELETE ON {} TO {quoted_role};",
+            table.quoted()
+        )));
+    }
+    let mut default = None;
+    if partitioned {
+        if by_time != Some(true) {
+            return Err(Error::permanent(format!(
+                "outbox retention drops partitions of {table} by their bounds, which needs the \
+                 table partitioned BY RANGE ({column}) alone (sql/outbox_partitioned.sql); \
+                 partition it so, or set --retention-time-column to its partition key"
+            )));
+        }
+        if !owner {
+            return Err(Error::permanent(format!(
+                "outbox retention detaches and drops partitions of {table} (and \
+                 --partitions-ahead creates them), which only its owner may: run ALTER TABLE \
+                 {} OWNER TO {quoted_role}; or GRANT its owner TO {quoted_role};",
+                table.quoted()
+            )));
+        }
+        if deleting && !read_all_stats {
+            return Err(Error::permanent(format!(
+                "outbox retention keeps a partition while a transaction that started before \
+                 its upper bound runs, and reading other roles' transactions needs \
+                 pg_read_all_stats: run GRANT pg_read_all_stats TO {quoted_role};"
+            )));
+        }
+        if settings.partitions_ahead > 0 && !create {
+            return Err(Error::permanent(format!(
+                "--partitions-ahead creates partitions in schema {}, and role {role} may not: \
+                 run GRANT CREATE ON SCHEMA {} TO {quoted_role};",
+                table.schema,
+                quote_ident(&table.schema)
+            )));
+        }
+        default = list(client, table)
+            .await?
+            .into_iter()
+            .find(|p| p.default)
+            .map(|p| p.table);
+        if let (true, Some(leaf)) = (deleting, &default) {
+            let row = client
+                .query_one(
+                    "SELECT has_table_privilege($1::text::regclass, 'SELECT') \
+                        AND has_table_privilege($1::text::regclass, 'DELETE')",
+                    &[&leaf.quoted()],
+                )
+                .await
+                .map_err(|e| sql_error("cannot read a partition's privileges", e))?;
+            if !row.get::<_, bool>(0) {
+                return Err(Error::permanent(format!(
+                    "--retention deletes old rows of the DEFAULT partition {leaf}, and role \
+                     {role} may not: run GRANT SELECT, DELETE ON {} TO {quoted_role};",
+                    leaf.quoted()
+                )));
+            }
+        }
+    }
+    Ok(Outbox {
+        table: table.clone(),
+        column: quote_ident(column),
+        column_type,
+        partitioned,
+        default,
+    })
+}
+
+/// The partitions of `table` with their bounds.
+pub async fn list(client: &Client, table: &TableName) -> Result<Vec<Partition>> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, \
+                    pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT', \
+                    m[1], m[2] \
+             FROM pg_catalog.pg_inherits i \
+             JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), \
+                  '^FOR VALUES FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)$') m ON true \
+             WHERE i.inhparent = $1::text::regclass",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot list the partitions of {table}"), e))?;
+    Ok(rows
+        .iter()
+        .map(|r| Partition {
+            table: TableName {
+                schema: r.get(0),
+                name: r.get(1),
+            },
+            default: r.get::<_, Option<bool>>(2).unwrap_or(false),
+            lower: r.get(3),
+            upper: r.get(4),
+        })
+        .collect())
+}
+
+/// A REPEATABLE READ snapshot with the WAL insert position read in it.
+pub struct Snapshot {
+    pub l0: Lsn,
+}
+
+impl Snapshot {
+    /// Its first statement takes the snapshot and then reads L0 (see the
+    /// module doc of `retention`).
+    pub async fn take(client: &Client) -> Result<Snapshot> {
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|e| sql_error("cannot start retention's snapshot", e))?;
+        let text: String = client
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+            .await
+            .map_err(|e| sql_error("cannot read the WAL insert position", e))?
+            .get(0);
+        let l0 = text
+            .parse()
+            .map_err(|_| Error::permanent(format!("Postgres returned a bad LSN: {text}")))?;
+        Ok(Snapshot { l0 })
+    }
+
+    pub async fn end(self, client: &Client) -> Result<()> {
+        client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| sql_error("cannot end retention's snapshot", e))
+    }
+}
+
+/// The slot's `confirmed_flush_lsn`; None when the slot is missing.
+pub async fn slot_confirmed(client: &Client, slot: &str) -> Result<Option<Lsn>> {
+    let row = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
+             WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read the slot's confirmed position", e))?;
+    Ok(row
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|t| t.parse().ok()))
+}
+
+/// The age in seconds of the oldest row of every outbox table (0: none).
+pub async fn oldest_row_age(client: &Client, outboxes: &[Outbox]) -> Result<f64> {
+    let mut oldest: f64 = 0.0;
+    for outbox in outboxes {
+        let sql = format!(
+            "SELECT EXTRACT(EPOCH FROM now() - min({}::timestamptz))::float8 FROM {}",
+            outbox.column,
+            outbox.table.quoted()
+        );
+        let age: Option<f64> = client
+            .query_one(&sql, &[])
+            .await
+            .map_err(|e| sql_error(format!("cannot read the oldest row of {}", outbox.table), e))?
+            .get(0);
+        oldest = oldest.max(age.unwrap_or(0.0));
+    }
+    Ok(oldest)
+}
+
+/// Whether any table holds rows from before `floor`.
+pub async fn any_before(client: &Client, outboxes: &[Outbox], floor: &str) -> Result<bool> {
+    for outbox in outboxes {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE {} < $1::text::timestamptz)",
+            outbox.table.quoted(),
+            outbox.column
+        );
+        let found: bool = client
+            .query_one(&sql, &[&floor])
+            .await
+            .map_err(|e| sql_error(format!("cannot read {}", outbox.table), e))?
+            .get(0);
+        if found {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,440 @@
+//! Outbox retention (`walrelay run --retention DURATION`): deletes outbox
+//! rows older than DURATION once their events are confirmed, in small
+//! batches, or on an outbox partitioned by time detaches and drops whole
+//! partitions; and with `--partitions-ahead N` makes partitions ahead of
+//! time. It runs as a task of its own beside the relay, on a SQL
+//! connection of its own with statement and lock timeouts, never in the
+//! per-event path.
+//!
+//! # The rule: a row is deleted only once its event is confirmed
+//!
+//! A pass reads, in one REPEATABLE READ transaction, `L0 =
+//! pg_current_wal_insert_lsn()` as its first statement (the snapshot `S` is
+//! taken as that statement starts, L0 as it runs), and picks in `S` the
+//! rows older than DURATION (`rows.rs`) and the droppable partitions
+//! (`partitions.rs`). It then commits (holding no snapshot while it
+//! waits) and deletes them only once
+//!
+//! - (a) the slot's `confirmed_flush_lsn` is at or past L0, and
+//! - (b) the watchdog found the outbox published as walrelay accepted it
+//!   (same table, same publication membership) at a WAL position at or
+//!   past L0,
+//!
+//! and only rows whose `created_at` is at or after the time walrelay
+//! recorded the slot's creation in its state table (the *floor*).
+//!
+//! Claim: every row visible in `S` that passes the floor has its event
+//! acknowledged by Kafka once (a) and (b) hold. Let the row's inserting
+//! transaction be T.
+//!
+//! 1. *T's commit record ends at or before L0.* A snapshot sees T only once
+//!    T has left the proc array (`ProcArrayEndTransaction`), which Postgres
+//!    does after inserting T's commit record into the WAL
+//!    (`RecordTransactionCommit`); the insert position only grows, so the
+//!    commit record ends at or before the insert position when `S` was
+//!    taken, at or before L0. (Not `pg_current_wal_lsn()`, the *write*
+//!    position: with `synchronous_commit = off` a transaction is visible
+//!    before its commit record is written.)
+//! 2. *The slot decodes T.* A logical slot decodes every transaction that
+//!    commits after its consistent point. walrelay records the slot's
+//!    creation (`created_at` in the state table) after the slot reached its
+//!    consistent point; the row's `created_at`, the server's clock when it
+//!    was inserted (`clock_timestamp()`) or when T started (`now()`), is at
+//!    or after that time, so T inserted it after the consistent point and
+//!    committed after it. Rows from before the slot — a previous relay's,
+//!    the gap of a lost slot, the rows a first start's snapshot published —
+//!    are walrelay's to keep: it cannot know they were delivered.
+//! 3. *pgoutput sent the row.* By (b) the outbox was in the publication, as
+//!    accepted, from the session's start to a position past L0, so at T's
+//!    commit too.
+//! 4. *Kafka acknowledged it.* walrelay confirms a position P only when
+//!    every transaction with events committed before P had every event
+//!    acknowledged (the checkpoint rule, `checkpoint.rs`), or when nothing
+//!    is pending and P is a keepalive's WAL end, up to which the walsender
+//!    has decoded and sent everything. T's commit ends at or before L0, at
+//!    or before the confirmed position (a), so T's events are acknowledged.
+//!
+//! Deleting by key later deletes only those rows: each is named by its
+//! `ctid` and its inserting transaction id (`xmin`), which no other row
+//! version shares (T committed and inserts nothing more), so a row
+//! deleted meanwhile and its space reused is not mistaken for another.
+//!
+//! A transaction open across the boundary is therefore safe whatever its
+//! rows' `created_at`: its rows are not visible in `S`, so they are picked
+//! by a later pass, whose L0 lies past T's commit. A broker outage keeps
+//! (a) from holding, and nothing is deleted until Kafka has the events.
+//!
+//! # Partitions
+//!
+//! A partition of an outbox partitioned by RANGE on the time column is
+//! detached and dropped, under the same (a) and (b), once its upper bound B
+//! is at or before `now() - DURATION` in `S`, its lower bound at or after
+//! the floor, and every row it will ever hold is visible in `S`. Rows it
+//! could still get come from transactions running at `S` or starting later:
+//! one starting later stamps its rows at or after its start, past B; one
+//! running at `S` that started at or after B too; one that started before B
+//! (and with `now()` as the default could stamp a row before B) was running
+//! when the pass read `pg_stat_activity` just before taking `S` (that read
+//! is after B), so the oldest transaction's start is before B and the
+//! partition is kept. A prepared transaction does not show there, so any
+//! prepared transaction in the database keeps every partition. Reading
+//! other roles' `xact_start` needs `pg_read_all_stats`. This relies on
+//! `created_at` being the server's time (an application that stamps rows
+//! with its own clock, or backfills old times, defeats it); the row rule
+//! above relies on it only for the floor and for DURATION.
+//!
+//! The DEFAULT partition is never dropped; its rows are deleted as rows.
+
+mod ahead;
+mod catalog;
+mod metrics;
+mod partitions;
+mod rows;
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_postgres::Client;
+use tracing::{error, info, warn};
+
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::names::TableName;
+use crate::postgres::state::StateTable;
+use crate::postgres::{setup, sql_error, PgTarget};
+use catalog::Outbox;
+use metrics::RetentionMetrics;
+
+/// What `--retention` and its flags ask for.
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    /// Rows older than this go; None: nothing is deleted (`--partitions-ahead` alone).
+    pub keep: Option<Duration>,
+    pub batch_size: usize,
+    pub interval: Duration,
+    pub time_column: String,
+    pub partitions_ahead: u32,
+}
+
+/// The outbox retention works on, and where walrelay keeps its books.
+pub struct Retained {
+    pub pg: PgTarget,
+    pub slot: String,
+    pub publication: String,
+    pub state_table: StateTable,
+    pub tables: Vec<TableName>,
+}
+
+/// Rows picked in one snapshot at most, per table: the keys stay in memory
+/// until the rows' events are confirmed.
+const BATCHES_PER_PLAN: usize = 100;
+/// How often a plan waiting for confirmation looks again.
+const POLL: Duration = Duration::from_secs(1);
+/// Every statement of retention ends within this.
+const STATEMENT_TIMEOUT: &str = "30s";
+/// A DELETE or DETACH waits at most this for a lock, so it never queues
+/// the outbox's writers behind it for long.
+const LOCK_TIMEOUT: &str = "1s";
+
+/// What one snapshot picked, waiting for its rows' events to be confirmed.
+struct Plan {
+    /// `pg_current_wal_insert_lsn()` read in the snapshot.
+    l0: Lsn,
+    made: Instant,
+    rows: Vec<rows::Picked>,
+    partitions: Vec<partitions::Droppable>,
+    /// A table had more old rows than one plan takes.
+    full: bool,
+}
+
+/// Runs until the relay stops. A bad setting (a missing column, a right
+/// the role lacks, a partition scheme that cannot be inferred) stops
+/// walrelay through `fatal` at start; a pass that fails is logged, counted
+/// and tried again at the next one.
+pub async fn run(
+    target: Retained,
+    settings: RetentionSettings,
+    metrics: Metrics,
+    fatal: mpsc::Sender<Error>,
+) {
+    let m = RetentionMetrics::register(&metrics);
+    let mut task = Task {
+        target,
+        settings,
+        metrics,
+        m,
+        client: None,
+        outboxes: Vec::new(),
+        plan: None,
+        next_pass: Instant::now(),
+        floor_told: false,
+    };
+    let mut checked = false;
+    loop {
+        let result = if checked {
+            task.tick().await
+        } else {
+            task.start().await
+        };
+        match result {
+            Ok(()) if !checked => {
+                checked = true;
+                continue;
+            }
+            Ok(()) => {}
+            Err(e) if !checked && !e.is_transient() => {
+                let _ = fatal
+                    .send(Error::permanent(format!("outbox retention: {e}")).with_source(e))
+                    .await;
+                return;
+            }
+            Err(e) => {
+                task.m.errors.inc();
+                task.client = None;
+                if checked {
+                    error!(error = %e.report(), "outbox retention pass failed; trying again at the next one");
+                } else {
+                    warn!(error = %e.report(), "outbox retention cannot start yet; trying again");
+                }
+                tokio::time::sleep(task.settings.interval).await;
+                continue;
+            }
+        }
+        tokio::time::sleep(task.pause()).await;
+    }
+}
+
+struct Task {
+    target: Retained,
+    settings: RetentionSettings,
+    metrics: Metrics,
+    m: RetentionMetrics,
+    client: Option<Client>,
+    outboxes: Vec<Outbox>,
+    plan: Option<Plan>,
+    next_pass: Instant,
+    /// Rows from before the slot were reported once.
+    floor_told: bool,
+}
+
+/// What `walrelay check` says of retention: the checks its start makes
+/// (the tables, the time column, the role's rights, the partition scheme
+/// for `--partitions-ahead`), changing nothing.
+pub async fn check(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+) -> Result<String> {
+    let outboxes = catalog::inspect(client, tables, settings).await?;
+    let mut said = Vec::new();
+    for outbox in &outboxes {
+        let how = match (outbox.partitioned, &outbox.default) {
+            (false, _) => "deletes its rows".to_string(),
+            (true, Some(default)) => format!("drops its partitions, deletes rows of {default}"),
+            (true, None) => "drops its partitions".to_string(),
+        };
+        let mut line = format!("{}: {how}", outbox.table);
+        if settings.partitions_ahead > 0 {
+            let scheme = ahead::scheme(client, outbox).await?;
+            line.push_str(&format!(
+                "; makes partitions {}.{}<{}> of {} ahead",
+                scheme.schema, scheme.prefix, scheme.format, scheme.width
+            ));
+        }
+        said.push(line);
+    }
+    Ok(said.join("; "))
+}
+
+/// Retention's connection, opened (and set up) when there is none.
+async fn connection<'a>(client: &'a mut Option<Client>, pg: &PgTarget) -> Result<&'a Client> {
+    if client.is_none() {
+        let new = setup::connect(pg).await?;
+        new.batch_execute(&format!(
+            "SET application_name = 'walrelay retention'; \
+             SET statement_timeout = '{STATEMENT_TIMEOUT}'; \
+             SET lock_timeout = '{LOCK_TIMEOUT}'; \
+             SET idle_in_transaction_session_timeout = '60s'"
+        ))
+        .await
+        .map_err(|e| sql_error("cannot set up retention's connection", e))?;
+        *client = Some(new);
+    }
+    Ok(client.as_ref().expect("connected above"))
+}
+
+impl Task {
+    /// The first pass: what the tables are, and whether retention may do
+    /// what it is asked to there.
+    async fn start(&mut self) -> Result<()> {
+        let settings = self.settings.clone();
+        let tables = self.target.tables.clone();
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        self.outboxes = catalog::inspect(client, &tables, &settings).await?;
+        if settings.partitions_ahead > 0 {
+            for outbox in &self.outboxes {
+                ahead::scheme(client, outbox).await?;
+            }
+        }
+        info!(
+            retention = ?settings.keep,
+            interval = ?settings.interval,
+            partitions_ahead = settings.partitions_ahead,
+            tables = %tables.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            "outbox retention started"
+        );
+        Ok(())
+    }
+
+    /// How long to wait before the next tick.
+    fn pause(&self) -> Duration {
+        let until_pass = self.next_pass.saturating_duration_since(Instant::now());
+        match &self.plan {
+            Some(_) => until_pass.min(POLL),
+            None => until_pass,
+        }
+    }
+
+    /// Deletes what a waiting plan picked once it is confirmed; at each
+    /// interval, a new plan, partitions ahead and the oldest row's age.
+    async fn tick(&mut self) -> Result<()> {
+        if self.plan.is_some() {
+            self.settle().await?;
+        }
+        if Instant::now() < self.next_pass {
+            return Ok(());
+        }
+        self.next_pass = Instant::now() + self.settings.interval;
+        if self.settings.partitions_ahead > 0 {
+            let client = connection(&mut self.client, &self.target.pg).await?;
+            for outbox in &self.outboxes {
+                let made = ahead::make(client, outbox, self.settings.partitions_ahead).await?;
+                self.m.partitions_created.inc_by(made);
+            }
+        }
+        if let (None, Some(keep)) = (&self.plan, self.settings.keep) {
+            self.plan = self.pick(keep).await?;
+            self.settle().await?;
+        }
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let age = catalog::oldest_row_age(client, &self.outboxes).await?;
+        self.m.oldest_row_age.set(age);
+        Ok(())
+    }
+
+    /// A plan from one snapshot, or None when nothing may go yet.
+    async fn pick(&mut self, keep: Duration) -> Result<Option<Plan>> {
+        let floor = self.floor().await?;
+        let Some(floor) = floor else {
+            return Ok(None);
+        };
+        let limit = self.settings.batch_size * BATCHES_PER_PLAN;
+        let outboxes = self.outboxes.clone();
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let blockers = partitions::blockers(client, &outboxes).await?;
+        let snapshot = catalog::Snapshot::take(client).await?;
+        let mut plan = Plan {
+            l0: snapshot.l0,
+            made: Instant::now(),
+            rows: Vec::new(),
+            partitions: Vec::new(),
+            full: false,
+        };
+        for outbox in &outboxes {
+            for leaf in outbox.row_leaves() {
+                let picked = rows::pick(client, leaf, outbox, keep, &floor, limit).await?;
+                plan.full |= picked.keys.len() >= limit;
+                if !picked.keys.is_empty() {
+                    plan.rows.push(picked);
+                }
+            }
+            plan.partitions
+                .extend(partitions::droppable(client, outbox, keep, &floor, &blockers).await?);
+        }
+        snapshot.end(client).await?;
+        if plan.rows.is_empty() && plan.partitions.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(plan))
+    }
+
+    /// The floor: rows from before walrelay created (or first used) the
+    /// slot are not retention's to delete. None until it is recorded.
+    async fn floor(&mut self) -> Result<Option<String>> {
+        let (state_table, publication, slot) = (
+            self.target.state_table.clone(),
+            self.target.publication.clone(),
+            self.target.slot.clone(),
+        );
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let state = state_table.peek(client, &publication, &slot).await?;
+        let Some((_, created_at)) = state.and_then(|s| s.created) else {
+            return Ok(None);
+        };
+        if !self.floor_told {
+            let outboxes = self.outboxes.clone();
+            let client = connection(&mut self.client, &self.target.pg).await?;
+            if catalog::any_before(client, &outboxes, &created_at).await? {
+                info!(
+                    slot = %slot,
+                    since = %created_at,
+                    "outbox retention keeps the rows from before walrelay first used the slot: \
+                     it cannot know their events were delivered; delete them yourself once \
+                     you know (docs/operations.md, \"Outbox retention\")"
+                );
+            }
+            self.floor_told = true;
+        }
+        Ok(Some(created_at))
+    }
+
+    /// Carries out the plan once its rows' events are confirmed.
+    async fn settle(&mut self) -> Result<()> {
+        let Some(plan) = &self.plan else {
+            return Ok(());
+        };
+        let l0 = plan.l0;
+        let slot = self.target.slot.clone();
+        let verified = Lsn(self.metrics.outbox_verified());
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let confirmed = catalog::slot_confirmed(client, &slot).await?;
+        if confirmed.is_none_or(|c| c < l0) || verified < l0 {
+            let waited = self
+                .plan
+                .as_ref()
+                .map_or(0.0, |p| p.made.elapsed().as_secs_f64());
+            self.m.waiting.set(waited);
+            return Ok(());
+        }
+        let plan = self.plan.take().expect("checked above");
+        self.m.waiting.set(0.0);
+        let batch = self.settings.batch_size;
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let mut deleted = 0;
+        for picked in &plan.rows {
+            deleted += rows::delete(client, picked, batch, &self.m.rows_deleted).await?;
+        }
+        let mut dropped = 0;
+        for partition in &plan.partitions {
+            if partitions::drop(client, partition).await? {
+                self.m.partitions_dropped.inc();
+                dropped += 1;
+            }
+        }
+        if deleted > 0 || dropped > 0 {
+            info!(
+                rows = deleted,
+                partitions = dropped,
+                confirmed = %l0,
+                "outbox retention deleted rows whose events are confirmed"
+            );
+        }
+        if plan.full {
+            // More old rows wait: the next plan at once.
+            self.next_pass = Instant::now();
+        }
+        Ok(())
+    }
+}

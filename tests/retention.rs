@@ -1,0 +1,439 @@
+//! Outbox retention (`walrelay run --retention`) on a real Postgres and
+//! broker: rows and partitions go only once their events are confirmed,
+//! through a broker outage longer than the retention and a transaction
+//! open across its boundary; young rows stay; partitions are made ahead.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use support::outbox::read_until_all_arrive;
+use support::{eventually, Broker, Postgres, Relay, OUTBOX_SQL};
+use tokio_postgres::Client;
+
+const WAIT: Duration = Duration::from_secs(60);
+/// The retention of these tests, as a flag and in seconds.
+const RETENTION: &str = "2s";
+const RETENTION_S: f64 = 2.0;
+
+/// A relay with a short retention, passes every 300 ms, and a watchdog
+/// and keepalives frequent enough for them.
+fn relay(pg: &Postgres, broker: &Broker, extra: &[&str]) -> Relay {
+    let mut flags = vec![
+        "--retention",
+        RETENTION,
+        "--retention-interval",
+        "300ms",
+        "--watchdog-interval",
+        "500ms",
+        "--replication-timeout",
+        "2s",
+    ];
+    flags.extend_from_slice(extra);
+    let relay = Relay::start_with(pg, broker, &flags);
+    relay.wait_ready(WAIT);
+    relay
+}
+
+/// Commits `n` events of `event_type`, one transaction; their ids.
+async fn insert(client: &Client, event_type: &str, n: i32) -> Vec<String> {
+    client
+        .query(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'order-' || (i % 3), $1, '{}' \
+             FROM generate_series(1, $2) i RETURNING id::text",
+            &[&event_type, &n],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// How many of `ids` are still in the outbox.
+async fn present(client: &Client, ids: &[String]) -> usize {
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM outbox WHERE id::text = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    n as usize
+}
+
+/// The age in seconds of the youngest of `ids` still in the outbox.
+async fn youngest_age(client: &Client, ids: &[String]) -> Option<f64> {
+    client
+        .query_one(
+            "SELECT EXTRACT(EPOCH FROM clock_timestamp() - max(created_at))::float8 \
+             FROM outbox WHERE id::text = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Every one of `ids` is in Kafka's `topic`.
+fn all_in_kafka(broker: &Broker, relay: &Relay, topic: &str, ids: &[String]) {
+    let reader = broker.consumer();
+    reader.subscribe(&[topic]);
+    let expected: HashSet<String> = ids.iter().cloned().collect();
+    read_until_all_arrive(&reader, &expected, HashSet::new(), relay, WAIT);
+}
+
+async fn wait_gone(client: &Client, ids: &[String], relay: &Relay, what: &str) {
+    eventually(WAIT, what, || async {
+        (present(client, ids).await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        relay
+            .metric("walrelay_retention_rows_deleted_total")
+            .unwrap_or(0.0)
+            >= ids.len() as f64,
+        "{}",
+        relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmed_old_rows_are_deleted_and_young_rows_stay() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+
+    let old = insert(&client, "Kept", 20).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Kept", &old);
+    wait_gone(&client, &old, &relay, "the confirmed rows to be deleted").await;
+
+    // A row younger than the retention is there whenever it is looked at.
+    let young = insert(&client, "Kept", 1).await;
+    loop {
+        let age = youngest_age(&client, &young).await;
+        match age {
+            Some(age) if age < RETENTION_S - 0.2 => {}
+            Some(_) => break,
+            None => panic!(
+                "a row younger than {RETENTION} was deleted:\n{}",
+                relay.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_gone(&client, &young, &relay, "the young row, once old").await;
+    assert!(
+        relay
+            .metric("walrelay_retention_oldest_row_age_seconds")
+            .is_some(),
+        "{}",
+        relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_retention_metric_served_is_documented_and_every_documented_one_is_served() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+    let ids = insert(&client, "Listed", 1).await;
+    wait_gone(&client, &ids, &relay, "a row deleted").await;
+    let retention = |names: std::collections::BTreeSet<String>| {
+        names
+            .into_iter()
+            .filter(|name| name.starts_with("walrelay_retention_"))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let served = retention(relay.metric_names());
+    let documented = retention(support::documented_metrics());
+    assert!(served.len() >= 5, "{served:?}");
+    assert_eq!(served, documented);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_whose_events_kafka_has_not_acknowledged_stay_through_an_outage_longer_than_the_retention(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+    let before = insert(&client, "Outage", 5).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Outage", &before);
+
+    broker.pause();
+    let during = insert(&client, "Outage", 5).await;
+    // The outage lasts past three retentions, while passes keep running
+    // (and wait, as the metric shows).
+    eventually(WAIT, "an outage of three retentions", || async {
+        let age = youngest_age(&client, &during).await?;
+        let waited = relay.metric("walrelay_retention_waiting_seconds")?;
+        (age > 3.0 * RETENTION_S && waited > RETENTION_S).then_some(())
+    })
+    .await;
+    assert_eq!(
+        present(&client, &during).await,
+        5,
+        "rows whose events Kafka has not acknowledged were deleted:\n{}",
+        relay.log()
+    );
+
+    broker.resume();
+    all_in_kafka(&broker, &relay, "outbox.event.Outage", &during);
+    wait_gone(
+        &client,
+        &during,
+        &relay,
+        "the rows, once their events are confirmed",
+    )
+    .await;
+    wait_gone(&client, &before, &relay, "the rows from before the outage").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_of_a_transaction_open_across_the_retention_boundary_is_deleted_only_after_its_event_is_confirmed(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+
+    let open = pg.client().await;
+    open.batch_execute("BEGIN").await.unwrap();
+    let inside = insert(&open, "Boundary", 1).await;
+    // Rows committed after it was written are deleted meanwhile: its row
+    // is older than the retention long before it commits.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let later = insert(&client, "Boundary", 3).await;
+    wait_gone(&client, &later, &relay, "the later rows to be deleted").await;
+
+    commit_while_kafka_is_away(&open, &broker, &relay).await;
+    assert_eq!(
+        present(&client, &inside).await,
+        1,
+        "the row of the transaction open across the boundary went before its event:\n{}",
+        relay.log()
+    );
+
+    broker.resume();
+    all_in_kafka(&broker, &relay, "outbox.event.Boundary", &inside);
+    wait_gone(
+        &client,
+        &inside,
+        &relay,
+        "its row, once its event is confirmed",
+    )
+    .await;
+}
+
+/// Pauses the broker, commits the transaction open on `open`, and waits
+/// until retention's passes have waited for its event a while.
+async fn commit_while_kafka_is_away(open: &Client, broker: &Broker, relay: &Relay) {
+    broker.pause();
+    open.batch_execute("COMMIT").await.unwrap();
+    eventually(WAIT, "passes that waited for its event", || async {
+        let waited = relay.metric("walrelay_retention_waiting_seconds")?;
+        (waited > 2.0 * RETENTION_S).then_some(())
+    })
+    .await;
+}
+
+/// The partitioned outbox with its DEFAULT partition and one partition of
+/// two seconds around now, named like `outbox_2026_12_01_103042`.
+async fn partitioned(pg: &Postgres) -> Client {
+    let client = pg.client().await;
+    client
+        .batch_execute(include_str!("../sql/outbox_partitioned.sql"))
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "DO $$ DECLARE lo timestamptz := date_trunc('second', clock_timestamp()) \
+                 - (extract(second FROM clock_timestamp())::int % 2) * interval '1 second'; \
+             BEGIN EXECUTE format('CREATE TABLE public.%I PARTITION OF public.outbox \
+                 FOR VALUES FROM (%L) TO (%L)', \
+                 'outbox_' || to_char(lo, 'YYYY_MM_DD_HH24MISS'), lo, lo + interval '2 seconds'); \
+             END $$",
+        )
+        .await
+        .unwrap();
+    client
+}
+
+/// The partition a row is in, and that partition's upper bound's age in
+/// seconds (negative: ahead of now).
+async fn partition_of(client: &Client, id: &str) -> (String, f64) {
+    let row = client
+        .query_one(
+            "SELECT c.relname::text, EXTRACT(EPOCH FROM clock_timestamp() - \
+                 (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']*)''\\)'))[1] \
+                 ::timestamptz)::float8 \
+             FROM outbox o JOIN pg_class c ON c.oid = o.tableoid WHERE o.id::text = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+async fn exists(client: &Client, table: &str) -> bool {
+    client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn in_default(client: &Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM ONLY outbox_default", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_made_ahead_and_old_ones_dropped_once_their_events_are_confirmed() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = partitioned(&pg).await;
+    let relay = relay(&pg, &broker, &["--partitions-ahead", "3"]);
+    eventually(WAIT, "partitions made ahead", || async {
+        (relay.metric("walrelay_retention_partitions_created_total")? >= 1.0).then_some(())
+    })
+    .await;
+
+    let mut ids = Vec::new();
+    for _ in 0..25 {
+        ids.extend(insert(&client, "Parted", 1).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eventually(WAIT, "two partitions dropped", || async {
+        (relay.metric("walrelay_retention_partitions_dropped_total")? >= 2.0).then_some(())
+    })
+    .await;
+    all_in_kafka(&broker, &relay, "outbox.event.Parted", &ids);
+    assert_eq!(in_default(&client).await, 0, "every row found a partition");
+    assert!(
+        present(&client, &ids).await < ids.len(),
+        "rows of dropped partitions are gone"
+    );
+    // The partition now, and the next, exist.
+    let now = insert(&client, "Parted", 1).await;
+    let (partition, upper_age) = partition_of(&client, &now[0]).await;
+    assert_ne!(partition, "outbox_default");
+    assert!(upper_age < 0.0);
+    assert!(relay
+        .metric("walrelay_retention_rows_deleted_total")
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_an_open_transaction_could_still_write_to_is_not_dropped() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = partitioned(&pg).await;
+    let relay = relay(&pg, &broker, &["--partitions-ahead", "3"]);
+    // Retention already drops partitions.
+    eventually(WAIT, "a first partition dropped", || async {
+        insert(&client, "Held", 1).await;
+        (relay.metric("walrelay_retention_partitions_dropped_total")? >= 1.0).then_some(())
+    })
+    .await;
+
+    let open = pg.client().await;
+    open.batch_execute("BEGIN").await.unwrap();
+    let inside = insert(&open, "Held", 1).await;
+    let (partition, _) = partition_of(&open, &inside[0]).await;
+    // Well past its upper bound plus the retention, while the transaction stays open.
+    eventually(
+        WAIT,
+        "its partition's bound, plus the retention, to pass",
+        || async {
+            let (_, upper_age) = partition_of(&open, &inside[0]).await;
+            (upper_age > 3.0 * RETENTION_S).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        exists(&client, &partition).await,
+        "the partition of an open transaction was dropped:\n{}",
+        relay.log()
+    );
+
+    // The partition stays while its row's event is not confirmed.
+    commit_while_kafka_is_away(&open, &broker, &relay).await;
+    assert!(
+        exists(&client, &partition).await,
+        "the partition went before its row's event was confirmed:\n{}",
+        relay.log()
+    );
+    broker.resume();
+    all_in_kafka(&broker, &relay, "outbox.event.Held", &inside);
+    eventually(
+        WAIT,
+        "its partition to go once its event is confirmed",
+        || async { (!exists(&client, &partition).await).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_on_a_role_without_delete_stops_walrelay_with_the_grant_that_fixes_it() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(OUTBOX_SQL).await.unwrap();
+    client
+        .batch_execute(
+            "CREATE PUBLICATION walrelay FOR TABLE public.outbox WITH (publish = 'insert');
+             CREATE ROLE walrelay LOGIN REPLICATION PASSWORD 'pw-retain-1';
+             GRANT USAGE ON SCHEMA public TO walrelay;
+             GRANT SELECT ON public.outbox TO walrelay;",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("../sql/walrelay_state.sql"))
+        .await
+        .unwrap();
+    let mut relay = Relay::start_raw(
+        &pg.url_as("walrelay", "pw-retain-1"),
+        &broker.brokers(),
+        &["--retention", "7d"],
+    );
+    let log = relay.wait_for_failure(WAIT);
+    let grant = r#"GRANT SELECT, DELETE ON "public"."outbox" TO "walrelay";"#;
+    assert!(log.contains(grant), "{log}");
+
+    // walrelay check says so beforehand.
+    let (url, brokers) = (pg.url_as("walrelay", "pw-retain-1"), broker.brokers());
+    let (ok, stdout, _) = support::walrelay(&[
+        "check",
+        "--pg-url",
+        &url,
+        "--kafka-brokers",
+        &brokers,
+        "--retention",
+        "7d",
+        "--json",
+    ]);
+    assert!(!ok);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let retention = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "postgres.retention")
+        .expect("a postgres.retention check");
+    assert_eq!(retention["status"], "fail");
+    assert!(
+        retention["detail"].as_str().unwrap().contains(grant),
+        "{retention}"
+    );
+}
