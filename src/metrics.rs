@@ -390,8 +390,9 @@ impl Metrics {
     }
 
     pub fn set_inflight(&self, events: usize, bytes: usize) {
-        if events == 0 {
-            // Nothing pending: the confirm age starts again from here.
+        if events == 0 || self.0.inflight_events.get() == 0 {
+            // Nothing was pending, or nothing is: the confirm age starts
+            // from here, not from the last event of an idle hour ago.
             self.mark_progress();
         }
         self.0.inflight_events.set(events as i64);

@@ -34,7 +34,11 @@ impl Command {
             Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
             _ => None,
         };
-        secrets.extend(webhook.and_then(url_password));
+        if let Some(password) = webhook.and_then(url_password) {
+            // As written, and as the receiver reads it.
+            secrets.push(crate::percent::decode(&password));
+            secrets.push(password);
+        }
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();
             if ["password", "secret", "jaas", "token", "pem", "credentials"]
@@ -89,9 +93,12 @@ mod tests {
             "--kafka-brokers",
             "k:9092",
             "--alert-webhook",
-            "http://ops:hook-pass@alerts:8080/hook",
+            "http://ops:hook%2Fpass@alerts:8080/hook",
         ]);
-        assert_eq!(found, vec!["hook-pass".to_string()]);
+        assert_eq!(
+            found,
+            vec!["hook/pass".to_string(), "hook%2Fpass".to_string()]
+        );
     }
 
     #[test]

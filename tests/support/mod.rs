@@ -11,6 +11,7 @@ pub mod outbox;
 pub mod pg;
 pub mod relay;
 pub mod standby;
+pub mod webhook;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
