@@ -389,7 +389,7 @@ async fn check_refuses_a_remembered_slot_that_is_gone_as_run_does() {
     assert_check(&doc, "postgres.state", "fail", "is missing");
     assert_check(&doc, "postgres.slot", "fail", "would not create it");
     let mut relay = Relay::start(&pg, &broker);
-    let log = relay.wait_for_failure(Duration::from_secs(60));
+    let log = relay.wait_for_missing_slot_refusal(Duration::from_secs(60));
     assert!(log.contains("is missing"), "{log}");
 
     // With the flag both say a new slot, and both name the gap.

@@ -101,7 +101,7 @@ async fn a_least_privilege_role_never_takes_a_dropped_slot_for_a_first_start() {
     events("WhileDown", 5).insert(&client).await;
     drop_slot(&client, "walrelay").await;
     let mut relay = Relay::start_raw(&url, &broker.brokers(), &[]);
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_missing_slot_refusal(WAIT);
     assert!(
         log.contains("replication slot \"walrelay\" is missing"),
         "{log}"

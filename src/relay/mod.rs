@@ -8,7 +8,9 @@ mod apply;
 mod poison;
 mod progress;
 mod publish;
+mod refused;
 mod resume;
+mod standby;
 mod upstream;
 
 #[cfg(test)]
@@ -99,6 +101,14 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
+    // A refused start whose slot is missing keeps /metrics up, so that the
+    // alert on walrelay_slot_missing can fire (`refused`).
+    let result = match result {
+        Err(e) if !cut_short && !e.is_transient() && metrics.is_slot_missing() => {
+            refused::hold(e, &mut shutdown).await
+        }
+        result => result,
+    };
     watchdog.abort();
     if !cut_short {
         record_delivered(&settings, &persisted).await;
@@ -160,7 +170,6 @@ async fn supervise(
     let started = Instant::now();
     let mut ever_connected = false;
     let mut backoff = INITIAL_BACKOFF;
-    let mut standby = false;
     loop {
         if *shutdown.borrow() {
             return Ok(());
@@ -176,17 +185,11 @@ async fn supervise(
         if err.kind() == Kind::Standby {
             // Active/passive: another walrelay streams from the slot. Poll at
             // a steady pace so this one takes over soon after it goes away.
-            if !standby {
-                info!(error = %err.report(), poll = ?settings.timeouts.standby_poll_interval, "the slot is held by another process; waiting as a standby");
-                standby = true;
+            match standby::wait(settings, metrics, shutdown, &err).await {
+                standby::Wait::SlotFree => continue,
+                standby::Wait::Stopped => return Ok(()),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(settings.timeouts.standby_poll_interval) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-            }
-            continue;
         }
-        standby = false;
         // Before the first successful connection a transient error is most
         // likely a wrong host or port: give up after --startup-timeout.
         if !ever_connected && started.elapsed() >= settings.timeouts.startup {
@@ -232,7 +235,7 @@ async fn session(
     // hold the session, or a stop request, forever.
     let opening = tokio::time::timeout(
         settings.timeouts.setup,
-        open(settings, ever_connected, shared),
+        open(settings, ever_connected, shared, metrics),
     );
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
@@ -282,7 +285,12 @@ async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
 
 /// Checks the database, makes sure the publication and the slot exist, and
 /// starts streaming.
-async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -> Result<Opened> {
+async fn open(
+    settings: &Settings,
+    ever_connected: &mut bool,
+    shared: &Shared,
+    metrics: &Metrics,
+) -> Result<Opened> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
@@ -343,6 +351,10 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         }
     };
     let existing = setup::existing_slot(&client, &settings.slot).await?;
+    // A fact, whatever the verdict: the slot walrelay streamed from is gone.
+    metrics.set_slot_missing(
+        existing.is_none() && stored.as_ref().is_some_and(|s| s.created.is_some()),
+    );
     let verdict = decide(
         &Observed {
             slot: &settings.slot,
@@ -376,6 +388,9 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         },
     )
     .await?;
+    if ready.created {
+        metrics.set_slot_missing(false);
+    }
     if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
         state_table
             .record_created(&client, &settings.slot, ready.confirmed)

@@ -172,6 +172,35 @@ impl Relay {
         self.log()
     }
 
+    /// Waits for a start refused because the slot walrelay streamed from is
+    /// missing: walrelay stays up so that /metrics shows it
+    /// (walrelay_slot_missing 1, /readyz 503), and exits non-zero when
+    /// stopped. Returns its log.
+    pub fn wait_for_missing_slot_refusal(&mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while !self.log().contains("walrelay does not start") {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "walrelay exited ({status}) instead of waiting; log:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "walrelay never refused to start; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(self.metric("walrelay_slot_missing"), Some(1.0));
+        let (status, body) = self.http_get("/readyz").unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("missing"), "{body}");
+        let status = self.terminate(timeout);
+        assert!(!status.success(), "exit 0; log:\n{}", self.log());
+        self.log()
+    }
+
     /// GET a path of the metrics endpoint: (status code, body).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
