@@ -231,12 +231,6 @@ async fn session(
     ever_connected: &mut bool,
     shared: &Shared,
 ) -> Result<()> {
-    // A server that accepts the connection and then says nothing must not
-    // hold the session, or a stop request, forever.
-    let opening = tokio::time::timeout(
-        settings.timeouts.setup,
-        open(settings, ever_connected, shared, metrics),
-    );
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
     let sink = KafkaSink::new(
@@ -245,14 +239,37 @@ async fn session(
         metrics.clone(),
         shared.fatal.clone(),
     )?;
+    let mut started = Started::default();
+    // A server that accepts the connection and then says nothing must not
+    // hold the session, or a stop request, forever.
+    let opening = tokio::time::timeout(
+        settings.timeouts.setup,
+        open(settings, ever_connected, shared, metrics, &mut started),
+    );
     let opened = tokio::select! {
-        opened = opening => opened.map_err(|_| Error::transient(format!(
+        opened = opening => opened.unwrap_or_else(|_| Err(Error::transient(format!(
             "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
              in time (an unresponsive server, or slot creation waiting for long-running \
              transactions: see pg_stat_activity)",
             settings.timeouts.setup
-        )))??,
-        _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        )))),
+        _ = shutdown.wait_for(|stop| *stop) => Err(Error::transient("stopped while starting")),
+    };
+    let opened = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            // Abandoned while the server creates the slot: it would finish
+            // after walrelay gave up, and leave a slot nobody reads.
+            if let Some(creation) = started.creating.take() {
+                setup::cancel(&settings.pg, creation).await;
+            }
+            // Held by another process: someone streams from it, it is not
+            // left behind.
+            if started.created && e.kind() != Kind::Standby {
+                setup::drop_created_slot(&settings.pg, &settings.slot).await;
+            }
+            return if *shutdown.borrow() { Ok(()) } else { Err(e) };
+        }
     };
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
@@ -290,6 +307,7 @@ async fn open(
     ever_connected: &mut bool,
     shared: &Shared,
     metrics: &Metrics,
+    started: &mut Started,
 ) -> Result<Opened> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
@@ -378,6 +396,7 @@ async fn open(
             .record_start(&client, &settings.slot, &outbox, &published, wal_now)
             .await?;
     }
+    started.creating = Some(client.cancel_token());
     let ready = setup::ensure_slot(
         &client,
         &SlotOptions {
@@ -387,14 +406,13 @@ async fn open(
             failover: settings.failover_slot,
         },
     )
-    .await?;
+    .await;
+    // Still set only if the start is abandoned while the slot is created.
+    started.creating = None;
+    let ready = ready?;
+    started.created = ready.created;
     if ready.created {
         metrics.set_slot_missing(false);
-    }
-    if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
-        state_table
-            .record_created(&client, &settings.slot, ready.confirmed)
-            .await?;
     }
     shared.outbox.send_replace(Accepted {
         outbox: outbox.clone(),
@@ -434,6 +452,13 @@ async fn open(
             },
         )
         .await?;
+    // Remembered only once streaming started: a start that fails before
+    // drops the slot it created, which must not then count as missing.
+    if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
+        state_table
+            .record_created(&client, &settings.slot, ready.confirmed)
+            .await?;
+    }
     let resolver = (settings.source == Source::Table).then(|| RelationResolver {
         client,
         publication: settings.publication.clone(),
@@ -452,6 +477,16 @@ async fn open(
         server: system.server,
         read_timeout,
     })
+}
+
+/// What a start has done that a failed start must undo: a slot must not
+/// outlive a start that never streamed from it.
+#[derive(Default)]
+struct Started {
+    /// Set while the server may be creating the slot: how to stop it.
+    creating: Option<tokio_postgres::CancelToken>,
+    /// This start created the slot.
+    created: bool,
 }
 
 /// What `open` hands the apply loop.
