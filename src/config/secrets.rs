@@ -13,8 +13,9 @@ impl Command {
     }
 
     /// The secrets this command line carries, for the logs to mask: the
-    /// Postgres password (as typed and decoded) and the values of librdkafka
-    /// properties that hold credentials.
+    /// Postgres password (as typed and decoded, or from PGPASSWORD), the
+    /// alert webhook's and the values of librdkafka properties that hold
+    /// credentials.
     pub fn secrets(&self) -> Vec<String> {
         let pg_url = match self {
             Command::Run(args) => Some(&args.conn.pg_url),
@@ -28,6 +29,7 @@ impl Command {
         let mut secrets = Vec::new();
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
+            secrets.extend(super::pg_password_from_env());
         }
         let webhook = match self {
             Command::Run(args) => args.watchdog.alert_webhook.as_deref(),

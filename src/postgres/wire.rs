@@ -225,8 +225,8 @@ impl WireConnection {
         let password = config.get_password();
         let missing_password = || {
             Error::permanent(
-                "Postgres asks for a password but --pg-url has none: add password=... \
-                 or postgres://user:password@host/db",
+                "Postgres asks for a password but --pg-url has none and PGPASSWORD is not \
+                 set: set PGPASSWORD, or add password=... or postgres://user:password@host/db",
             )
         };
         let mut scram: Option<sasl::ScramSha256> = None;
