@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod debezium;
+pub mod doctest;
 pub mod guarantees;
 pub mod kafka;
 pub mod outbox;
