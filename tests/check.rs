@@ -11,7 +11,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use serde_json::Value;
-use support::pg::drop_slot;
+use support::pg::{drop_slot, slots_and_publications};
 use support::{free_port, Broker, Postgres, Relay};
 
 /// `walrelay check --json` with `run`'s connection flags: (success, report).
@@ -99,16 +99,7 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
     }
 
     // A pre-flight changes nothing.
-    let created: i64 = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM pg_replication_slots) + \
-                    (SELECT count(*) FROM pg_publication)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(created, 0);
+    assert_eq!(slots_and_publications(&client).await, (0, 0));
 
     // After a real run: the slot and publication exist, a topic too.
     let mut relay = Relay::start(&pg, &broker);

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::doctest::{blocks, Shell};
-use support::pg::drop_slot;
+use support::pg::{drop_slot, slots_and_publications};
 use support::{eventually, Broker, Postgres};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -156,16 +156,11 @@ async fn the_quickstart_readme_and_runbooks_work_as_written() {
     // Retiring the outbox: walrelay stopped, the slot and publication dropped.
     assert_eq!(shell.stop_background(), Some(0));
     shell.run_blocks("docs/operations.md", "retire");
-    let left: i64 = app
-        .query_one(
-            "SELECT (SELECT count(*) FROM pg_replication_slots) + \
-                    (SELECT count(*) FROM pg_publication)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "a slot or publication is left");
+    assert_eq!(
+        slots_and_publications(&app).await,
+        (0, 0),
+        "a slot or publication is left"
+    );
 }
 
 /// Every marked block belongs to a group the test above runs, so none is

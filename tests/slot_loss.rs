@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::{add_outbox, committed_ids, events, read_until_all_arrive};
-use support::pg::{confirmed_flush_lsn, drop_slot};
+use support::pg::{confirmed_flush_lsn, drop_slot, slots_and_publications};
 use support::{eventually, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -115,12 +115,7 @@ async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires(
     let log = relay.log();
     assert!(log.contains("walrelay does not start"), "{log}");
     assert!(!log.contains("created replication slot"), "{log}");
-    let slots: i64 = stack
-        .client
-        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (slots, _) = slots_and_publications(&stack.client).await;
     assert_eq!(slots, 0, "a refused start created a slot");
     stack.relay = relay;
     let status = stack.relay.terminate(WAIT);

@@ -199,7 +199,9 @@ impl Shell {
                     assert_eq!(status, 0, "the walrelay before {} failed", block.place);
                 }
                 self.spawn_background(&text);
-                self.wait_ready(&block.place);
+                super::wait_ready(self.metrics_port, BLOCK_TIMEOUT, || {
+                    format!("{}:\n{}", block.place, self.background_log())
+                });
                 return String::new();
             }
         };
@@ -293,25 +295,7 @@ impl Shell {
 
     /// GET a path of walrelay's metrics endpoint: (status, body).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::Read;
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let status = response.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, response.split_once("\r\n\r\n")?.1.to_string()))
-    }
-
-    fn wait_ready(&self, place: &str) {
-        let deadline = Instant::now() + BLOCK_TIMEOUT;
-        while self.http_get("/readyz").map(|(s, _)| s) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "the walrelay of {place} never became ready; log:\n{}",
-                self.background_log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        super::http_get(self.metrics_port, path)
     }
 }
 

@@ -94,6 +94,33 @@ where
     }
 }
 
+/// GET a path of a walrelay's metrics endpoint on `port`: (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// Waits until the walrelay serving metrics on `port` answers /readyz with
+/// 200; `log` tells why not when it never does.
+pub fn wait_ready(port: u16, timeout: Duration, log: impl Fn() -> String) {
+    let deadline = Instant::now() + timeout;
+    while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "walrelay never became ready; log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub fn signal(pid: u32, sig: i32) {
     let rc = unsafe { libc::kill(pid as i32, sig) };
     assert_eq!(rc, 0, "kill({pid}, {sig}) failed");

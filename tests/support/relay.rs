@@ -203,15 +203,7 @@ impl Relay {
 
     /// GET a path of the metrics endpoint: (status code, body).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
-        stream.write_all(request.as_bytes()).ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let status = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((status, body))
+        super::http_get(self.metrics_port, path)
     }
 
     /// The value of an unlabelled metric, or the sum of a labelled one.
@@ -227,15 +219,7 @@ impl Relay {
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.http_get("/readyz").map(|(s, _)| s) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "walrelay never became ready; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        super::wait_ready(self.metrics_port, timeout, || self.log());
     }
 }
 
