@@ -94,11 +94,12 @@ where
     }
 }
 
-/// GET a path of a walrelay's metrics endpoint on `port`: (status, body).
+/// GET a path of an HTTP server on a local `port` (walrelay's metrics
+/// endpoint, Kafka Connect's REST API): (status, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
