@@ -275,21 +275,17 @@ async fn slot_creation_waits(client: &tokio_postgres::Client) {
 
 /// A slot holds WAL until it is dropped: one this start created must not
 /// outlive a start that fails before streaming. Here the replication
-/// connection dies while the slot is being created (a transaction that
-/// drops the outbox holds the creation), so START_REPLICATION fails; the
-/// next attempt finds the outbox gone and walrelay stops.
+/// connection dies while the slot is being created (an open transaction
+/// holds the creation), so START_REPLICATION fails; meanwhile the outbox
+/// was dropped, so the next attempt stops walrelay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_that_fails_after_creating_the_slot_drops_it_again() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    client
-        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
-        .await
-        .unwrap();
     let blocker = pg.client().await;
     blocker
-        .batch_execute("BEGIN; DROP TABLE outbox;")
+        .batch_execute("BEGIN; CREATE TABLE long_running (id int);")
         .await
         .unwrap();
     let mut relay = Relay::start(&pg, &broker);
@@ -304,6 +300,7 @@ async fn a_start_that_fails_after_creating_the_slot_drops_it_again() {
         .unwrap()
         .get(0);
     assert_eq!(ended, 1, "walrelay's replication connection");
+    client.batch_execute("DROP TABLE outbox").await.unwrap();
     blocker.batch_execute("COMMIT").await.unwrap();
 
     let line = fails_cleanly_after(&mut relay);
