@@ -46,6 +46,8 @@ if ! $demo_only; then
   command -v npm >/dev/null || need_apt+=(npm)
   # groff renders the man pages in tests/completions.rs.
   command -v groff >/dev/null || need_apt+=(groff-base)
+  # tests/docs.rs follows the quickstart, which reads the topic with kcat.
+  command -v kcat >/dev/null || need_apt+=(kcat)
   # Apache Kafka 4 runs on Java 17 or newer; Maven fetches its jars.
   java_major="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' || true)"
   [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)

@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod migrate;
 pub mod outbox;
+pub mod percent;
 pub mod postgres;
 pub mod redrive;
 pub mod relay;

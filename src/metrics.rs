@@ -50,10 +50,18 @@ impl Stage {
 /// The `wal_status` values Postgres reports for a slot.
 pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
 
+/// The values of `walrelay_role`: what this walrelay is to its slot. With
+/// two replicas (active/passive), one is `active` and the other `standby`.
+pub const ROLES: [&str; 3] = ["active", "standby", "none"];
+
 struct Inner {
     registry: Registry,
     /// Streaming from the slot right now.
     streaming: AtomicBool,
+    /// Waiting as a standby: another process streams from the slot, and
+    /// this one reached Postgres at its last poll.
+    standby: AtomicBool,
+    role: IntGaugeVec,
     /// Set by the watchdog when events are pending and nothing is confirmed.
     stalled: AtomicBool,
     /// A broker answered the last probe (kafka::reachability).
@@ -212,6 +220,21 @@ impl Metrics {
             "walrelay_streaming",
             "1 while walrelay streams from its slot.",
         );
+        let role = IntGaugeVec::new(
+            Opts::new(
+                "walrelay_role",
+                "1 for this walrelay's role, 0 for the others: active (streams from the slot), \
+                 standby (another process streams from it; this one reaches Postgres and takes \
+                 over when the slot is free), none (neither: starting, reconnecting, unable to \
+                 reach Postgres, or refusing to start).",
+            ),
+            &["role"],
+        )
+        .expect("valid metric");
+        for name in ROLES {
+            role.with_label_values(&[name])
+                .set(i64::from(name == "none"));
+        }
         let kafka_reachable_gauge = gauge(
             "walrelay_kafka_reachable",
             "1 while a Kafka broker answers walrelay's probe (a metadata request every 2 s).",
@@ -284,6 +307,7 @@ impl Metrics {
             Box::new(slot_lag_alert_level.clone()),
             Box::new(last_confirm_age_seconds.clone()),
             Box::new(streaming_gauge.clone()),
+            Box::new(role.clone()),
             Box::new(kafka_reachable_gauge.clone()),
             Box::new(build_info),
             Box::new(pending_transactions.clone()),
@@ -311,6 +335,8 @@ impl Metrics {
         Metrics(Arc::new(Inner {
             registry,
             streaming: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
+            role,
             stalled: AtomicBool::new(false),
             kafka_reachable: AtomicBool::new(false),
             kafka_silent_since_us: AtomicU64::new(0),
@@ -394,8 +420,9 @@ impl Metrics {
     }
 
     pub fn set_inflight(&self, events: usize, bytes: usize) {
-        if events == 0 {
-            // Nothing pending: the confirm age starts again from here.
+        if events == 0 || self.0.inflight_events.get() == 0 {
+            // Nothing was pending, or nothing is: the confirm age starts
+            // from here, not from the last event of an idle hour ago.
             self.mark_progress();
         }
         self.0.inflight_events.set(events as i64);
@@ -428,6 +455,29 @@ impl Metrics {
     pub fn set_streaming(&self, streaming: bool) {
         self.0.streaming.store(streaming, Ordering::Relaxed);
         self.0.streaming_gauge.set(i64::from(streaming));
+        self.show_role();
+    }
+
+    /// Waiting as a standby (another process streams from the slot), or not.
+    pub fn set_standby(&self, standby: bool) {
+        self.0.standby.store(standby, Ordering::Relaxed);
+        self.show_role();
+    }
+
+    fn show_role(&self) {
+        let role = if self.is_streaming() {
+            "active"
+        } else if self.0.standby.load(Ordering::Relaxed) {
+            "standby"
+        } else {
+            "none"
+        };
+        for name in ROLES {
+            self.0
+                .role
+                .with_label_values(&[name])
+                .set(i64::from(name == role));
+        }
     }
 
     pub fn is_streaming(&self) -> bool {
@@ -447,7 +497,14 @@ impl Metrics {
     /// What /readyz says when walrelay is not ready.
     pub fn unready_because(&self) -> Option<&'static str> {
         if !self.is_streaming() {
-            Some("not streaming")
+            Some(if self.0.slot_missing.get() == 1 {
+                "not streaming: the replication slot walrelay streamed from is missing (see the \
+                 log for how to recover)"
+            } else if self.0.standby.load(Ordering::Relaxed) {
+                "not streaming: a standby, another process streams from the slot"
+            } else {
+                "not streaming"
+            })
         } else if self.0.stalled.load(Ordering::Relaxed) {
             Some("stalled: events are pending and the confirmed LSN does not move")
         } else if !self.is_kafka_reachable() {
@@ -520,6 +577,11 @@ impl Metrics {
 
     pub fn set_slot_missing(&self, missing: bool) {
         self.0.slot_missing.set(i64::from(missing));
+    }
+
+    /// The slot walrelay streamed from no longer exists.
+    pub fn is_slot_missing(&self) -> bool {
+        self.0.slot_missing.get() == 1
     }
 
     pub fn set_publication_broken(&self, broken: bool) {

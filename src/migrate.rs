@@ -132,8 +132,9 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     flag(&mut args, "--pg-url", Some(url));
     if get("database.password").is_some() {
         notes.push(
-            "database.password is not printed: put the password into WALRELAY_PG_URL \
-             (postgres://user:PASSWORD@host/db) from your secret store instead of --pg-url"
+            "database.password is not printed: export PGPASSWORD from your secret store \
+             before running the command; walrelay reads it, as libpq does, when --pg-url \
+             carries no password"
                 .into(),
         );
     }

@@ -1,5 +1,6 @@
 //! The module layout is the architecture: these tests keep it free of import
-//! cycles, so each concern can be read (and changed) on its own.
+//! cycles, so each concern can be read (and changed) on its own. The build
+//! is one build: the tests and examples link the library `cargo build` makes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -148,5 +149,58 @@ fn the_cycle_check_sees_uses_of_crate_and_super_paths() {
         uses["relay::poison"].contains("relay::progress"),
         "{:?}",
         uses["relay::poison"]
+    );
+}
+
+/// Each crate `cargo tree` lists, with the features it is built with.
+fn features(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--offline", "--prefix", "none", "-e", edges])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut crates: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim_end_matches(" (*)");
+        match line.split_once(" feature ") {
+            Some((name, feature)) => {
+                crates
+                    .entry(name.to_string())
+                    .or_default()
+                    .insert(feature.to_string());
+            }
+            None => {
+                let name = line.split(' ').next().unwrap_or(line);
+                crates.entry(name.to_string()).or_default();
+            }
+        }
+    }
+    crates
+}
+
+/// The examples and integration tests link the library built with the
+/// dev-dependencies' features too: a feature only they turn on (proptest's
+/// `regex-syntax/default` once did) makes `cargo build --example tail`
+/// rebuild walrelay and half its dependencies after `cargo build`.
+#[test]
+fn dev_dependencies_turn_on_no_feature_of_a_crate_walrelay_builds_with() {
+    let build = features("normal,features");
+    let with_dev = features("normal,dev,features");
+    let differ: Vec<String> = build
+        .iter()
+        .filter(|(name, features)| with_dev.get(*name) != Some(features))
+        .map(|(name, features)| format!("{name}: {features:?} vs {:?}", with_dev.get(name)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "give Cargo.toml's [dependencies] these features, so that examples and tests do not \
+         rebuild the crate:\n{}",
+        differ.join("\n")
     );
 }

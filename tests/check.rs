@@ -5,13 +5,13 @@
 mod support;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use serde_json::Value;
-use support::pg::drop_slot;
+use support::pg::{drop_slot, slots_and_publications};
 use support::{free_port, Broker, Postgres, Relay};
 
 /// `walrelay check --json` with `run`'s connection flags: (success, report).
@@ -99,16 +99,7 @@ async fn a_prepared_database_and_broker_pass_every_check_and_nothing_is_created(
     }
 
     // A pre-flight changes nothing.
-    let created: i64 = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM pg_replication_slots) + \
-                    (SELECT count(*) FROM pg_publication)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(created, 0);
+    assert_eq!(slots_and_publications(&client).await, (0, 0));
 
     // After a real run: the slot and publication exist, a topic too.
     let mut relay = Relay::start(&pg, &broker);
@@ -251,7 +242,7 @@ async fn table_role_publication_and_slot_problems_fail_with_their_fixes() {
     assert_check(
         &doc,
         "postgres.table_select",
-        "fail",
+        "warn",
         r#"GRANT SELECT ON "public"."outbox" TO "plain";"#,
     );
     assert_check(
@@ -397,11 +388,142 @@ async fn check_refuses_a_remembered_slot_that_is_gone_as_run_does() {
     assert_check(&doc, "postgres.state", "fail", "is missing");
     assert_check(&doc, "postgres.slot", "fail", "would not create it");
     let mut relay = Relay::start(&pg, &broker);
-    let log = relay.wait_for_failure(Duration::from_secs(60));
+    let log = relay.wait_for_missing_slot_refusal(Duration::from_secs(60));
     assert!(log.contains("is missing"), "{log}");
 
     // With the flag both say a new slot, and both name the gap.
     let (ok, doc) = check(&pg.url(), &broker.brokers(), &["--recreate-missing-slot"]);
     assert!(ok, "{doc:#}");
     assert_check(&doc, "postgres.slot", "warn", "are not delivered");
+}
+
+/// What `walrelay run` does from a state: Ok once it streams (it is then
+/// stopped), or the error it stops with.
+fn run_outcome(pg_url: &str, brokers: &str, extra: &[&str]) -> Result<(), String> {
+    let mut relay = Relay::start_raw(pg_url, brokers, extra);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if relay.http_get("/readyz").map(|(s, _)| s) == Some(200) {
+            assert!(relay.terminate(Duration::from_secs(30)).success());
+            return Ok(());
+        }
+        if let Some(status) = relay.wait(Duration::from_millis(200)) {
+            assert!(!status.success(), "{}", relay.log());
+            let log = relay.log();
+            return Err(log
+                .lines()
+                .filter(|l| l.contains("ERROR"))
+                .collect::<Vec<_>>()
+                .join("\n"));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run neither streamed nor stopped; log:\n{}",
+            relay.log()
+        );
+    }
+}
+
+/// `check` and `run` on the same state agree: both accept it, or `check`
+/// fails `name` and `run` stops, both naming `fix`.
+fn assert_agree(pg_url: &str, brokers: &str, extra: &[&str], name: &str, fix: Option<&str>) {
+    let (ok, doc) = check(pg_url, brokers, extra);
+    let run = run_outcome(pg_url, brokers, extra);
+    match fix {
+        None => {
+            assert!(ok, "check refuses what run accepts: {doc:#}");
+            assert_eq!(entry(&doc, name)["status"], "pass", "{doc:#}");
+            assert_eq!(run, Ok(()), "run refuses what check accepts: {doc:#}");
+        }
+        Some(fix) => {
+            assert!(!ok, "check accepts what run refuses ({run:?}): {doc:#}");
+            assert_check(&doc, name, "fail", fix);
+            let error = run.expect_err("run streams where check fails");
+            assert!(
+                error.contains(fix),
+                "run's error does not name {fix:?}: {error}"
+            );
+        }
+    }
+}
+
+/// The states a role meets: a publication missing (created by run only
+/// when the role owns the table), a role without REPLICATION, a role that
+/// may not SELECT from the outbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_run_agree_on_a_missing_publication_and_roles_without_rights() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let brokers = broker.brokers();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute(
+            "CREATE ROLE walrelay LOGIN REPLICATION;
+             CREATE ROLE norepl LOGIN;
+             CREATE ROLE noselect LOGIN REPLICATION;
+             GRANT USAGE ON SCHEMA public TO walrelay, norepl, noselect;
+             GRANT SELECT ON public.outbox TO walrelay, norepl;
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+             CREATE PUBLICATION shared FOR TABLE outbox WITH (publish = 'insert');",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("../sql/walrelay_state.sql"))
+        .await
+        .unwrap();
+    client
+        .batch_execute("GRANT SELECT, INSERT, UPDATE ON walrelay_state TO norepl, noselect")
+        .await
+        .unwrap();
+    let as_role = |role: &str| pg.url_as(role, "unused");
+
+    // The publication is missing: the owner's run creates it, another role's cannot.
+    assert_agree(
+        &pg.url(),
+        &brokers,
+        &["--slot", "by_owner", "--publication", "absent_owner"],
+        "postgres.publication",
+        None,
+    );
+    assert_agree(
+        &as_role("walrelay"),
+        &brokers,
+        &["--slot", "by_role", "--publication", "absent_role"],
+        "postgres.publication",
+        Some("CREATE PUBLICATION \"absent_role\" FOR TABLE \"public\".\"outbox\""),
+    );
+    // A role without REPLICATION.
+    assert_agree(
+        &as_role("norepl"),
+        &brokers,
+        &["--slot", "norepl", "--publication", "shared"],
+        "postgres.role",
+        Some("ALTER ROLE \"norepl\" REPLICATION;"),
+    );
+    // A role that may not SELECT from the outbox: logical decoding checks
+    // no table rights, so run streams and check only warns.
+    let (ok, doc) = check(
+        &as_role("noselect"),
+        &brokers,
+        &["--slot", "noselect", "--publication", "shared"],
+    );
+    assert!(ok, "{doc:#}");
+    assert_check(&doc, "postgres.table_select", "warn", "streams without it");
+    assert_eq!(
+        run_outcome(
+            &as_role("noselect"),
+            &brokers,
+            &["--slot", "noselect", "--publication", "shared"]
+        ),
+        Ok(())
+    );
+    // And the role with every right, for contrast.
+    assert_agree(
+        &as_role("walrelay"),
+        &brokers,
+        &["--slot", "granted", "--publication", "shared"],
+        "postgres.table_select",
+        None,
+    );
 }

@@ -91,7 +91,7 @@ fn replace_outbox() -> String {
 /// docs/snippets/publish-again.sql, for the rows of `event_type`.
 fn publish_again(event_type: &str) -> String {
     include_str!("../docs/snippets/publish-again.sql").replace(
-        "created_at >= '2026-12-01 10:00:00+00'",
+        "created_at >= :'since'",
         &format!("event_type = '{event_type}'"),
     )
 }

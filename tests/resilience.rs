@@ -56,6 +56,96 @@ async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
     );
 }
 
+/// The lines an operator sees at the default level (tests log walrelay's
+/// own debug lines too).
+fn operator_lines(relay: &Relay) -> Vec<String> {
+    relay
+        .log()
+        .lines()
+        .filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `walrelay_role{role="…"}`: 1 for the relay's role.
+fn role(relay: &Relay, role: &str) -> Option<f64> {
+    relay.metric(&format!("walrelay_role{{role=\"{role}\"}}"))
+}
+
+/// The new lines since `before` lines were seen, after `quiet` has passed.
+async fn lines_after(relay: &Relay, before: usize, quiet: Duration) -> Vec<String> {
+    tokio::time::sleep(quiet).await;
+    operator_lines(relay).split_off(before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_logs_each_change_of_state_once_and_the_role_metric_names_the_active_replica() {
+    let mut pg = Postgres::start();
+    let broker = Broker::start();
+    let _client = pg.client_with_outbox().await;
+    let first = Relay::start(&pg, &broker);
+    first.wait_ready(WAIT);
+    // Ten polls a second: a line per poll could not hide.
+    let poll = ["--standby-poll-interval", "100ms"];
+    let second = Relay::start_with(&pg, &broker, &poll);
+    eventually(WAIT, "the second walrelay to wait as a standby", || async {
+        (role(&second, "standby") == Some(1.0)).then_some(())
+    })
+    .await;
+    assert_eq!(role(&first, "active"), Some(1.0));
+    assert_eq!(role(&first, "standby"), Some(0.0));
+    assert_eq!(second.metric("walrelay_streaming"), Some(0.0));
+    let (status, body) = second.http_get("/readyz").unwrap();
+    assert_eq!(status, 503);
+    assert!(body.contains("standby"), "{body}");
+
+    let before = operator_lines(&second).len();
+    let quiet = lines_after(&second, before, Duration::from_secs(3)).await;
+    assert!(
+        quiet.is_empty(),
+        "a healthy standby logged during 30 polls:\n{}",
+        quiet.join("\n")
+    );
+
+    // Postgres goes away: the standby says so once, and is no standby.
+    pg.stop("fast");
+    eventually(WAIT, "the standby to lose Postgres", || async {
+        (role(&second, "none") == Some(1.0)).then_some(())
+    })
+    .await;
+    let away = lines_after(&second, before, Duration::from_secs(2)).await;
+    assert_eq!(
+        away.len(),
+        1,
+        "one line for the change:\n{}",
+        away.join("\n")
+    );
+    assert!(away[0].contains("cannot reach Postgres"), "{}", away[0]);
+
+    // Back: one of the two streams and the other waits as a standby.
+    pg.start_server();
+    let (active, standby) = eventually(WAIT, "one active walrelay and one standby", || async {
+        let roles = [
+            (role(&first, "active")?, role(&first, "standby")?),
+            (role(&second, "active")?, role(&second, "standby")?),
+        ];
+        match roles {
+            [(1.0, _), (_, 1.0)] => Some((&first, &second)),
+            [(_, 1.0), (1.0, _)] => Some((&second, &first)),
+            _ => None,
+        }
+    })
+    .await;
+    active.wait_ready(WAIT);
+    let before = operator_lines(standby).len();
+    let quiet = lines_after(standby, before, Duration::from_secs(3)).await;
+    assert!(
+        quiet.is_empty(),
+        "the standby logged:\n{}",
+        quiet.join("\n")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarts_fast_and_immediate_lose_nothing() {
     guarantees::postgres_restarts_fast_and_immediate_lose_nothing(BrokerKind::from_env()).await;

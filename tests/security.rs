@@ -101,7 +101,7 @@ async fn a_least_privilege_role_never_takes_a_dropped_slot_for_a_first_start() {
     events("WhileDown", 5).insert(&client).await;
     drop_slot(&client, "walrelay").await;
     let mut relay = Relay::start_raw(&url, &broker.brokers(), &[]);
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_missing_slot_refusal(WAIT);
     assert!(
         log.contains("replication slot \"walrelay\" is missing"),
         "{log}"
@@ -125,6 +125,82 @@ async fn a_least_privilege_role_without_the_state_table_is_refused_before_any_sl
         "a failed start left a slot behind"
     );
     assert!(!log.contains(password), "{log}");
+}
+
+/// The command `walrelay migrate-from-debezium` prints has no password in
+/// it; with the password in PGPASSWORD (libpq's variable) it runs as printed
+/// against a role that must log in with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migrated_command_runs_as_printed_with_the_password_in_pgpassword() {
+    let password = "Pw-migrate-5e2b";
+    let pg = Postgres::start_with_host_auth("scram-sha-256");
+    least_privilege_setup(&pg, "scram-sha-256", password, true).await;
+    let broker = Broker::start();
+    let dir = support::TempDir::new("migrate");
+    let connector = dir.0.join("connector.json");
+    std::fs::write(
+        &connector,
+        serde_json::json!({
+            "name": "outbox",
+            "config": {
+                "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+                "database.hostname": "127.0.0.1",
+                "database.port": pg.port.to_string(),
+                "database.user": "walrelay",
+                "database.password": password,
+                "database.dbname": "postgres",
+                "plugin.name": "pgoutput",
+                "publication.name": "walrelay",
+                "table.include.list": "public.outbox",
+                "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+                "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+                "transforms": "outbox",
+                "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                "transforms.outbox.table.field.event.key": "aggregate_id",
+                "transforms.outbox.route.by.field": "event_type",
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .arg("migrate-from-debezium")
+        .arg(&connector)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(!printed.contains(password), "{printed}");
+    assert!(
+        printed.contains("PGPASSWORD"),
+        "the notes say where the password goes: {printed}"
+    );
+    let command = printed.split("\n\n").next().unwrap();
+
+    let relay = Relay::start_shell(
+        command,
+        &[
+            ("KAFKA_BROKERS", &broker.brokers()),
+            ("PGPASSWORD", password),
+        ],
+    );
+    relay.wait_ready(WAIT);
+    pg.client()
+        .await
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'o-1', 'Migrated', '{}')",
+        )
+        .await
+        .unwrap();
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Migrated"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "log:\n{}", relay.log());
+    assert!(!relay.log().contains(password), "{}", relay.log());
 }
 
 async fn slot_exists(client: &tokio_postgres::Client) -> bool {

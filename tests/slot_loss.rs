@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::{add_outbox, committed_ids, events, read_until_all_arrive};
-use support::pg::{confirmed_flush_lsn, drop_slot};
-use support::{Broker, Postgres, Relay, Stack};
+use support::pg::{confirmed_flush_lsn, drop_slot, slots_and_publications};
+use support::{eventually, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -38,11 +38,7 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
     drop_slot(client, "walrelay").await;
 
     let mut relay = Relay::start(&stack.pg, broker);
-    let status = relay
-        .wait(WAIT)
-        .expect("walrelay must stop on a missing slot");
-    assert!(!status.success());
-    let log = relay.log();
+    let log = relay.wait_for_missing_slot_refusal(WAIT);
     assert!(
         log.contains("replication slot \"walrelay\" is missing"),
         "{log}"
@@ -81,6 +77,52 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
     let expected = committed_ids(client, "AfterLoss").await;
     read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
     stack.relay = relay;
+}
+
+/// An exit would take /metrics with it, and WalrelaySlotMissing could never
+/// fire for the commonest loss: a slot gone while walrelay was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires() {
+    let mut stack = Stack::start(&[]).await;
+    assert!(stack.relay.terminate(WAIT).success());
+    drop_slot(&stack.client, "walrelay").await;
+
+    let (hook_port, hooks) = webhook::receiver().await;
+    let hook = format!("http://127.0.0.1:{hook_port}/alerts");
+    let relay = Relay::start_with(
+        &stack.pg,
+        &stack.broker,
+        &["--watchdog-interval", "1s", "--alert-webhook", &hook],
+    );
+    eventually(WAIT, "walrelay_slot_missing 1", || async {
+        (relay.metric("walrelay_slot_missing") == Some(1.0)).then_some(())
+    })
+    .await;
+    let posted = eventually(WAIT, "the webhook to hear slot_missing", || async {
+        hooks.with_cause("slot_missing")
+    })
+    .await;
+    assert_eq!(posted.body["level"], "critical", "{:?}", posted.body);
+    assert_eq!(relay.http_get("/healthz").unwrap().0, 200);
+    let (status, body) = relay.http_get("/readyz").unwrap();
+    assert_eq!(status, 503);
+    assert!(body.contains("missing"), "{body}");
+    assert_eq!(
+        relay.metric("walrelay_role{role=\"none\"}"),
+        Some(1.0),
+        "neither active nor a standby"
+    );
+    let log = relay.log();
+    assert!(log.contains("walrelay does not start"), "{log}");
+    assert!(!log.contains("created replication slot"), "{log}");
+    let (slots, _) = slots_and_publications(&stack.client).await;
+    assert_eq!(slots, 0, "a refused start created a slot");
+    stack.relay = relay;
+    let status = stack.relay.terminate(WAIT);
+    assert!(
+        !status.success(),
+        "a refused start exits non-zero when stopped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +231,7 @@ async fn a_slot_an_older_walrelay_remembered_in_the_publications_comment_is_not_
         .await
         .unwrap();
     let mut relay = Relay::start(&stack.pg, broker);
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_missing_slot_refusal(WAIT);
     assert!(
         log.contains("replication slot \"walrelay\" is missing")
             && log.contains("after LSN 0/1500000"),

@@ -5,12 +5,18 @@ mod support;
 
 use std::time::Duration;
 
+use support::pg::slots_and_publications;
 use support::{free_port, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Runs walrelay until it exits; returns its log, asserting a clean failure.
+/// Runs walrelay until it exits; returns its error line, asserting a clean failure.
 fn fails_cleanly(mut relay: Relay) -> String {
+    fails_cleanly_after(&mut relay)
+}
+
+/// `fails_cleanly` for a relay the test keeps.
+fn fails_cleanly_after(relay: &mut Relay) -> String {
     let status = relay
         .wait(WAIT)
         .unwrap_or_else(|| panic!("walrelay kept running; log:\n{}", relay.log()));
@@ -248,4 +254,151 @@ async fn a_kafka_property_librdkafka_refuses_stops_walrelay_before_it_creates_an
         "{line}"
     );
     nothing_was_created(&client).await;
+}
+
+/// Waits until walrelay's slot creation waits for `blocker`'s transaction.
+async fn slot_creation_waits(client: &tokio_postgres::Client) {
+    support::eventually(WAIT, "the slot creation to wait", || async {
+        client
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity \
+                 WHERE query LIKE '%create_logical_replication_slot%' \
+                   AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// A slot holds WAL until it is dropped: one this start created must not
+/// outlive a start that fails before streaming. Here the replication
+/// connection dies while the slot is being created (an open transaction
+/// holds the creation), so START_REPLICATION fails; meanwhile the outbox
+/// was dropped, so the next attempt stops walrelay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_after_creating_the_slot_drops_it_again() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let blocker = pg.client().await;
+    blocker
+        .batch_execute("BEGIN; CREATE TABLE long_running (id int);")
+        .await
+        .unwrap();
+    let mut relay = Relay::start(&pg, &broker);
+    slot_creation_waits(&client).await;
+    let ended: i64 = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE backend_type = 'walsender'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, 1, "walrelay's replication connection");
+    client.batch_execute("DROP TABLE outbox").await.unwrap();
+    blocker.batch_execute("COMMIT").await.unwrap();
+
+    let line = fails_cleanly_after(&mut relay);
+    assert!(line.contains("public.outbox does not exist"), "{line}");
+    let log = relay.log();
+    assert!(
+        log.contains("dropped the replication slot this start created"),
+        "{log}"
+    );
+    let (slots, _) = slots_and_publications(&client).await;
+    assert_eq!(
+        slots, 0,
+        "the failed start left its slot behind; log:\n{log}"
+    );
+}
+
+/// A start stopped while Postgres creates the slot (creation waits for
+/// every open transaction) cancels the creation: left alone, the server
+/// would finish it after walrelay exited, and the slot would hold WAL with
+/// nothing reading it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_stopped_while_the_slot_is_created_leaves_no_slot() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let blocker = pg.client().await;
+    blocker
+        .batch_execute("BEGIN; CREATE TABLE long_running (id int);")
+        .await
+        .unwrap();
+    let mut relay = Relay::start(&pg, &broker);
+    slot_creation_waits(&client).await;
+    assert!(relay.terminate(WAIT).success(), "{}", relay.log());
+    blocker.batch_execute("COMMIT").await.unwrap();
+    // The server process that was creating it is gone, or done.
+    support::eventually(WAIT, "no slot creation left running", || async {
+        client
+            .query_opt(
+                "SELECT 1 FROM pg_stat_activity \
+                 WHERE query LIKE '%create_logical_replication_slot%' \
+                   AND state = 'active' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let (slots, _) = slots_and_publications(&client).await;
+    assert_eq!(slots, 0, "log:\n{}", relay.log());
+}
+
+/// TLS files and routing are read before anything is created: a typo in
+/// one must not leave a slot (or a publication) behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_tls_files_and_bad_routing_stop_walrelay_before_it_creates_anything() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let missing_ca = format!(
+        "{}?sslmode=verify-full&sslrootcert=/no/such/ca.pem",
+        pg.url()
+    );
+    let line = fails_cleanly(Relay::start_raw(&missing_ca, &broker.brokers(), &[]));
+    assert!(line.contains("sslrootcert /no/such/ca.pem"), "{line}");
+    nothing_was_created(&client).await;
+
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "-X",
+                "security.protocol=ssl",
+                "-X",
+                "ssl.ca.location=/no/such/kafka-ca.pem",
+            ],
+            "ssl.ca.location",
+        ),
+        (
+            &[
+                "-X",
+                "security.protocol=ssl",
+                "-X",
+                "ssl.certificate.location=/no/such/client.pem",
+                "-X",
+                "ssl.key.location=/no/such/client.key",
+            ],
+            "ssl.certificate.location",
+        ),
+        (
+            &["--topic-replacement", "outbox.${nope}"],
+            "--topic-replacement",
+        ),
+        (&["--topic-allow-regex", "outbox.("], "--topic-allow-regex"),
+    ];
+    for (flags, named) in cases {
+        let line = fails_cleanly(Relay::start_with(&pg, &broker, flags));
+        assert!(line.contains(named), "{flags:?}: {line}");
+        nothing_was_created(&client).await;
+    }
 }

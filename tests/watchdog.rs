@@ -2,13 +2,9 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-use support::{eventually, free_port, Broker, Postgres, Relay, Stack};
+use support::{eventually, free_port, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -22,50 +18,6 @@ async fn insert(client: &tokio_postgres::Client, event_type: &str, n: i32) {
         )
         .await
         .unwrap();
-}
-
-/// A webhook receiver that records every POSTed JSON body.
-async fn webhook_server() -> (u16, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let store = bodies.clone();
-    tokio::spawn(async move {
-        loop {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = stream.read(&mut buf).await.unwrap();
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_string();
-                if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if body.len() >= len {
-                        store
-                            .lock()
-                            .unwrap()
-                            .push(serde_json::from_str(body).unwrap());
-                        break;
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-            }
-            let _ = stream
-                .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
-                .await;
-        }
-    });
-    (port, bodies)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +84,7 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    let (hook_port, hooks) = webhook_server().await;
+    let (hook_port, hooks) = webhook::receiver().await;
     let hook = format!("http://127.0.0.1:{hook_port}/alerts");
     let relay = Relay::start_with(
         &pg,
@@ -183,7 +135,7 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
         "the likely cause is named; log:\n{log}"
     );
     {
-        let bodies = hooks.lock().unwrap();
+        let bodies = hooks.bodies();
         let levels: Vec<&str> = bodies
             .iter()
             .map(|b| b["level"].as_str().unwrap())
@@ -200,7 +152,7 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
     relay.wait_ready(WAIT);
     assert!(relay.log().contains("slot alert cleared"));
     eventually(WAIT, "the webhook to hear the all-clear", || async {
-        let bodies = hooks.lock().unwrap();
+        let bodies = hooks.bodies();
         (bodies.last().map(|b| b["level"] == "ok") == Some(true)).then_some(())
     })
     .await;
@@ -256,10 +208,21 @@ async fn a_broker_list_nothing_answers_on_is_unready_and_raises_broker_down_with
     let pg = Postgres::start();
     let client = pg.client_with_outbox().await;
     let nowhere = format!("127.0.0.1:{}", free_port());
+    // The receiver's credentials travel as HTTP Basic authentication and
+    // never reach the log, as written or decoded.
+    let (hook_port, hooks) = webhook::receiver().await;
+    let hook = format!("http://ops:hook%2Fsecret-93@127.0.0.1:{hook_port}/alerts");
     let relay = Relay::start_raw(
         &pg.url(),
         &nowhere,
-        &["--stall-timeout", "3s", "--watchdog-interval", "1s"],
+        &[
+            "--stall-timeout",
+            "3s",
+            "--watchdog-interval",
+            "1s",
+            "--alert-webhook",
+            &hook,
+        ],
     );
     eventually(WAIT, "the broker_down alert", || async {
         (relay.metric("walrelay_slot_lag_alert_level") == Some(2.0)).then_some(())
@@ -287,7 +250,68 @@ async fn a_broker_list_nothing_answers_on_is_unready_and_raises_broker_down_with
         .filter(|l| l.contains("Kafka client error"))
         .count();
     assert!(errors <= 2, "{errors} client error lines:\n{log}");
+
+    let hook = eventually(WAIT, "the webhook to hear broker_down", || async {
+        hooks.with_cause("broker_down")
+    })
+    .await;
+    assert_eq!(hook.body["level"], "critical", "{:?}", hook.body);
+    assert!(
+        hook.body["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("no Kafka broker has answered"),
+        "{:?}",
+        hook.body
+    );
+    // RFC 7617: base64 of "ops:hook/secret-93".
+    assert_eq!(
+        hook.authorization.as_deref(),
+        Some("Basic b3BzOmhvb2svc2VjcmV0LTkz")
+    );
+    let (_, metrics) = relay.http_get("/metrics").unwrap();
+    for text in [relay.log(), metrics] {
+        assert!(
+            !text.contains("secret-93"),
+            "the webhook's password leaked:\n{text}"
+        );
+    }
     drop(client);
+}
+
+/// An event walrelay has read but not yet handed to the producer (its
+/// topic's metadata does not come) is pending like one in flight: the
+/// confirm age runs and a stall fails readiness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_waiting_for_its_topic_counts_as_pending_and_can_stall() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start_with(
+        &pg,
+        &broker,
+        &["--stall-timeout", "3s", "--watchdog-interval", "1s"],
+    );
+    relay.wait_ready(WAIT);
+    // Paused, the broker answers no metadata request: the event's topic
+    // (new to walrelay) is looked up for up to 30 s before it is produced.
+    broker.pause();
+    insert(&client, "NeverProduced", 1).await;
+    eventually(WAIT, "the waiting event counted in flight", || async {
+        (relay.metric("walrelay_inflight_events") == Some(1.0)).then_some(())
+    })
+    .await;
+    eventually(WAIT, "a stall on the waiting event", || async {
+        let (status, body) = relay.http_get("/readyz")?;
+        (status == 503 && body.contains("stalled")).then_some(())
+    })
+    .await;
+    assert!(relay.metric("walrelay_last_confirm_age_seconds").unwrap() >= 3.0);
+    assert_eq!(relay.metric("walrelay_slot_lag_alert_level"), Some(2.0));
+    broker.resume();
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.NeverProduced"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "log:\n{}", relay.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

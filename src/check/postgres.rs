@@ -362,11 +362,7 @@ impl<'a> Probe<'a> {
                     "role {} has no REPLICATION attribute: it cannot stream from a slot",
                     self.user
                 ),
-                format!(
-                    "as a superuser: ALTER ROLE {} REPLICATION; (Amazon RDS: GRANT rds_replication TO {};)",
-                    quote_ident(&self.user),
-                    quote_ident(&self.user)
-                ),
+                crate::postgres::replication_grant(&self.user),
             )
         })
     }
@@ -397,9 +393,15 @@ impl<'a> Probe<'a> {
                 format!("role {} may SELECT from {}", self.user, self.table),
             )
         } else {
-            Check::fail(
+            // Logical decoding checks no table rights: `run` streams without
+            // it (tests/check.rs runs both), so this is no failure.
+            Check::warn(
                 "postgres.table_select",
-                format!("role {} may not SELECT from {}", self.user, self.table),
+                format!(
+                    "role {} may not SELECT from {}; walrelay run streams without it, but \
+                     the role cannot read the rows it publishes (docs/security.md grants it)",
+                    self.user, self.table
+                ),
                 format!(
                     "as the table's owner: GRANT SELECT ON {} TO {};",
                     self.table.quoted(),

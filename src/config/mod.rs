@@ -107,7 +107,15 @@ pub struct CheckArgs {
 impl ConnArgs {
     /// Parses the Postgres URL and checks the slot name.
     pub fn validate(&self) -> Result<PgTarget> {
-        let pg = PgTarget::parse(&self.pg_url)?;
+        let mut pg = PgTarget::parse(&self.pg_url)?;
+        // libpq's rule: PGPASSWORD when the connection string has no
+        // password, so that a command line (or a printed one) can name the
+        // database without its secret.
+        if pg.config.get_password().is_none() {
+            if let Some(password) = pg_password_from_env() {
+                pg.config.password(password);
+            }
+        }
         let valid_slot = !self.slot.is_empty()
             && self.slot.len() <= 63
             && self
@@ -122,6 +130,16 @@ impl ConnArgs {
         }
         Ok(pg)
     }
+}
+
+/// The environment variable libpq reads the password from.
+pub const PG_PASSWORD_ENV: &str = "PGPASSWORD";
+
+/// The password in PGPASSWORD, if set and not empty (libpq ignores an empty one).
+pub fn pg_password_from_env() -> Option<String> {
+    std::env::var(PG_PASSWORD_ENV)
+        .ok()
+        .filter(|password| !password.is_empty())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

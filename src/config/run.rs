@@ -325,8 +325,8 @@ pub struct WatchdogArgs {
     #[arg(long, env = "WALRELAY_STALL_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub stall_timeout: Duration,
 
-    /// POST a JSON document here on every change of alert level (http://host:port/path).
-    /// Its credentials, if any, are never shown by --help or the logs.
+    /// POST a JSON document here on every change of alert level (http://[user:password@]host:port/path).
+    /// Credentials go as HTTP Basic authentication, and are never shown by --help or the logs.
     #[arg(long, env = "WALRELAY_ALERT_WEBHOOK", hide_env_values = true)]
     pub alert_webhook: Option<String>,
 }

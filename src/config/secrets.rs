@@ -14,8 +14,9 @@ impl Command {
     }
 
     /// The secrets this command line carries, for the logs to mask: the
-    /// Postgres password (as typed and decoded) and the values of librdkafka
-    /// properties that hold credentials.
+    /// Postgres password (as typed and decoded, or from PGPASSWORD), the
+    /// alert webhook's and the values of librdkafka properties that hold
+    /// credentials.
     pub fn secrets(&self) -> Vec<String> {
         let pg_url = match self {
             Command::Run(args) => Some(&args.conn.pg_url),
@@ -30,13 +31,18 @@ impl Command {
         let mut secrets = Vec::new();
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
+            secrets.extend(super::pg_password_from_env());
         }
         let webhook = match self {
             Command::Run(args) => args.watchdog.alert_webhook.as_deref(),
             Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
             _ => None,
         };
-        secrets.extend(webhook.and_then(url_password));
+        if let Some(password) = webhook.and_then(url_password) {
+            // As written, and as the receiver reads it.
+            secrets.push(crate::percent::decode(&password));
+            secrets.push(password);
+        }
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();
             if ["password", "secret", "jaas", "token", "pem", "credentials"]
@@ -91,9 +97,12 @@ mod tests {
             "--kafka-brokers",
             "k:9092",
             "--alert-webhook",
-            "http://ops:hook-pass@alerts:8080/hook",
+            "http://ops:hook%2Fpass@alerts:8080/hook",
         ]);
-        assert_eq!(found, vec!["hook-pass".to_string()]);
+        assert_eq!(
+            found,
+            vec!["hook/pass".to_string(), "hook%2Fpass".to_string()]
+        );
     }
 
     #[test]

@@ -134,6 +134,13 @@ pub fn sql_error(context: impl Into<String>, e: tokio_postgres::Error) -> Error 
     Error::new(kind, context).with_source(e)
 }
 
+/// How to give `role` the REPLICATION attribute: the fix `run` names when
+/// the server refuses its replication connection, and `check` prints.
+pub fn replication_grant(role: &str) -> String {
+    let role = names::quote_ident(role);
+    format!("as a superuser: ALTER ROLE {role} REPLICATION; (Amazon RDS: GRANT rds_replication TO {role};)")
+}
+
 /// The server's version as a number, e.g. 170002 for 17.2.
 pub async fn server_version(client: &tokio_postgres::Client) -> Result<i32> {
     let row = client

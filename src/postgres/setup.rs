@@ -13,6 +13,9 @@ use super::state::recovery::lost_slot_error;
 use super::{describe_target, server_version, sql_error, PgTarget};
 use crate::error::{Error, Result};
 
+/// How long dropping a slot a failed start created may take.
+const DROP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub async fn connect(target: &PgTarget) -> Result<Client> {
     let failed = |e| {
         sql_error(
@@ -191,6 +194,67 @@ pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<S
         confirmed: lsn,
         created: true,
     })
+}
+
+/// Cancels what a connection's server process is doing (a slot creation a
+/// start abandoned), bounded like a drop.
+pub async fn cancel(target: &PgTarget, token: tokio_postgres::CancelToken) {
+    let cancelling = async {
+        match target.tls.make_connector() {
+            Some(tls) => token.cancel_query(tls).await,
+            None => token.cancel_query(NoTls).await,
+        }
+    };
+    match tokio::time::timeout(DROP_TIMEOUT, cancelling).await {
+        Ok(Ok(())) => info!("asked Postgres to cancel the slot creation of an abandoned start"),
+        Ok(Err(e)) => warn!(error = %e, "cannot cancel the slot creation of an abandoned start"),
+        Err(_) => {
+            warn!("cannot cancel the slot creation of an abandoned start: Postgres did not answer")
+        }
+    }
+}
+
+/// Drops the slot this start created, after the start failed before
+/// streaming: left behind, it would hold WAL until the disk fills. Only an
+/// inactive slot is dropped, so never one another process streams from.
+/// Best effort, on a connection of its own (the start's may be the one that
+/// failed), bounded so that a stop is not held up.
+pub async fn drop_created_slot(target: &PgTarget, slot: &str) {
+    let dropping = async {
+        let client = connect(target).await?;
+        client
+            .query(
+                "SELECT pg_catalog.pg_drop_replication_slot(slot_name) \
+                 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1 AND NOT active",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| sql_error("cannot drop the replication slot", e))
+    };
+    match tokio::time::timeout(DROP_TIMEOUT, dropping).await {
+        Ok(Ok(rows)) if rows.len() == 1 => info!(
+            slot,
+            "dropped the replication slot this start created: the start failed before streaming"
+        ),
+        Ok(Ok(_)) => warn!(
+            slot,
+            "the start failed before streaming and the replication slot it created is in use \
+             by another process; left to that process"
+        ),
+        Ok(Err(e)) => warn!(
+            slot,
+            error = %e.report(),
+            "cannot drop the replication slot this failed start created; unless walrelay \
+             starts again, drop it (SELECT pg_drop_replication_slot('{slot}');), since it holds \
+             WAL"
+        ),
+        Err(_) => warn!(
+            slot,
+            "cannot drop the replication slot this failed start created: Postgres did not \
+             answer; unless walrelay starts again, drop it \
+             (SELECT pg_drop_replication_slot('{slot}');), since it holds WAL"
+        ),
+    }
 }
 
 /// Creates the slot; None if another process created it first.

@@ -140,7 +140,7 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
                     .split('&')
                     .filter(|pair| {
                         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                        !take(k, percent_decode(v))
+                        !take(k, crate::percent::decode(v))
                     })
                     .collect();
                 if kept.is_empty() {
@@ -173,24 +173,6 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
         }
     };
     Ok((rest, Tls::build(mode, root_cert)?))
-}
-
-fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&value[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -70,6 +70,21 @@ impl ServerError {
     }
 }
 
+/// The server refused the replication connection; a role without
+/// REPLICATION is told how to get it.
+fn refused(error: ServerError, config: &tokio_postgres::Config) -> Error {
+    if error.code != "42501" {
+        return error.into_error("Postgres refused the replication connection");
+    }
+    let role = config.get_user().unwrap_or("postgres");
+    Error::permanent(format!(
+        "Postgres refused the replication connection: role {role} may not stream from a slot \
+         without the REPLICATION attribute; {}",
+        super::replication_grant(role)
+    ))
+    .with_source(error)
+}
+
 /// A connection in `replication=database` mode, before or during streaming.
 /// Its two halves can be driven independently once streaming starts.
 pub struct WireConnection {
@@ -225,8 +240,8 @@ impl WireConnection {
         let password = config.get_password();
         let missing_password = || {
             Error::permanent(
-                "Postgres asks for a password but --pg-url has none: add password=... \
-                 or postgres://user:password@host/db",
+                "Postgres asks for a password but --pg-url has none and PGPASSWORD is not \
+                 set: set PGPASSWORD, or add password=... or postgres://user:password@host/db",
             )
         };
         let mut scram: Option<sasl::ScramSha256> = None;
@@ -285,8 +300,7 @@ impl WireConnection {
                     })?;
                 }
                 Message::ErrorResponse(body) => {
-                    return Err(ServerError::from_fields(body.fields())
-                        .into_error("Postgres refused the replication connection"));
+                    return Err(refused(ServerError::from_fields(body.fields()), config));
                 }
                 _ => {
                     return Err(Error::permanent(
@@ -300,8 +314,7 @@ impl WireConnection {
             match self.reader.read_message().await? {
                 Message::ReadyForQuery(_) => return Ok(()),
                 Message::ErrorResponse(body) => {
-                    return Err(ServerError::from_fields(body.fields())
-                        .into_error("Postgres refused the replication connection"));
+                    return Err(refused(ServerError::from_fields(body.fields()), config));
                 }
                 _ => {}
             }

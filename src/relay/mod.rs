@@ -8,7 +8,9 @@ mod apply;
 mod poison;
 mod progress;
 mod publish;
+mod refused;
 mod resume;
+mod standby;
 mod upstream;
 
 #[cfg(test)]
@@ -119,6 +121,14 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
+    // A refused start whose slot is missing keeps /metrics up, so that the
+    // alert on walrelay_slot_missing can fire (`refused`).
+    let result = match result {
+        Err(e) if !cut_short && !e.is_transient() && metrics.is_slot_missing() => {
+            refused::hold(e, &mut shutdown).await
+        }
+        result => result,
+    };
     watchdog.abort();
     if let Some(retention) = retention {
         retention.abort();
@@ -187,7 +197,6 @@ async fn supervise(
     let started = Instant::now();
     let mut ever_connected = false;
     let mut backoff = INITIAL_BACKOFF;
-    let mut standby = false;
     loop {
         if *shutdown.borrow() {
             return Ok(());
@@ -203,17 +212,11 @@ async fn supervise(
         if err.kind() == Kind::Standby {
             // Active/passive: another walrelay streams from the slot. Poll at
             // a steady pace so this one takes over soon after it goes away.
-            if !standby {
-                info!(error = %err.report(), poll = ?settings.timeouts.standby_poll_interval, "the slot is held by another process; waiting as a standby");
-                standby = true;
+            match standby::wait(settings, metrics, shutdown, &err).await {
+                standby::Wait::SlotFree => continue,
+                standby::Wait::Stopped => return Ok(()),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(settings.timeouts.standby_poll_interval) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
-            }
-            continue;
         }
-        standby = false;
         // Before the first successful connection a transient error is most
         // likely a wrong host or port: give up after --startup-timeout.
         if !ever_connected && started.elapsed() >= settings.timeouts.startup {
@@ -255,12 +258,6 @@ async fn session(
     ever_connected: &mut bool,
     shared: &Shared,
 ) -> Result<()> {
-    // A server that accepts the connection and then says nothing must not
-    // hold the session, or a stop request, forever.
-    let opening = tokio::time::timeout(
-        settings.timeouts.setup,
-        open(settings, ever_connected, shared),
-    );
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
     let sink = KafkaSink::new(
@@ -269,14 +266,37 @@ async fn session(
         metrics.clone(),
         shared.fatal.clone(),
     )?;
+    let mut started = Started::default();
+    // A server that accepts the connection and then says nothing must not
+    // hold the session, or a stop request, forever.
+    let opening = tokio::time::timeout(
+        settings.timeouts.setup,
+        open(settings, ever_connected, shared, metrics, &mut started),
+    );
     let opened = tokio::select! {
-        opened = opening => opened.map_err(|_| Error::transient(format!(
+        opened = opening => opened.unwrap_or_else(|_| Err(Error::transient(format!(
             "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
              in time (an unresponsive server, or slot creation waiting for long-running \
              transactions: see pg_stat_activity)",
             settings.timeouts.setup
-        )))??,
-        _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        )))),
+        _ = shutdown.wait_for(|stop| *stop) => Err(Error::transient("stopped while starting")),
+    };
+    let opened = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            // Abandoned while the server creates the slot: it would finish
+            // after walrelay gave up, and leave a slot nobody reads.
+            if let Some(creation) = started.creating.take() {
+                setup::cancel(&settings.pg, creation).await;
+            }
+            // Held by another process: someone streams from it, it is not
+            // left behind.
+            if started.created && e.kind() != Kind::Standby {
+                setup::drop_created_slot(&settings.pg, &settings.slot).await;
+            }
+            return if *shutdown.borrow() { Ok(()) } else { Err(e) };
+        }
     };
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
@@ -310,7 +330,13 @@ async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
 
 /// Checks the database, makes sure the publication and the slot exist, and
 /// starts streaming.
-async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -> Result<Opened> {
+async fn open(
+    settings: &Settings,
+    ever_connected: &mut bool,
+    shared: &Shared,
+    metrics: &Metrics,
+    started: &mut Started,
+) -> Result<Opened> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
@@ -372,6 +398,10 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         }
     };
     let existing = setup::existing_slot(&client, &settings.slot).await?;
+    // A fact, whatever the verdict: the slot walrelay streamed from is gone.
+    metrics.set_slot_missing(
+        existing.is_none() && stored.as_ref().is_some_and(|s| s.created.is_some()),
+    );
     let verdict = decide(
         &Observed {
             slot: &settings.slot,
@@ -410,6 +440,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
     if accepting {
         shared.change_accepted.store(true, Ordering::Relaxed);
     }
+    started.creating = Some(client.cancel_token());
     let ready = setup::ensure_slot(
         &client,
         &SlotOptions {
@@ -419,11 +450,13 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             failover: settings.failover_slot,
         },
     )
-    .await?;
-    if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
-        state_table
-            .record_created(&client, &settings.slot, ready.confirmed)
-            .await?;
+    .await;
+    // Still set only if the start is abandoned while the slot is created.
+    started.creating = None;
+    let ready = ready?;
+    started.created = ready.created;
+    if ready.created {
+        metrics.set_slot_missing(false);
     }
     shared.outbox.send_replace(Accepted {
         outbox: outbox.clone(),
@@ -467,6 +500,13 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             },
         )
         .await?;
+    // Remembered only once streaming started: a start that fails before
+    // drops the slot it created, which must not then count as missing.
+    if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
+        state_table
+            .record_created(&client, &settings.slot, ready.confirmed)
+            .await?;
+    }
     let resolver = (settings.source == Source::Table).then(|| RelationResolver {
         client,
         publication: settings.publication.clone(),
@@ -519,6 +559,16 @@ async fn guarded(
         &partitioned,
         accepted_through,
     )))
+}
+
+/// What a start has done that a failed start must undo: a slot must not
+/// outlive a start that never streamed from it.
+#[derive(Default)]
+struct Started {
+    /// Set while the server may be creating the slot: how to stop it.
+    creating: Option<tokio_postgres::CancelToken>,
+    /// This start created the slot.
+    created: bool,
 }
 
 /// What `open` hands the apply loop.

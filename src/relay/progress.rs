@@ -59,6 +59,8 @@ pub struct Progress {
     received: Lsn,
     inflight_events: usize,
     inflight_bytes: usize,
+    /// An event read and not yet handed to the sink waits for its topic.
+    waiting_for_topic: bool,
     /// The confirmed LSN of the last status update, and when it went out.
     reported: Lsn,
     reported_at: Instant,
@@ -78,6 +80,7 @@ impl Progress {
             received: confirmed,
             inflight_events: 0,
             inflight_bytes: 0,
+            waiting_for_topic: false,
             reported: confirmed,
             reported_at: Instant::now(),
             confirmable_since: None,
@@ -139,8 +142,22 @@ impl Progress {
         self.checkpoint.event_sent(seq);
         self.inflight_events += 1;
         self.inflight_bytes += bytes;
-        self.metrics
-            .set_inflight(self.inflight_events, self.inflight_bytes);
+        self.show_inflight();
+    }
+
+    /// An event is read but waits for its topic (metadata, creation) before
+    /// it can go to the sink: pending all the same, so that a lookup that
+    /// never answers shows in the metrics and can raise a stall.
+    pub fn waiting_for_topic(&mut self, waiting: bool) {
+        self.waiting_for_topic = waiting;
+        self.show_inflight();
+    }
+
+    fn show_inflight(&self) {
+        self.metrics.set_inflight(
+            self.inflight_events + usize::from(self.waiting_for_topic),
+            self.inflight_bytes,
+        );
     }
 
     /// The sink acknowledged a record of `seq` (or its dead-letter copy took its place).
@@ -148,8 +165,7 @@ impl Progress {
         self.checkpoint.event_acked(seq);
         self.inflight_events -= 1;
         self.inflight_bytes -= bytes;
-        self.metrics
-            .set_inflight(self.inflight_events, self.inflight_bytes);
+        self.show_inflight();
         self.advance();
     }
 
@@ -209,6 +225,21 @@ mod tests {
         assert!(!p.has_room());
         p.acked(t, 10);
         assert!(p.has_room());
+    }
+
+    #[test]
+    fn an_event_waiting_for_its_topic_is_pending_in_the_metrics() {
+        let metrics = Metrics::new();
+        let flow = progress(10).flow;
+        let mut p = Progress::new(Lsn(100), flow, metrics.clone());
+        p.waiting_for_topic(true);
+        assert_eq!(metrics.inflight_events(), 1);
+        let t = p.begin();
+        p.waiting_for_topic(false);
+        p.sent(t, 10);
+        assert_eq!(metrics.inflight_events(), 1);
+        p.acked(t, 10);
+        assert_eq!(metrics.inflight_events(), 0);
     }
 
     #[test]

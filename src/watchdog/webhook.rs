@@ -1,33 +1,70 @@
 //! POSTs alert documents to `--alert-webhook`. A minimal HTTP/1.1 client over
 //! plain TCP: alert receivers (Alertmanager's webhook relays, a local agent)
-//! usually listen on the same host or network.
+//! usually listen on the same host or network. Credentials in the URL
+//! (`http://user:password@host/…`) go as HTTP Basic authentication, and
+//! never into a message.
 
 use std::time::Duration;
 
+use base64::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::{Error, Result};
+use crate::percent;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Webhook {
     host: String,
     port: u16,
     path: String,
+    /// The `Authorization` header's value, from the URL's user and password.
+    authorization: Option<String>,
+}
+
+impl std::fmt::Debug for Webhook {
+    // Never the credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path", &self.path)
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl Webhook {
-    /// Accepts `http://host[:port][/path]`.
+    /// Accepts `http://[user:password@]host[:port][/path]`.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            format!("--alert-webhook {url:?} must start with http:// (https is not supported; use a local relay)")
-        })?;
+        let Some(rest) = url.strip_prefix("http://") else {
+            let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+            return Err(format!(
+                "--alert-webhook must start with http:// (it starts with {scheme:?}://; https \
+                 is not supported: use a local relay)"
+            ));
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
+        let (userinfo, authority) = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => (Some(userinfo), host),
+            None => (None, authority),
+        };
+        let authorization = userinfo.map(|userinfo| {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let pair = format!("{}:{}", percent::decode(user), percent::decode(password));
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(pair)
+            )
+        });
         let (host, port) = match authority.rsplit_once(':') {
             Some((h, p)) => (
                 h,
@@ -37,20 +74,26 @@ impl Webhook {
             None => (authority, 80),
         };
         if host.is_empty() {
-            return Err(format!("--alert-webhook {url:?} names no host"));
+            return Err("--alert-webhook names no host (http://host:port/path)".into());
         }
         Ok(Webhook {
             host: host.to_string(),
             port,
             path: path.to_string(),
+            authorization,
         })
     }
 
     pub async fn post(&self, body: &serde_json::Value) -> Result<()> {
         let body = body.to_string();
+        let authorization = self
+            .authorization
+            .as_ref()
+            .map_or_else(String::new, |value| format!("Authorization: {value}\r\n"));
         let request = format!(
             "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\nUser-Agent: walrelay\r\n\r\n{body}",
+             Content-Length: {}\r\nConnection: close\r\nUser-Agent: walrelay\r\n\
+             {authorization}\r\n{body}",
             self.path,
             self.host,
             body.len()
@@ -91,5 +134,16 @@ mod tests {
         let w = Webhook::parse("http://alerts.local").unwrap();
         assert_eq!((w.port, w.path.as_str()), (80, "/"));
         assert!(Webhook::parse("https://x").unwrap_err().contains("http://"));
+    }
+
+    #[test]
+    fn credentials_become_basic_authentication_and_no_message_shows_them() {
+        let w = Webhook::parse("http://ops:p%40ss-9@alerts.local:9000/hook").unwrap();
+        assert_eq!((w.host.as_str(), w.port), ("alerts.local", 9000));
+        // RFC 7617: base64 of "ops:p@ss-9".
+        assert_eq!(w.authorization.as_deref(), Some("Basic b3BzOnBAc3MtOQ=="));
+        assert!(!format!("{w:?}").contains("b3Bz"), "{w:?}");
+        let refused = Webhook::parse("https://ops:p-9@alerts.local/hook").unwrap_err();
+        assert!(!refused.contains("p-9"), "{refused}");
     }
 }

@@ -5,12 +5,14 @@
 #![allow(dead_code)]
 
 pub mod debezium;
+pub mod doctest;
 pub mod guarantees;
 pub mod kafka;
 pub mod outbox;
 pub mod pg;
 pub mod relay;
 pub mod standby;
+pub mod webhook;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -119,6 +121,34 @@ where
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET a path of an HTTP server on a local `port` (walrelay's metrics
+/// endpoint, Kafka Connect's REST API): (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// Waits until the walrelay serving metrics on `port` answers /readyz with
+/// 200; `log` tells why not when it never does.
+pub fn wait_ready(port: u16, timeout: Duration, log: impl Fn() -> String) {
+    let deadline = Instant::now() + timeout;
+    while http_get(port, "/readyz").map(|(s, _)| s) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "walrelay never became ready; log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

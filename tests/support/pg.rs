@@ -392,3 +392,17 @@ pub async fn slot_lag(client: &Client, slot: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// The replication slots and publications of the cluster: what a start of
+/// walrelay may create.
+pub async fn slots_and_publications(client: &Client) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots), \
+                    (SELECT count(*) FROM pg_publication)",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}

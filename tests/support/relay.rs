@@ -172,17 +172,38 @@ impl Relay {
         self.log()
     }
 
+    /// Waits for a start refused because the slot walrelay streamed from is
+    /// missing: walrelay stays up so that /metrics shows it
+    /// (walrelay_slot_missing 1, /readyz 503), and exits non-zero when
+    /// stopped. Returns its log.
+    pub fn wait_for_missing_slot_refusal(&mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while !self.log().contains("walrelay does not start") {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "walrelay exited ({status}) instead of waiting; log:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "walrelay never refused to start; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(self.metric("walrelay_slot_missing"), Some(1.0));
+        let (status, body) = self.http_get("/readyz").unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("missing"), "{body}");
+        let status = self.terminate(timeout);
+        assert!(!status.success(), "exit 0; log:\n{}", self.log());
+        self.log()
+    }
+
     /// GET a path of the metrics endpoint: (status code, body).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
-        stream.write_all(request.as_bytes()).ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let status = response.split_whitespace().nth(1)?.parse().ok()?;
-        let body = response.split_once("\r\n\r\n")?.1.to_string();
-        Some((status, body))
+        super::http_get(self.metrics_port, path)
     }
 
     /// The value of an unlabelled metric, or the sum of a labelled one.
@@ -208,15 +229,7 @@ impl Relay {
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.http_get("/readyz").map(|(s, _)| s) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "walrelay never became ready; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        super::wait_ready(self.metrics_port, timeout, || self.log());
     }
 }
 

@@ -105,7 +105,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 .reject(progress, Poisoned::new(txn, &event, None, reason))
                 .await;
         };
-        let (topic, info) = match self.route(route_value).await? {
+        let (topic, info) = match self.route(progress, route_value).await? {
             Route::To(topic, info) => (topic, info),
             Route::Nowhere(topic, reason) => {
                 return self
@@ -178,7 +178,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
     /// The topic for a route-by value, or why the event cannot go there.
     /// Routing and the topic's checks run once per distinct value in a
     /// session; after that it is one lookup.
-    async fn route(&mut self, route_value: &Bytes) -> Result<Route> {
+    async fn route(&mut self, progress: &mut Progress, route_value: &Bytes) -> Result<Route> {
         if let Some((topic, info)) = self.routes.get(route_value) {
             return Ok(Route::To(topic.clone(), *info));
         }
@@ -190,7 +190,10 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             Ok(topic) => topic,
             Err(reason) => return Ok(Route::Nowhere(None, reason)),
         };
-        let info = match self.sink.open_topic(&topic).await? {
+        progress.waiting_for_topic(true);
+        let access = self.sink.open_topic(&topic).await;
+        progress.waiting_for_topic(false);
+        let info = match access? {
             TopicAccess::Open(info) => info,
             TopicAccess::Closed(reason) => return Ok(Route::Nowhere(Some(topic), reason)),
         };
@@ -311,7 +314,10 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         match poisoned.verdict(settings.on_poison, settings.dead_letter_topic()) {
             Verdict::Halt(error) => Err(error),
             Verdict::DeadLetter(copy) => {
-                let info = self.sink.open_dead_letter_topic().await?;
+                progress.waiting_for_topic(true);
+                let info = self.sink.open_dead_letter_topic().await;
+                progress.waiting_for_topic(false);
+                let info = info?;
                 // The event's own timestamp may be what Kafka refused.
                 let now_us = clock::unix_now_us();
                 let record = copy.as_record(now_us / 1000);

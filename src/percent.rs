@@ -1,0 +1,42 @@
+//! RFC 3986 percent-decoding, for the parts of walrelay's URLs that carry
+//! text a person wrote: `--pg-url`'s query (`sslrootcert`) and the user and
+//! password of `--alert-webhook`. An escape that is not two hex digits is
+//! kept as written.
+
+/// Decodes `%XX` escapes; never fails, never panics.
+pub fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode;
+
+    #[test]
+    fn escapes_are_decoded_and_anything_else_is_kept() {
+        assert_eq!(decode("p%40ss%2Fword"), "p@ss/word");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz%4"), "%zz%4");
+        // A multi-byte character right after '%' is not cut in half.
+        assert_eq!(decode("%aé"), "%aé");
+    }
+}
