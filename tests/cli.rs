@@ -18,7 +18,12 @@ fn walrelay(args: &[&str]) -> (bool, String) {
 
 /// flag -> (env var, default) from `walrelay run --help`.
 fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
-    let (_, help) = walrelay(&["run", "--help"]);
+    flags_of("run")
+}
+
+/// flag -> (env var, default) from `walrelay SUBCOMMAND --help`.
+fn flags_of(subcommand: &str) -> BTreeMap<String, (String, Option<String>)> {
+    let (_, help) = walrelay(&[subcommand, "--help"]);
     let mut flags = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in help.lines() {
@@ -46,18 +51,23 @@ fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
     flags
 }
 
-#[test]
-fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/configuration.md"
-    ))
-    .unwrap();
-    let help = flags_from_help();
-    assert!(help.len() > 30, "parsed {help:?}");
-    for (flag, (env, default)) in &help {
-        let row = doc
-            .lines()
+/// The lines of docs/configuration.md from the heading that names
+/// `walrelay SUBCOMMAND` to the next section of its level.
+fn section<'a>(doc: &'a str, subcommand: &str) -> Vec<&'a str> {
+    let heading = format!("## `walrelay {subcommand}`");
+    doc.lines()
+        .skip_while(|l| !l.starts_with(&heading))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || !l.starts_with("## "))
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// Every flag in `help` has a row in `rows` with its env var and default.
+fn assert_documented(rows: &[&str], help: &BTreeMap<String, (String, Option<String>)>) {
+    for (flag, (env, default)) in help {
+        let row = rows
+            .iter()
             .find(|l| l.starts_with('|') && l.contains(&format!("`{flag}`")))
             .unwrap_or_else(|| panic!("docs/configuration.md has no row for {flag}"));
         assert!(
@@ -72,10 +82,38 @@ fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
             None => assert!(row.contains("required") || row.contains('—'), "{row}"),
         }
     }
+}
+
+#[test]
+fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
+    let run = flags_from_help();
+    assert!(run.len() > 30, "parsed {run:?}");
+    let lines: Vec<&str> = doc.lines().collect();
+    assert_documented(&lines, &run);
+    let mut documented = run.clone();
+    // The commands that take every flag of run document their own flags
+    // in their own section.
+    #[allow(clippy::single_element_loop)] // until the next such command
+    for subcommand in ["replay"] {
+        let mut own = flags_of(subcommand);
+        assert!(
+            run.keys().all(|f| own.contains_key(f)),
+            "{subcommand} lacks run's flags"
+        );
+        own.retain(|flag, _| !run.contains_key(flag));
+        assert!(!own.is_empty(), "{subcommand} has no flags of its own");
+        assert_documented(&section(&doc, subcommand), &own);
+        documented.extend(own);
+    }
     for line in doc.lines().filter(|l| l.starts_with("| `-")) {
         let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
         assert!(
-            help.contains_key(flag),
+            documented.contains_key(flag),
             "docs/configuration.md documents {flag}, which --help lacks"
         );
     }

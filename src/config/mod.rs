@@ -2,6 +2,7 @@
 //! settings derived from them.
 
 mod env_errors;
+mod lifecycle;
 mod run;
 mod secrets;
 mod settings;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use lifecycle::{ReplayArgs, ReplayFlags};
 pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
 pub use settings::{Flow, Settings, Timeouts};
 
@@ -39,6 +41,8 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Print the slot's state for people on call; exits non-zero when the slot is missing or lost.
     Status(StatusArgs),
+    /// Publish outbox rows again, as they are now, to the topics run would give them (same flags as run).
+    Replay(Box<ReplayArgs>),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.

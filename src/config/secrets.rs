@@ -3,13 +3,21 @@
 use super::Command;
 
 impl Command {
+    /// The flags of `run`, for the commands that take them all.
+    fn run_args(&self) -> Option<&super::RunArgs> {
+        match self {
+            Command::Run(args) => Some(args),
+            Command::Check(args) => Some(&args.run),
+            Command::Replay(args) => Some(&args.run),
+            _ => None,
+        }
+    }
+
     /// The `-X` properties of a command that talks to Kafka.
     pub fn kafka_properties(&self) -> Vec<(String, String)> {
-        match self {
-            Command::Run(args) => args.kafka.properties(),
-            Command::Check(args) => args.run.kafka.properties(),
-            _ => Vec::new(),
-        }
+        self.run_args()
+            .map(|args| args.kafka.properties())
+            .unwrap_or_default()
     }
 
     /// The secrets this command line carries, for the logs to mask: the
@@ -17,23 +25,17 @@ impl Command {
     /// properties that hold credentials.
     pub fn secrets(&self) -> Vec<String> {
         let pg_url = match self {
-            Command::Run(args) => Some(&args.conn.pg_url),
-            Command::Check(args) => Some(&args.run.conn.pg_url),
             Command::Status(args) => Some(&args.conn.pg_url),
-            Command::MigrateFromDebezium { .. }
-            | Command::Completions { .. }
-            | Command::Man { .. } => None,
+            other => other.run_args().map(|args| &args.conn.pg_url),
         };
         let properties = self.kafka_properties();
         let mut secrets = Vec::new();
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
         }
-        let webhook = match self {
-            Command::Run(args) => args.watchdog.alert_webhook.as_deref(),
-            Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
-            _ => None,
-        };
+        let webhook = self
+            .run_args()
+            .and_then(|args| args.watchdog.alert_webhook.as_deref());
         secrets.extend(webhook.and_then(url_password));
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();

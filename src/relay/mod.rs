@@ -6,8 +6,8 @@
 
 mod apply;
 mod poison;
-mod progress;
-mod publish;
+pub mod progress;
+pub mod publish;
 mod resume;
 mod upstream;
 

@@ -218,3 +218,35 @@ impl Drop for Relay {
         }
     }
 }
+
+/// What a one-shot command (`walrelay replay`, `walrelay audit`) left behind.
+#[derive(Debug)]
+pub struct Finished {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `walrelay SUBCOMMAND` against `pg` and `broker` with `extra` flags,
+/// to its end.
+pub fn run_command(subcommand: &str, pg: &Postgres, broker: &Broker, extra: &[&str]) -> Finished {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args([
+            subcommand,
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+        ])
+        .args(extra)
+        .env("WALRELAY_LOG", "info,walrelay=debug")
+        .output()
+        .unwrap();
+    Finished {
+        success: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
