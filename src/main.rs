@@ -45,6 +45,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::run(*args).await,
             Command::Status(args) => status::run(args).await,
             Command::Replay(args) => lifecycle::replay::run(*args).await,
+            Command::Audit(args) => lifecycle::audit::run(*args).await,
             Command::MigrateFromDebezium { config, reuse_slot } => {
                 migrate::run(&config, migrate::Options { reuse_slot })
             }

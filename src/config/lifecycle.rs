@@ -1,5 +1,5 @@
-//! The flags of the commands that publish rows already in the outbox:
-//! `walrelay replay` (and, with it, every flag of `run`).
+//! The flags of the commands that work with rows already in the outbox:
+//! `walrelay replay` and `walrelay audit`, each with every flag of `run`.
 
 use clap::Args;
 
@@ -35,5 +35,38 @@ pub struct ReplayFlags {
 
     /// Print the plan, the records of --dry-run and the result as JSON, one object a line.
     #[arg(long, env = "WALRELAY_REPLAY_JSON")]
+    pub json: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub audit: AuditFlags,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Which rows `walrelay audit` checks, and how.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Audit")]
+pub struct AuditFlags {
+    /// The window's start: a time Postgres reads as timestamptz ("2026-12-01 10:00+00"), or a duration back from now ("2h", "7days").
+    #[arg(long, env = "WALRELAY_AUDIT_SINCE", value_name = "TIME|DURATION")]
+    pub since: String,
+
+    /// The window's end (excluded), as a time [default: now].
+    #[arg(long, env = "WALRELAY_AUDIT_UNTIL", value_name = "TIME")]
+    pub until: Option<String>,
+
+    /// The outbox column that places a row in the window.
+    #[arg(long, env = "WALRELAY_AUDIT_TIME_COLUMN", default_value = "created_at")]
+    pub time_column: String,
+
+    /// How long before its rows' earliest time each topic is read from: for clock skew, and record timestamps that are not commit times.
+    #[arg(long, env = "WALRELAY_AUDIT_MARGIN", default_value = "5m", value_parser = super::parse_duration)]
+    pub margin: std::time::Duration,
+
+    /// Print the window, each missing event and the result as JSON, one object a line.
+    #[arg(long, env = "WALRELAY_AUDIT_JSON")]
     pub json: bool,
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use lifecycle::{ReplayArgs, ReplayFlags};
+pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
 pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
 pub use settings::{Flow, Settings, Timeouts};
 
@@ -43,6 +43,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Publish outbox rows again, as they are now, to the topics run would give them (same flags as run).
     Replay(Box<ReplayArgs>),
+    /// Check that every outbox row of a time window has its event in its topic; exit 1 naming the missing (same flags as run).
+    Audit(Box<AuditArgs>),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.

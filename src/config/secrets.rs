@@ -9,6 +9,7 @@ impl Command {
             Command::Run(args) => Some(args),
             Command::Check(args) => Some(&args.run),
             Command::Replay(args) => Some(&args.run),
+            Command::Audit(args) => Some(&args.run),
             _ => None,
         }
     }

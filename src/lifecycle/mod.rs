@@ -8,6 +8,7 @@
 //! through the relay's own publisher (`sender`), so what these commands
 //! send is what `run` sends.
 
+pub mod audit;
 pub mod meter;
 pub mod plan;
 pub mod replay;
