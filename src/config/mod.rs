@@ -12,8 +12,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
-pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
-pub use settings::{Flow, Settings, Timeouts};
+pub use run::{
+    FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs, WatchdogArgs,
+};
+pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 
 use crate::error::{Error, Result};
 use crate::postgres::PgTarget;

@@ -52,6 +52,15 @@ pub struct Settings {
     pub timeouts: Timeouts,
     pub metrics_addr: SocketAddr,
     pub watchdog: WatchdogSettings,
+    /// `--snapshot-where`: rows to publish on the start that creates the slot.
+    pub snapshot: Option<SnapshotPlan>,
+}
+
+/// The first start's snapshot (`--snapshot-where`, `--snapshot-order-by`).
+#[derive(Debug, Clone)]
+pub struct SnapshotPlan {
+    pub predicate: String,
+    pub order_by: Option<String>,
 }
 
 /// How much the apply loop may have in hand, and how often it reports.
@@ -106,6 +115,7 @@ impl Settings {
             ));
         }
         check_formats(args)?;
+        let snapshot = snapshot_plan(args)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
         validate_topic(&poison.dead_letter_topic)
@@ -181,6 +191,7 @@ impl Settings {
                 stall_timeout: watch.stall_timeout,
                 webhook,
             },
+            snapshot,
         })
     }
 
@@ -227,6 +238,35 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `--snapshot-where`: a table to read it from, and something to read.
+fn snapshot_plan(args: &RunArgs) -> Result<Option<SnapshotPlan>> {
+    let flags = &args.snapshot;
+    let Some(predicate) = flags.snapshot_where.as_deref().map(str::trim) else {
+        if flags.snapshot_order_by.is_some() {
+            return Err(Error::permanent(
+                "--snapshot-order-by orders the rows of --snapshot-where: give both, or neither",
+            ));
+        }
+        return Ok(None);
+    };
+    if predicate.is_empty() {
+        return Err(Error::permanent(
+            "--snapshot-where is empty: give a SQL condition on the outbox table, e.g. \
+             'published_at IS NULL', or 'true' for every row",
+        ));
+    }
+    if args.source.source == Source::Messages {
+        return Err(Error::permanent(
+            "--snapshot-where publishes rows of the outbox table, and --source messages has \
+             none: leave it out",
+        ));
+    }
+    Ok(Some(SnapshotPlan {
+        predicate: predicate.to_string(),
+        order_by: flags.snapshot_order_by.clone(),
+    }))
 }
 
 /// The `--kafka-brokers` list: librdkafka takes an empty one and then waits

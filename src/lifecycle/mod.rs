@@ -14,3 +14,4 @@ pub mod plan;
 pub mod replay;
 pub mod rows;
 pub mod sender;
+pub mod snapshot;

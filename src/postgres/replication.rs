@@ -188,6 +188,47 @@ impl ReplicationConnection {
         })
     }
 
+    /// Creates the logical pgoutput slot and exports a snapshot of the
+    /// database at its consistent point: every transaction committed
+    /// before that point is visible in the snapshot, every later one comes
+    /// through the slot. Returns the consistent point and the snapshot's
+    /// name, which stays valid only until this connection runs its next
+    /// command or closes. `version` is the server's (server_version_num);
+    /// `failover` asks for a failover slot on PostgreSQL 17+.
+    pub async fn create_slot_exporting(
+        &mut self,
+        slot: &str,
+        version: i32,
+        failover: bool,
+    ) -> Result<(Lsn, String)> {
+        let options = match (version >= 150_000, failover && version >= 170_000) {
+            (true, true) => "(SNAPSHOT 'export', FAILOVER)",
+            (true, false) => "(SNAPSHOT 'export')",
+            // The syntax before PostgreSQL 15.
+            (false, _) => "EXPORT_SNAPSHOT",
+        };
+        let command = format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {options}",
+            quote_ident(slot)
+        );
+        let row = self
+            .conn
+            .query_row(&command, "CREATE_REPLICATION_SLOT")
+            .await?;
+        let field = |i: usize| row.get(i).cloned().flatten();
+        let malformed =
+            || Error::permanent("Postgres answered CREATE_REPLICATION_SLOT with an unexpected row");
+        let consistent_point = field(1)
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(malformed)?;
+        Ok((consistent_point, field(2).ok_or_else(malformed)?))
+    }
+
+    /// Closes the connection without streaming.
+    pub async fn close(self) {
+        self.conn.writer.terminate().await;
+    }
+
     /// Starts streaming the slot from `start` (`0/0` means the slot's own
     /// confirmed position; a later one makes the server skip every
     /// transaction that committed before it). `messages` asks pgoutput for

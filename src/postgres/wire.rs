@@ -70,8 +70,6 @@ impl ServerError {
     }
 }
 
-/// A connection in `replication=database` mode, before or during streaming.
-/// Its two halves can be driven independently once streaming starts.
 /// The session settings pgoutput writes values with: timestamps in ISO
 /// (for --field-timestamp), floats exact, and bytea in hex whatever the
 /// server's default, so it decodes to raw bytes. A SQL session that reads
@@ -82,6 +80,8 @@ pub const OUTPUT_SETTINGS: &[(&str, &str)] = &[
     ("bytea_output", "hex"),
 ];
 
+/// A connection in `replication=database` mode, before or during streaming.
+/// Its two halves can be driven independently once streaming starts.
 pub struct WireConnection {
     pub reader: WireReader,
     pub writer: WireWriter,

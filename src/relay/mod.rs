@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use crate::config::{OnUpdate, RunArgs, Settings, Source};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::KafkaSink;
+use crate::lifecycle::snapshot;
 use crate::metrics::{self, Metrics};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
@@ -228,29 +229,43 @@ async fn session(
     ever_connected: &mut bool,
     shared: &Shared,
 ) -> Result<()> {
-    // A server that accepts the connection and then says nothing must not
-    // hold the session, or a stop request, forever.
-    let opening = tokio::time::timeout(
-        settings.timeouts.setup,
-        open(settings, ever_connected, shared),
-    );
+    let new_sink = || {
+        KafkaSink::new(
+            &settings.kafka,
+            &settings.topics,
+            metrics.clone(),
+            shared.fatal.clone(),
+        )
+    };
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
-    let sink = KafkaSink::new(
-        &settings.kafka,
-        &settings.topics,
-        metrics.clone(),
-        shared.fatal.clone(),
-    )?;
-    let opened = tokio::select! {
-        opened = opening => opened.map_err(|_| Error::transient(format!(
-            "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
-             in time (an unresponsive server, or slot creation waiting for long-running \
-             transactions: see pg_stat_activity)",
-            settings.timeouts.setup
-        )))??,
-        _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+    let sink = new_sink()?;
+    let opened = match open_in_time(settings, ever_connected, shared, shutdown).await? {
+        None => return Ok(()),
+        Some(Opening::Stream(opened)) => (*opened, sink),
+        // The first start's snapshot: published whole before anything streams.
+        Some(Opening::Snapshot(job)) => {
+            let plan = settings
+                .snapshot
+                .as_ref()
+                .expect("a snapshot was asked for");
+            if !snapshot::publish(settings, plan, metrics, job, sink, shutdown).await? {
+                return Ok(());
+            }
+            let sink = new_sink()?;
+            match open_in_time(settings, ever_connected, shared, shutdown).await? {
+                None => return Ok(()),
+                Some(Opening::Stream(opened)) => (*opened, sink),
+                Some(Opening::Snapshot(_)) => {
+                    return Err(Error::permanent(
+                        "the snapshot was published, yet the state table still asks for it: \
+                         is another walrelay with --snapshot-where starting on this slot?",
+                    ))
+                }
+            }
+        }
     };
+    let (opened, sink) = opened;
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
         metrics.clone(),
@@ -271,6 +286,37 @@ async fn session(
     result
 }
 
+/// `open`, bounded by --setup-timeout; None when a stop request came first.
+async fn open_in_time(
+    settings: &Settings,
+    ever_connected: &mut bool,
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Opening>> {
+    // A server that accepts the connection and then says nothing must not
+    // hold the session, or a stop request, forever.
+    let opening = tokio::time::timeout(
+        settings.timeouts.setup,
+        open(settings, ever_connected, shared),
+    );
+    tokio::select! {
+        opened = opening => opened.map_err(|_| Error::transient(format!(
+            "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
+             in time (an unresponsive server, or slot creation waiting for long-running \
+             transactions: see pg_stat_activity)",
+            settings.timeouts.setup
+        )))?.map(Some),
+        _ = shutdown.wait_for(|stop| *stop) => Ok(None),
+    }
+}
+
+/// What a start leads to.
+enum Opening {
+    Stream(Box<Opened>),
+    /// The first start's snapshot, to publish before streaming.
+    Snapshot(snapshot::Job),
+}
+
 /// "streaming started" means both ends work: it waits for a broker to
 /// answer (kafka::reachability warns while none does).
 async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
@@ -282,7 +328,7 @@ async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
 
 /// Checks the database, makes sure the publication and the slot exist, and
 /// starts streaming.
-async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -> Result<Opened> {
+async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -> Result<Opening> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
@@ -366,6 +412,26 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             .record_start(&client, &settings.slot, &outbox, &published, wal_now)
             .await?;
     }
+    if let Some(plan) = &settings.snapshot {
+        let job = snapshot::prepare(
+            &client,
+            &mut replication,
+            settings,
+            plan,
+            existing.is_some(),
+        )
+        .await?;
+        if let Some(job) = job {
+            // The slot stays where it is, confirmed by nobody, until the
+            // snapshot's rows are all in Kafka.
+            replication.close().await;
+            shared.outbox.send_replace(Accepted {
+                outbox: outbox.clone(),
+                intact_at: wal_now,
+            });
+            return Ok(Opening::Snapshot(job));
+        }
+    }
     let ready = setup::ensure_slot(
         &client,
         &SlotOptions {
@@ -426,7 +492,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         accepted: outbox.iter().map(|o| o.oid).collect(),
         intact_at: wal_now,
     });
-    Ok(Opened {
+    Ok(Opening::Stream(Box::new(Opened {
         upstream: PgUpstream {
             stream,
             status,
@@ -436,7 +502,7 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
         start,
         server: system.server,
         read_timeout,
-    })
+    })))
 }
 
 /// What `open` hands the apply loop.
