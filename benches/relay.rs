@@ -30,8 +30,9 @@
 //! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
 //! streaming and to the acknowledgement of an event waiting in the slot.
 //!
-//! Replay (`-- replay`, only when named): `walrelay replay` of BENCH_ROWS
-//! (200,000) rows against `COPY (SELECT …) TO STDOUT` of the same rows.
+//! Replay and snapshot (`-- replay`, `-- snapshot`, only when named):
+//! `walrelay replay` and `run --snapshot-where` of BENCH_ROWS (200,000)
+//! rows against `COPY (SELECT …) TO STDOUT` of the same rows.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -101,6 +102,9 @@ fn main() {
     }
     if filter.iter().any(|f| f == "replay") {
         runtime.block_on(lifecycle::replay());
+    }
+    if filter.iter().any(|f| f == "snapshot") {
+        runtime.block_on(lifecycle::snapshot());
     }
 }
 
