@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use support::kafka::Received;
 use support::pg::confirmed_flush_lsn;
+use support::relay::run_command;
 use support::{eventually, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -284,4 +285,36 @@ async fn snapshot_where_on_a_slot_that_exists_is_refused_naming_replay() {
         log.contains("exists already") && log.contains("walrelay replay --where"),
         "{log}"
     );
+    // walrelay check says so before a deploy.
+    let check = run_command("check", &pg, &broker, CUTOVER);
+    assert!(!check.success, "{check:?}");
+    assert!(check.stdout.contains("exists already"), "{}", check.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_condition_postgres_cannot_run_stops_walrelay_before_it_creates_the_slot() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    let flags = ["--snapshot-where", "publishd_at IS NULL"];
+    let check = run_command("check", &pg, &broker, &flags);
+    assert!(
+        !check.success && check.stdout.contains("publishd_at"),
+        "{check:?}"
+    );
+    let good = run_command("check", &pg, &broker, CUTOVER);
+    assert!(good.stdout.contains("first start publishes"), "{good:?}");
+    let mut relay = Relay::start_with(&pg, &broker, &flags);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("publishd_at") && log.contains("no slot was created"),
+        "{log}"
+    );
+    let slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
 }

@@ -65,43 +65,38 @@ pub async fn prepare(
     let (state, slot) = (&settings.state_table, settings.slot.as_str());
     state.ensure_snapshot_column(client).await?;
     let record = state.read_snapshot(client, slot).await?;
-    if slot_exists {
-        return match record {
-            None => Err(slot_exists_error(settings, plan)),
-            Some(r) if r.state == SnapshotState::Done => {
-                info!(
-                    slot,
-                    rows = r.published,
-                    "the slot's snapshot was published when the slot was created; \
-                     --snapshot-where has nothing more to do"
-                );
-                Ok(None)
-            }
-            Some(r) => {
-                let consistent_point = r
-                    .consistent_point
-                    .as_deref()
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or(Lsn::ZERO);
-                warn!(
-                    slot,
-                    consistent_point = %consistent_point,
-                    published_before = r.published,
-                    "the snapshot an earlier start took was not finished, and the slot has \
-                     confirmed nothing since: publishing the rows --snapshot-where selects now, \
-                     then streaming from the slot's consistent point (rows sent before are \
-                     sent again; consumers dedupe by id)"
-                );
-                let reader = setup::connect(&settings.pg).await?;
-                rows::begin(&reader, None).await?;
-                Ok(Some(Job {
-                    reader,
-                    consistent_point,
-                    redo: true,
-                }))
-            }
-        };
+    match step(record.as_ref(), slot_exists) {
+        Step::Take => {}
+        Step::Refuse => return Err(slot_exists_error(settings, plan)),
+        Step::Done => {
+            info!(
+                slot,
+                rows = record.map_or(0, |r| r.published),
+                "the slot's snapshot was published when the slot was created; \
+                 --snapshot-where has nothing more to do"
+            );
+            return Ok(None);
+        }
+        Step::Redo(consistent_point) => {
+            warn!(
+                slot,
+                consistent_point = %consistent_point,
+                published_before = record.map_or(0, |r| r.published),
+                "the snapshot an earlier start took was not finished, and the slot has \
+                 confirmed nothing since: publishing the rows --snapshot-where selects now, \
+                 then streaming from the slot's consistent point (rows sent before are \
+                 sent again; consumers dedupe by id)"
+            );
+            let reader = setup::connect(&settings.pg).await?;
+            rows::begin(&reader, None).await?;
+            return Ok(Some(Job {
+                reader,
+                consistent_point,
+                redo: true,
+            }));
+        }
     }
+    check_rows(client, settings, plan).await?;
     // Recorded before the slot exists: a start interrupted from here on
     // finds the slot with a snapshot still to publish.
     let mut record = SnapshotRecord {
@@ -134,8 +129,62 @@ pub async fn prepare(
     }))
 }
 
+/// What `--snapshot-where` means for a start: one decision for `run` and
+/// `walrelay check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Create the slot with an exported snapshot and publish it.
+    Take,
+    /// A snapshot begun with the slot, at this consistent point, was never
+    /// finished: publish the rows as they are now, then stream.
+    Redo(Lsn),
+    /// Taken when the slot was created: nothing to do.
+    Done,
+    /// The slot exists without a snapshot: the flag cannot be honoured.
+    Refuse,
+}
+
+/// The step for a slot that exists or not, and the state table's record.
+pub fn step(record: Option<&SnapshotRecord>, slot_exists: bool) -> Step {
+    match (slot_exists, record) {
+        (false, _) => Step::Take,
+        (true, None) => Step::Refuse,
+        (true, Some(r)) if r.state == SnapshotState::Done => Step::Done,
+        (true, Some(r)) => Step::Redo(
+            r.consistent_point
+                .as_deref()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(Lsn::ZERO),
+        ),
+    }
+}
+
+/// Runs the snapshot's query once, reading nothing, before the slot
+/// exists: a mistyped condition or column stops walrelay without a slot
+/// left behind to pin WAL (and fails `walrelay check`).
+pub async fn check_rows(client: &Client, settings: &Settings, plan: &SnapshotPlan) -> Result<()> {
+    for (table, _) in mapped_tables(client, settings).await? {
+        let order = table.order_by(plan.order_by.as_deref(), "--snapshot-order-by")?;
+        let sql = format!(
+            "SELECT 1 FROM {} WHERE ({}) ORDER BY {order} LIMIT 0",
+            table.table.quoted(),
+            plan.predicate
+        );
+        // One statement (the extended protocol takes no more).
+        client.query(&sql, &[]).await.map_err(|e| {
+            Error::permanent(format!(
+                "--snapshot-where {:?} --snapshot-order-by {order:?} is not a query Postgres \
+                 runs on {}: fix it (no slot was created)",
+                plan.predicate, table.table
+            ))
+            .with_source(e)
+        })?;
+    }
+    Ok(())
+}
+
 /// The error for `--snapshot-where` on a slot that exists without a snapshot.
-fn slot_exists_error(settings: &Settings, plan: &SnapshotPlan) -> Error {
+pub fn slot_exists_error(settings: &Settings, plan: &SnapshotPlan) -> Error {
     Error::permanent(format!(
         "--snapshot-where publishes the outbox's rows on the start that creates the slot, and \
          replication slot {:?} exists already (created without a snapshot): rows written before \
@@ -240,4 +289,32 @@ pub async fn publish(
          consistent point"
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: SnapshotState) -> SnapshotRecord {
+        SnapshotRecord {
+            state,
+            predicate: "published_at IS NULL".into(),
+            consistent_point: Some("0/16B3748".into()),
+            rows: 10,
+            published: 4,
+        }
+    }
+
+    #[test]
+    fn the_flag_takes_a_snapshot_only_with_the_slot_and_redoes_an_unfinished_one() {
+        assert_eq!(step(None, false), Step::Take);
+        // A lost slot recreated with --recreate-missing-slot: a new snapshot.
+        assert_eq!(step(Some(&record(SnapshotState::Done)), false), Step::Take);
+        assert_eq!(step(None, true), Step::Refuse);
+        assert_eq!(step(Some(&record(SnapshotState::Done)), true), Step::Done);
+        assert_eq!(
+            step(Some(&record(SnapshotState::Taking)), true),
+            Step::Redo(Lsn(0x16B3748))
+        );
+    }
 }

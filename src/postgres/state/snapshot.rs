@@ -92,6 +92,29 @@ impl StateTable {
         .transpose()
     }
 
+    /// The slot's snapshot record for a reader that changes nothing
+    /// (`walrelay check`): a table without the column has none.
+    pub async fn peek_snapshot(
+        &self,
+        client: &Client,
+        slot: &str,
+    ) -> Result<Option<SnapshotRecord>> {
+        use tokio_postgres::error::SqlState;
+        match self.read_snapshot(client, slot).await {
+            Err(e) => {
+                let absent = [SqlState::UNDEFINED_COLUMN, SqlState::UNDEFINED_TABLE];
+                let code = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<tokio_postgres::Error>())
+                    .and_then(tokio_postgres::Error::code);
+                match code {
+                    Some(code) if absent.contains(code) => Ok(None),
+                    _ => Err(e),
+                }
+            }
+            found => found,
+        }
+    }
+
     /// Records the slot's snapshot (the slot's row exists: start-up wrote it).
     pub async fn record_snapshot(
         &self,
