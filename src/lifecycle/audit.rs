@@ -15,8 +15,7 @@ use serde_json::json;
 use tokio_postgres::Client;
 
 use super::meter::Meter;
-use super::replay::mapped_tables;
-use super::rows::{self, OutboxTable, RowCursor};
+use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
 use crate::config::{AuditArgs, AuditFlags, Settings, Source};
 use crate::error::{Error, Result};
 use crate::kafka::reader::TopicReader;

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::meter::Meter;
 use super::plan::Plan;
-use super::rows::{self, OutboxTable, RowCursor};
+use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
 use super::sender::RowSender;
 use crate::clock;
 use crate::config::{ReplayArgs, Settings, Source};
@@ -105,21 +105,6 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     }
     out.result(done, plan.rows(), false);
     Ok(())
-}
-
-/// Each outbox table with its mapping, as `run` would map its Relation.
-pub async fn mapped_tables(
-    client: &Client,
-    settings: &Settings,
-) -> Result<Vec<(OutboxTable, OutboxSchema)>> {
-    let mut tables = Vec::new();
-    for name in &settings.tables {
-        let table = OutboxTable::describe(client, name).await?;
-        let schema =
-            OutboxSchema::from_relation(&table.relation, &settings.mapping, name, &table.not_null)?;
-        tables.push((table, schema));
-    }
-    Ok(tables)
 }
 
 /// Prints each record that would be sent; sends nothing. Rows that would

@@ -17,7 +17,9 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
+use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::outbox::mapping::OutboxSchema;
 use crate::postgres::names::{quote_ident, quote_literal, TableName};
 use crate::postgres::pgoutput::{Column, Datum, Relation, Tuple};
 use crate::postgres::sql_error;
@@ -242,6 +244,21 @@ impl<'a> RowCursor<'a> {
         }
         Ok((!tuples.is_empty()).then_some(tuples))
     }
+}
+
+/// Each outbox table with its mapping, as `run` would map its Relation.
+pub async fn mapped_tables(
+    client: &Client,
+    settings: &Settings,
+) -> Result<Vec<(OutboxTable, OutboxSchema)>> {
+    let mut tables = Vec::new();
+    for name in &settings.tables {
+        let table = OutboxTable::describe(client, name).await?;
+        let schema =
+            OutboxSchema::from_relation(&table.relation, &settings.mapping, name, &table.not_null)?;
+        tables.push((table, schema));
+    }
+    Ok(tables)
 }
 
 /// How many matching rows each route-by value has: the plan of a replay or

@@ -26,8 +26,7 @@ use tracing::{info, warn};
 
 use super::meter::Meter;
 use super::plan::Plan;
-use super::replay::mapped_tables;
-use super::rows::{self, RowCursor};
+use super::rows::{self, mapped_tables, RowCursor};
 use super::sender::RowSender;
 use crate::config::{Settings, SnapshotPlan};
 use crate::error::{Error, Result};
