@@ -8,7 +8,7 @@
 //! plan, topic creation included), and the rate walrelay's own progress
 //! line reports (from the first row read to the last acknowledgement).
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use futures_util::StreamExt;
@@ -74,15 +74,32 @@ async fn set_up() -> (Postgres, Broker, tokio_postgres::Client, i64, f64) {
 pub async fn replay() {
     let (pg, broker, client, rows, copy) = set_up().await;
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_walrelay"))
         .args(["replay", "--pg-url", &pg.url(), "--kafka-brokers"])
         .arg(broker.brokers())
         .args(["--where", "true"])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // Its peak resident memory, read while it runs (VmHWM).
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            peak_kb = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+                .unwrap_or(peak_kb);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     let replay = started.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    println!("replay's peak RSS: {} MiB", peak_kb / 1024);
     // COPY again after, so a machine that got busier shows in the reference.
     let copy_after = copy_seconds(&client).await;
     report(

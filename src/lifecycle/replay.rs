@@ -73,16 +73,17 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     let sending = async {
         for ((table, schema), order) in tables.iter().zip(&order_by) {
             let mut cursor = RowCursor::open(&client, table, &flags.predicate, order).await?;
-            while let Some(batch) = cursor.next_batch().await? {
-                sender.send(schema, batch).await?;
-                meter.update(sender.done());
-            }
+            sender
+                .send_all(&mut cursor, schema, |done| {
+                    meter.update(done);
+                })
+                .await?;
         }
-        while sender.waiting() {
-            sender.poll(std::time::Duration::from_millis(200)).await?;
-            meter.update(sender.done());
-        }
-        Ok(())
+        sender
+            .drain(|done| {
+                meter.update(done);
+            })
+            .await
     };
     let result = tokio::select! {
         result = sending => result,

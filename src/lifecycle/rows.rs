@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::config::Settings;
@@ -25,8 +25,15 @@ use crate::postgres::pgoutput::{Column, Datum, Relation, Tuple};
 use crate::postgres::sql_error;
 use crate::postgres::wire::OUTPUT_SETTINGS;
 
-/// Rows fetched from the cursor at a time.
-pub const FETCH_ROWS: usize = 1000;
+/// Most rows fetched from the cursor at a time: with the fetch of the next
+/// batch overlapping the sending of this one (`sender`), batches this
+/// large keep the reader ahead (docs/benchmarks.md).
+const FETCH_ROWS: usize = 5000;
+/// The first fetch, before the rows' size is known.
+const FIRST_FETCH: usize = 100;
+/// About the most bytes of values one batch holds: large rows are fetched
+/// fewer at a time, so memory stays bounded whatever their size.
+const FETCH_BYTES: usize = 8 << 20;
 
 /// An outbox table as the stream describes it.
 #[derive(Debug, Clone)]
@@ -173,6 +180,8 @@ pub struct RowCursor<'a> {
     client: &'a Client,
     name: String,
     done: bool,
+    /// Rows the next FETCH asks for.
+    fetch: usize,
 }
 
 impl<'a> RowCursor<'a> {
@@ -210,6 +219,7 @@ impl<'a> RowCursor<'a> {
             client,
             name,
             done: false,
+            fetch: FIRST_FETCH,
         })
     }
 
@@ -220,22 +230,42 @@ impl<'a> RowCursor<'a> {
         }
         let messages = self
             .client
-            .simple_query(&format!("FETCH {FETCH_ROWS} FROM {}", self.name))
+            .simple_query(&format!("FETCH {} FROM {}", self.fetch, self.name))
             .await
             .map_err(|e| sql_error("cannot read the next outbox rows", e))?;
-        let mut tuples = Vec::with_capacity(FETCH_ROWS);
-        for message in messages {
+        // Every value of the batch in one buffer, each a slice of it: one
+        // allocation a batch rather than one a value.
+        let mut buffer = BytesMut::new();
+        let mut spans: Vec<Vec<Option<(usize, usize)>>> = Vec::with_capacity(self.fetch);
+        for message in &messages {
             if let SimpleQueryMessage::Row(row) = message {
-                let tuple = (0..row.len())
-                    .map(|i| match row.get(i) {
-                        Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
-                        None => Datum::Null,
+                let span = (0..row.len())
+                    .map(|i| {
+                        row.get(i).map(|text| {
+                            buffer.extend_from_slice(text.as_bytes());
+                            (buffer.len() - text.len(), buffer.len())
+                        })
                     })
                     .collect();
-                tuples.push(tuple);
+                spans.push(span);
             }
         }
-        if tuples.len() < FETCH_ROWS {
+        let buffer = buffer.freeze();
+        let tuples: Vec<Tuple> = spans
+            .into_iter()
+            .map(|span| {
+                span.into_iter()
+                    .map(|value| match value {
+                        Some((start, end)) => Datum::Text(buffer.slice(start..end)),
+                        None => Datum::Null,
+                    })
+                    .collect()
+            })
+            .collect();
+        let asked = self.fetch;
+        let row_bytes = buffer.len() / tuples.len().max(1);
+        self.fetch = (FETCH_BYTES / row_bytes.max(1)).clamp(1, FETCH_ROWS);
+        if tuples.len() < asked {
             self.done = true;
             self.client
                 .batch_execute(&format!("CLOSE {}", self.name))

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::rows::RowCursor;
 use crate::clock;
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -80,6 +81,34 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
         }
         // Sealed at an LSN of its own, so the books let it go once acknowledged.
         self.progress.commit(seq, Lsn(seq + 1));
+        Ok(())
+    }
+
+    /// Publishes every row of `cursor`, reading the next batch while this
+    /// one is sent; `progress` hears the rows done after each batch.
+    pub async fn send_all(
+        &mut self,
+        cursor: &mut RowCursor<'_>,
+        schema: &OutboxSchema,
+        mut progress: impl FnMut(u64),
+    ) -> Result<()> {
+        let mut next = cursor.next_batch().await?;
+        while let Some(batch) = next {
+            let (fetched, sent) = tokio::join!(cursor.next_batch(), self.send(schema, batch));
+            sent?;
+            next = fetched?;
+            progress(self.done());
+        }
+        Ok(())
+    }
+
+    /// Waits until Kafka has acknowledged every row handed so far;
+    /// `progress` hears the rows done meanwhile.
+    pub async fn drain(&mut self, mut progress: impl FnMut(u64)) -> Result<()> {
+        while self.waiting() {
+            self.poll(Duration::from_millis(200)).await?;
+            progress(self.done());
+        }
         Ok(())
     }
 

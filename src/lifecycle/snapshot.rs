@@ -243,18 +243,12 @@ pub async fn publish(
     // in-flight gauges stay the slot's.
     let mut sender = RowSender::new(settings, sink, Metrics::new(), job.consistent_point, None);
     let sending = async {
+        let mut show = |done| metrics.set_snapshot(true, &meter.update(done));
         for ((table, schema), order) in tables.iter().zip(&order_by) {
             let mut cursor = RowCursor::open(reader, table, &plan.predicate, order).await?;
-            while let Some(batch) = cursor.next_batch().await? {
-                sender.send(schema, batch).await?;
-                metrics.set_snapshot(true, &meter.update(sender.done()));
-            }
+            sender.send_all(&mut cursor, schema, &mut show).await?;
         }
-        while sender.waiting() {
-            sender.poll(std::time::Duration::from_millis(200)).await?;
-            metrics.set_snapshot(true, &meter.update(sender.done()));
-        }
-        Ok::<_, Error>(())
+        sender.drain(show).await
     };
     let finished = tokio::select! {
         result = sending => {
