@@ -22,6 +22,9 @@ use crate::relay::progress::{Progress, Ticket, TxnRef};
 use crate::relay::publish::Publisher;
 use crate::sink::Sink;
 
+/// Rows between two reports of progress within a batch.
+const PROGRESS_EVERY: u64 = 100;
+
 pub struct RowSender<'a, S> {
     publisher: Publisher<'a, S>,
     progress: Progress,
@@ -58,8 +61,14 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
     }
 
     /// Publishes one batch of rows mapped by `schema`, waiting for Kafka
-    /// whenever the window is full.
-    pub async fn send(&mut self, schema: &OutboxSchema, tuples: Vec<Tuple>) -> Result<()> {
+    /// whenever the window is full; `progress` hears the rows done every
+    /// so often.
+    pub async fn send(
+        &mut self,
+        schema: &OutboxSchema,
+        tuples: Vec<Tuple>,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<()> {
         let seq = self.progress.begin();
         let txn = TxnRef {
             seq,
@@ -78,6 +87,9 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
                 .publish_mapped(&mut self.progress, txn, mapped, Instant::now())
                 .await?;
             self.handed += 1;
+            if self.handed % PROGRESS_EVERY == 0 {
+                progress(self.done());
+            }
         }
         // Sealed at an LSN of its own, so the books let it go once acknowledged.
         self.progress.commit(seq, Lsn(seq + 1));
@@ -94,7 +106,8 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
     ) -> Result<()> {
         let mut next = cursor.next_batch().await?;
         while let Some(batch) = next {
-            let (fetched, sent) = tokio::join!(cursor.next_batch(), self.send(schema, batch));
+            let sending = self.send(schema, batch, &mut progress);
+            let (fetched, sent) = tokio::join!(cursor.next_batch(), sending);
             sent?;
             next = fetched?;
             progress(self.done());
