@@ -22,7 +22,7 @@
 
 use tokio::sync::watch;
 use tokio_postgres::Client;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::meter::Meter;
 use super::plan::Plan;
@@ -52,14 +52,16 @@ pub struct Job {
 /// What `--snapshot-where` asks of this start, decided once the start-up
 /// checks passed: a snapshot to publish (the slot created here with it, or
 /// one an earlier start left unfinished), or nothing (taken long ago).
-/// `slot_exists` is what start-up found. Creates the slot when it does not
-/// exist, on `replication`, which the caller then closes unused.
+/// `slot_exists` is what start-up found; `gap_from` is set when the slot
+/// replaces a lost one (`--recreate-missing-slot`). Creates the slot when
+/// it does not exist, on `replication`, which the caller then closes unused.
 pub async fn prepare(
     client: &Client,
     replication: &mut ReplicationConnection,
     settings: &Settings,
     plan: &SnapshotPlan,
     slot_exists: bool,
+    gap_from: Option<&str>,
 ) -> Result<Option<Job>> {
     let (state, slot) = (&settings.state_table, settings.slot.as_str());
     state.ensure_snapshot_column(client).await?;
@@ -115,12 +117,23 @@ pub async fn prepare(
     state.record_created(client, slot, consistent_point).await?;
     record.consistent_point = Some(consistent_point.to_string());
     state.record_snapshot(client, slot, &record).await?;
-    info!(
-        slot,
-        consistent_point = %consistent_point,
-        snapshot = %snapshot,
-        "created replication slot with an exported snapshot"
-    );
+    match gap_from {
+        Some(gap_from) => error!(
+            slot,
+            gap_from = %gap_from,
+            gap_to = %consistent_point,
+            "created a new replication slot, with an exported snapshot, in place of a missing \
+             one, as --recreate-missing-slot asks: events committed between these LSNs are \
+             published only if --snapshot-where selects their rows; check with walrelay audit \
+             (docs/outbox-lifecycle.md)"
+        ),
+        None => info!(
+            slot,
+            consistent_point = %consistent_point,
+            snapshot = %snapshot,
+            "created replication slot with an exported snapshot"
+        ),
+    }
     Ok(Some(Job {
         reader,
         consistent_point,

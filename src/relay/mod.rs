@@ -29,7 +29,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
-use crate::postgres::state::decide::{decide, settings_verdict, Observed};
+use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
 use crate::postgres::state::{Accepted, ServerId};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
@@ -413,12 +413,17 @@ async fn open(settings: &Settings, ever_connected: &mut bool, shared: &Shared) -
             .await?;
     }
     if let Some(plan) = &settings.snapshot {
+        let gap_from = match &verdict.slot {
+            SlotPlan::CreateReplacing { gap_from } => Some(gap_from.as_str()),
+            _ => None,
+        };
         let job = snapshot::prepare(
             &client,
             &mut replication,
             settings,
             plan,
             existing.is_some(),
+            gap_from,
         )
         .await?;
         if let Some(job) = job {
