@@ -13,6 +13,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::json;
 use tokio_postgres::Client;
+use tracing::{debug, info};
 
 use super::meter::Meter;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
@@ -110,6 +111,8 @@ struct Findings {
     routes: BTreeSet<String>,
     /// Rows that route to no topic at all.
     unroutable: u64,
+    /// A missing row has a NULL event id.
+    null_ids: bool,
 }
 
 pub async fn run(args: AuditArgs) -> Result<()> {
@@ -151,12 +154,21 @@ pub async fn run(args: AuditArgs) -> Result<()> {
             hashes.push(hash(id))
         })
         .await?;
+        // An id in two rows (two tables) is one event: found once, found.
         hashes.sort_unstable();
+        hashes.dedup();
         let mut seen = vec![false; hashes.len()];
         let from_ms = share.earliest_ms - flags.margin.as_millis() as i64;
-        tokio::task::block_in_place(|| {
+        let mut shown = std::time::Instant::now();
+        let read = tokio::task::block_in_place(|| {
+            let mut read = 0u64;
             reader.scan(topic, from_ms, |message| {
                 use rdkafka::message::{Headers, Message};
+                read += 1;
+                if read % 10_000 == 0 && shown.elapsed() >= std::time::Duration::from_secs(5) {
+                    shown = std::time::Instant::now();
+                    info!(topic, records = read, "audit: reading the topic back");
+                }
                 let Some(headers) = message.headers() else {
                     return;
                 };
@@ -167,16 +179,20 @@ pub async fn run(args: AuditArgs) -> Result<()> {
                 }
             })
         })?;
+        debug!(topic, records = read, rows = share.rows, "topic read back");
         for_each_id(&client, &tables, &settings.mapping.id, &ids, |id| {
             let present = id.is_some() && hashes.binary_search(&hash(id)).is_ok_and(|i| seen[i]);
             if !present {
-                let id = id.map_or_else(
+                let text = id.map_or_else(
                     || "(NULL)".into(),
                     |b| String::from_utf8_lossy(b).into_owned(),
                 );
-                out.missing(&id, topic);
+                out.missing(&text, topic);
+                // A NULL id cannot be selected by id: the command then
+                // selects by window.
+                found.null_ids |= id.is_none();
                 if found.listed.len() < LIST_IDS {
-                    found.listed.push(id);
+                    found.listed.push(text);
                 }
                 found.missing += 1;
                 found.routes.extend(share.routes.iter().cloned());
@@ -319,7 +335,7 @@ fn ident(name: &str) -> String {
 /// The `walrelay replay` that publishes the missing events: by id when
 /// they are few, else the window's rows of the topics concerned.
 fn replay_command(settings: &Settings, window: &Window, found: &Findings) -> String {
-    let predicate = if found.missing as usize <= found.listed.len() {
+    let predicate = if found.missing as usize <= found.listed.len() && !found.null_ids {
         let ids: Vec<String> = found.listed.iter().map(|id| quote_literal(id)).collect();
         format!("{} IN ({})", ident(&settings.mapping.id), ids.join(", "))
     } else {
@@ -417,5 +433,62 @@ impl Output {
                 found.missing, found.rows
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window() -> Window {
+        Window {
+            since: "2026-12-01 10:00:00+00".into(),
+            until: "2026-12-01 12:00:00+00".into(),
+            column: "created_at".into(),
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings::from_args(&crate::config::run_args(&[])).unwrap()
+    }
+
+    #[test]
+    fn a_few_missing_events_are_replayed_by_id_and_many_by_window_and_topic() {
+        let mut found = Findings {
+            missing: 2,
+            listed: vec!["a-1".into(), "it's".into()],
+            routes: ["OrderPlaced".to_string()].into(),
+            ..Findings::default()
+        };
+        assert_eq!(
+            replay_command(&settings(), &window(), &found),
+            r#"walrelay replay --where "id IN ('a-1', 'it''s')" --order-by "created_at""#
+        );
+        found.missing = 5000;
+        assert_eq!(
+            replay_command(&settings(), &window(), &found),
+            "walrelay replay --where \"created_at >= '2026-12-01 10:00:00+00' AND created_at < \
+             '2026-12-01 12:00:00+00' AND event_type IN ('OrderPlaced')\" --order-by \"created_at\""
+        );
+        found.missing = 2;
+        found.null_ids = true;
+        assert!(replay_command(&settings(), &window(), &found).contains("created_at >="));
+    }
+
+    #[test]
+    fn a_printed_command_survives_the_shell() {
+        assert_eq!(
+            shell_quote(r#"a "b" $c `d` \e"#),
+            r#""a \"b\" \$c \`d\` \\e""#
+        );
+        assert_eq!(ident("created_at"), "created_at");
+        assert_eq!(ident("CreatedAt"), "\"CreatedAt\"");
+    }
+
+    #[test]
+    fn ids_hash_apart_and_a_null_id_is_its_own() {
+        assert_ne!(hash(Some(b"a")), hash(Some(b"b")));
+        assert_ne!(hash(None), hash(Some(b"")));
+        assert_eq!(hash(Some(b"a")), hash(Some(b"a")));
     }
 }
