@@ -5,12 +5,10 @@
 mod support;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use support::outbox::{committed_ids, events, read_until_all_arrive};
-use support::relay::run_command;
+use support::relay::{run_command, shell};
 use support::Stack;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -79,15 +77,7 @@ async fn rows_written_while_the_outbox_was_out_of_the_publication_are_reported_a
         .unwrap_or_else(|| panic!("no replay command in {}", audit.stdout));
 
     // The runbook: the printed command, as pasted into a shell.
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
-    let path = format!(
-        "{}:{}",
-        bin.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let replay = Command::new("bash")
-        .args(["-c", command])
-        .env("PATH", path)
+    let replay = shell(command)
         .env("WALRELAY_PG_URL", stack.pg.url())
         .env("WALRELAY_KAFKA_BROKERS", stack.broker.brokers())
         .output()

@@ -40,6 +40,15 @@ const CUTOVER: &[&str] = &[
     "id",
 ];
 
+/// A cluster with an empty polling relay's outbox, and a broker.
+async fn polling_outbox() -> (Postgres, Broker, tokio_postgres::Client) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    (pg, broker, client)
+}
+
 /// Rows `from..=to` of the sequence, over four keys: the old relay
 /// published the first `published` of them, and failed on some others.
 async fn seed(client: &tokio_postgres::Client, from: i64, to: i64, published: i64) {
@@ -148,10 +157,7 @@ fn seqs_by_key(got: &[Received]) -> HashMap<String, Vec<i64>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cutover_from_a_polling_relay_publishes_every_unpublished_and_new_row_once_in_key_order()
 {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    let (pg, broker, client) = polling_outbox().await;
     seed(&client, 1, 400, 250).await;
     let published = ids(&client, "published_at IS NOT NULL").await;
     assert_eq!(published.len(), 250);
@@ -221,10 +227,7 @@ async fn a_cutover_from_a_polling_relay_publishes_every_unpublished_and_new_row_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_snapshot_confirms_nothing_and_the_next_start_publishes_it_before_streaming()
 {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    let (pg, broker, client) = polling_outbox().await;
     seed(&client, 1, 300, 100).await;
     // Kafka takes nothing: the snapshot cannot finish.
     broker.pause();
@@ -272,10 +275,7 @@ async fn an_interrupted_snapshot_confirms_nothing_and_the_next_start_publishes_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_where_on_a_slot_that_exists_is_refused_naming_replay() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    let (pg, broker, _client) = polling_outbox().await;
     let mut relay = Relay::start(&pg, &broker);
     relay.wait_ready(WAIT);
     assert!(relay.terminate(WAIT).success());
@@ -293,10 +293,7 @@ async fn snapshot_where_on_a_slot_that_exists_is_refused_naming_replay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_condition_postgres_cannot_run_stops_walrelay_before_it_creates_the_slot() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    let (pg, broker, client) = polling_outbox().await;
     let flags = ["--snapshot-where", "publishd_at IS NULL"];
     let check = run_command("check", &pg, &broker, &flags);
     assert!(

@@ -90,19 +90,9 @@ impl Relay {
                 command
             }
             Some((line, env)) => {
-                let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
-                let path = format!(
-                    "{}:{}",
-                    bin.parent().unwrap().display(),
-                    std::env::var("PATH").unwrap_or_default()
-                );
                 // exec: the child's pid is walrelay's, so kill9 and signals reach it.
-                let mut command = Command::new("bash");
-                command
-                    .arg("-c")
-                    .arg(format!("exec {line}"))
-                    .env("PATH", path)
-                    .envs(env.iter().map(|(k, v)| (k, v)));
+                let mut command = shell(&format!("exec {line}"));
+                command.envs(env.iter().map(|(k, v)| (k, v)));
                 command
             }
         };
@@ -249,4 +239,18 @@ pub fn run_command(subcommand: &str, pg: &Postgres, broker: &Broker, extra: &[&s
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// bash running `line`, with the walrelay under test first on its PATH:
+/// a command as a user pastes it.
+pub fn shell(line: &str) -> Command {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command.arg("-c").arg(line).env("PATH", path);
+    command
 }
