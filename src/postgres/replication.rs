@@ -201,16 +201,7 @@ impl ReplicationConnection {
         version: i32,
         failover: bool,
     ) -> Result<(Lsn, String)> {
-        let options = match (version >= 150_000, failover && version >= 170_000) {
-            (true, true) => "(SNAPSHOT 'export', FAILOVER)",
-            (true, false) => "(SNAPSHOT 'export')",
-            // The syntax before PostgreSQL 15.
-            (false, _) => "EXPORT_SNAPSHOT",
-        };
-        let command = format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {options}",
-            quote_ident(slot)
-        );
+        let command = create_slot_exporting(slot, version, failover);
         let row = self
             .conn
             .query_row(&command, "CREATE_REPLICATION_SLOT")
@@ -259,9 +250,46 @@ impl ReplicationConnection {
     }
 }
 
+/// The CREATE_REPLICATION_SLOT that exports a snapshot. PostgreSQL's
+/// "Streaming Replication Protocol" page: `CREATE_REPLICATION_SLOT
+/// slot_name [ TEMPORARY ] { PHYSICAL | LOGICAL output_plugin } [ ( option
+/// [, ...] ) ]` with `SNAPSHOT { 'export' | 'use' | 'nothing' }` since 15
+/// and `FAILOVER [ boolean ]` since 17; before 15, the keyword
+/// `EXPORT_SNAPSHOT` after the plugin (which 17's option list no longer
+/// takes, so each version gets its own form).
+fn create_slot_exporting(slot: &str, version: i32, failover: bool) -> String {
+    let options = match (version >= 150_000, failover && version >= 170_000) {
+        (true, true) => "(SNAPSHOT 'export', FAILOVER true)",
+        (true, false) => "(SNAPSHOT 'export')",
+        (false, _) => "EXPORT_SNAPSHOT",
+    };
+    format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {options}",
+        quote_ident(slot)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exporting_slot_command_has_each_versions_syntax() {
+        let command = |version, failover| create_slot_exporting("walrelay", version, failover);
+        assert_eq!(
+            command(140_010, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        );
+        assert_eq!(
+            command(150_018, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput (SNAPSHOT 'export')"
+        );
+        assert_eq!(
+            command(170_010, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"
+        );
+        assert_eq!(command(170_010, false), command(150_018, true));
+    }
 
     #[test]
     fn keepalive_with_reply_request_is_parsed() {
