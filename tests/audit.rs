@@ -130,3 +130,41 @@ async fn an_audit_outside_the_window_checks_nothing_and_a_bad_time_is_refused() 
     assert!(!refused.success);
     assert!(refused.stderr.contains("--since"), "{}", refused.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_event_parked_in_the_dead_letter_topic_is_named_as_poison_not_lost() {
+    let poison = [
+        "--on-poison",
+        "dead-letter",
+        "--topic-allow-regex",
+        "outbox\\.event\\.Fine",
+    ];
+    let stack = Stack::start(&poison).await;
+    events("Fine", 2).insert(&stack.client).await;
+    events("Refused", 1)
+        .id("00000000-0000-0000-0000-0000000000d1")
+        .insert(&stack.client)
+        .await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["walrelay.dead-letter"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "{}", stack.relay.log());
+
+    let mut flags = vec!["--since", "1h"];
+    flags.extend_from_slice(&poison);
+    let audit = run_command("audit", &stack.pg, &stack.broker, &flags);
+    assert_eq!(audit.code, Some(1), "{audit:?}");
+    assert!(
+        audit.stdout.contains(
+            "missing: event 00000000-0000-0000-0000-0000000000d1 in outbox.event.Refused \
+             (poison: its copy is in walrelay.dead-letter)"
+        ),
+        "{}",
+        audit.stdout
+    );
+    assert_eq!(
+        audit.stdout.matches("missing: event").count(),
+        1,
+        "{}",
+        audit.stdout
+    );
+}

@@ -113,6 +113,34 @@ struct Findings {
     unroutable: u64,
     /// A missing row has a NULL event id.
     null_ids: bool,
+    /// Missing events whose copy is in the dead-letter topic.
+    dead_lettered: u64,
+}
+
+/// The event ids (`walrelay.event-id`) of the dead-letter topic's records
+/// from `from_ms` on: a missing event found there was poison, not lost.
+/// The topic holds only poison events, so the set stays small.
+fn dead_lettered(
+    reader: &TopicReader,
+    settings: &Settings,
+    from_ms: i64,
+) -> Result<std::collections::HashSet<u128>> {
+    let mut ids = std::collections::HashSet::new();
+    tokio::task::block_in_place(|| {
+        reader.scan(settings.dead_letter_topic(), from_ms, |message| {
+            use rdkafka::message::{Headers, Message};
+            let id = message.headers().and_then(|headers| {
+                headers
+                    .iter()
+                    .find(|h| h.key == "walrelay.event-id")
+                    .and_then(|h| h.value)
+            });
+            if let Some(id) = id {
+                ids.insert(hash(Some(id)));
+            }
+        })
+    })?;
+    Ok(ids)
 }
 
 pub async fn run(args: AuditArgs) -> Result<()> {
@@ -145,6 +173,12 @@ pub async fn run(args: AuditArgs) -> Result<()> {
     let out = Output { json: flags.json };
     out.window(&window, &topics, found.rows);
     let reader = TopicReader::new(&settings.kafka_brokers, &args.run.kafka.properties())?;
+    let earliest = topics.values().map(|t| t.earliest_ms).min().unwrap_or(0);
+    let parked = dead_lettered(
+        &reader,
+        &settings,
+        earliest - flags.margin.as_millis() as i64,
+    )?;
     let mut meter = Meter::new("audit", "rows", found.rows);
     let mut checked = found.unroutable;
     for (topic, share) in &topics {
@@ -187,7 +221,13 @@ pub async fn run(args: AuditArgs) -> Result<()> {
                     || "(NULL)".into(),
                     |b| String::from_utf8_lossy(b).into_owned(),
                 );
-                out.missing(&text, topic);
+                let in_dead_letter = id.is_some_and(|id| parked.contains(&hash(Some(id))));
+                out.missing(
+                    &text,
+                    topic,
+                    in_dead_letter.then(|| settings.dead_letter_topic()),
+                );
+                found.dead_lettered += u64::from(in_dead_letter);
                 // A NULL id cannot be selected by id: the command then
                 // selects by window.
                 found.null_ids |= id.is_none();
@@ -395,9 +435,14 @@ impl Output {
         }
     }
 
-    fn missing(&self, id: &str, topic: &str) {
+    fn missing(&self, id: &str, topic: &str, dead_letter: Option<&str>) {
         if self.json {
-            println!("{}", json!({"missing": {"id": id, "topic": topic}}));
+            println!(
+                "{}",
+                json!({"missing": {"id": id, "topic": topic, "dead_letter_topic": dead_letter}})
+            );
+        } else if let Some(parked) = dead_letter {
+            println!("missing: event {id} in {topic} (poison: its copy is in {parked})");
         } else {
             println!("missing: event {id} in {topic}");
         }
@@ -409,7 +454,8 @@ impl Output {
             println!(
                 "{}",
                 json!({"result": {"ok": ok, "rows": found.rows, "missing": found.missing,
-                    "unroutable": found.unroutable, "replay": replay}})
+                    "dead_lettered": found.dead_lettered, "unroutable": found.unroutable,
+                    "replay": replay}})
             );
             return;
         }
@@ -424,6 +470,13 @@ impl Output {
             println!(
                 "audit passed: every one of the {} rows has its event in its topic",
                 found.rows
+            );
+        }
+        if found.dead_lettered > 0 {
+            println!(
+                "{} of the missing events are in the dead-letter topic: they were poison, \
+                 not lost; fix their cause before publishing them again",
+                found.dead_lettered
             );
         }
         if let Some(command) = replay {
