@@ -214,6 +214,17 @@ async fn a_cutover_from_a_polling_relay_publishes_every_unpublished_and_new_row_
     assert_eq!(relay.metric("walrelay_snapshot_running"), Some(0.0));
     assert!(relay.log().contains("snapshot progress"), "{}", relay.log());
 
+    // walrelay status tells the on-call person.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("snapshot: published at the slot's creation"),
+        "{status}"
+    );
+
     // Restarted with the same flags, it streams: the snapshot was taken.
     relay.restart();
     relay.wait_ready(WAIT);
