@@ -8,12 +8,13 @@
 //! from shortly before the rows' earliest time to its end; a second pass
 //! over the same rows (one read-only snapshot) names those left unmarked.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use serde_json::json;
 use tokio_postgres::Client;
 use tracing::{debug, info};
+
+use report::{ident, replay_command, Output, LIST_IDS};
 
 use super::meter::Meter;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
@@ -25,9 +26,7 @@ use crate::postgres::pgoutput::Datum;
 use crate::postgres::setup;
 use crate::postgres::sql_error;
 
-/// Missing ids the printed replay command lists one by one; past it, the
-/// command selects the window's rows of the topics concerned instead.
-const LIST_IDS: usize = 1000;
+mod report;
 
 /// The window, resolved once: both passes and the printed command use it.
 struct Window {
@@ -120,12 +119,8 @@ struct Findings {
 /// The event ids (`walrelay.event-id`) of the dead-letter topic's records
 /// from `from_ms` on: a missing event found there was poison, not lost.
 /// The topic holds only poison events, so the set stays small.
-fn dead_lettered(
-    reader: &TopicReader,
-    settings: &Settings,
-    from_ms: i64,
-) -> Result<std::collections::HashSet<u128>> {
-    let mut ids = std::collections::HashSet::new();
+fn dead_lettered(reader: &TopicReader, settings: &Settings, from_ms: i64) -> Result<HashSet<u128>> {
+    let mut ids = HashSet::new();
     tokio::task::block_in_place(|| {
         reader.scan(settings.dead_letter_topic(), from_ms, |message| {
             use rdkafka::message::{Headers, Message};
@@ -143,6 +138,7 @@ fn dead_lettered(
     Ok(ids)
 }
 
+/// Runs the audit; an error (exit 1) when an event is missing.
 pub async fn run(args: AuditArgs) -> Result<()> {
     let settings = Settings::from_args(&args.run)?;
     let flags = &args.audit;
@@ -179,66 +175,20 @@ pub async fn run(args: AuditArgs) -> Result<()> {
         &settings,
         earliest - flags.margin.as_millis() as i64,
     )?;
+    let audit = Audit {
+        client: &client,
+        settings: &settings,
+        tables: &tables,
+        window: &window,
+        reader: &reader,
+        parked,
+        margin_ms: flags.margin.as_millis() as i64,
+        out: &out,
+    };
     let mut meter = Meter::new("audit", "rows", found.rows);
     let mut checked = found.unroutable;
     for (topic, share) in &topics {
-        let ids = id_cursor_select(&settings, &window, share);
-        let mut hashes = Vec::with_capacity(share.rows as usize);
-        for_each_id(&client, &tables, &settings.mapping.id, &ids, |id| {
-            hashes.push(hash(id))
-        })
-        .await?;
-        // An id in two rows (two tables) is one event: found once, found.
-        hashes.sort_unstable();
-        hashes.dedup();
-        let mut seen = vec![false; hashes.len()];
-        let from_ms = share.earliest_ms - flags.margin.as_millis() as i64;
-        let mut shown = std::time::Instant::now();
-        let read = tokio::task::block_in_place(|| {
-            let mut read = 0u64;
-            reader.scan(topic, from_ms, |message| {
-                use rdkafka::message::{Headers, Message};
-                read += 1;
-                if read % 10_000 == 0 && shown.elapsed() >= std::time::Duration::from_secs(5) {
-                    shown = std::time::Instant::now();
-                    info!(topic, records = read, "audit: reading the topic back");
-                }
-                let Some(headers) = message.headers() else {
-                    return;
-                };
-                if let Some(id) = headers.iter().find(|h| h.key == "id").and_then(|h| h.value) {
-                    if let Ok(i) = hashes.binary_search(&hash(Some(id))) {
-                        seen[i] = true;
-                    }
-                }
-            })
-        })?;
-        debug!(topic, records = read, rows = share.rows, "topic read back");
-        for_each_id(&client, &tables, &settings.mapping.id, &ids, |id| {
-            let present = id.is_some() && hashes.binary_search(&hash(id)).is_ok_and(|i| seen[i]);
-            if !present {
-                let text = id.map_or_else(
-                    || "(NULL)".into(),
-                    |b| String::from_utf8_lossy(b).into_owned(),
-                );
-                let in_dead_letter = id.is_some_and(|id| parked.contains(&hash(Some(id))));
-                out.missing(
-                    &text,
-                    topic,
-                    in_dead_letter.then(|| settings.dead_letter_topic()),
-                );
-                found.dead_lettered += u64::from(in_dead_letter);
-                // A NULL id cannot be selected by id: the command then
-                // selects by window.
-                found.null_ids |= id.is_none();
-                if found.listed.len() < LIST_IDS {
-                    found.listed.push(text);
-                }
-                found.missing += 1;
-                found.routes.extend(share.routes.iter().cloned());
-            }
-        })
-        .await?;
+        audit.check_topic(topic, share, &mut found).await?;
         checked += share.rows;
         meter.update(checked);
     }
@@ -259,6 +209,94 @@ pub async fn run(args: AuditArgs) -> Result<()> {
                 String::new()
             }
         ))),
+    }
+}
+
+/// What every topic's check shares.
+struct Audit<'a> {
+    client: &'a Client,
+    settings: &'a Settings,
+    tables: &'a [OutboxTable],
+    window: &'a Window,
+    reader: &'a TopicReader,
+    /// The hashed ids of the dead-letter topic's records.
+    parked: HashSet<u128>,
+    /// `--margin`, in milliseconds.
+    margin_ms: i64,
+    out: &'a Output,
+}
+
+impl Audit<'_> {
+    /// One topic: its rows' ids, the topic read back to mark them off, and
+    /// a second pass over the rows that names those left unmarked.
+    async fn check_topic(
+        &self,
+        topic: &str,
+        share: &TopicRows,
+        found: &mut Findings,
+    ) -> Result<()> {
+        let (settings, tables) = (self.settings, self.tables);
+        let ids = id_cursor_select(settings, self.window, share);
+        let mut hashes = Vec::with_capacity(share.rows as usize);
+        for_each_id(self.client, tables, &settings.mapping.id, &ids, |id| {
+            hashes.push(hash(id))
+        })
+        .await?;
+        // An id in two rows (two tables) is one event: found once, found.
+        hashes.sort_unstable();
+        hashes.dedup();
+        let seen = self.read_back(topic, share.earliest_ms - self.margin_ms, &hashes)?;
+        debug!(topic, rows = share.rows, "topic read back");
+        for_each_id(self.client, tables, &settings.mapping.id, &ids, |id| {
+            let present = id.is_some() && hashes.binary_search(&hash(id)).is_ok_and(|i| seen[i]);
+            if present {
+                return;
+            }
+            let text = id.map_or_else(
+                || "(NULL)".into(),
+                |b| String::from_utf8_lossy(b).into_owned(),
+            );
+            let in_dead_letter = id.is_some_and(|id| self.parked.contains(&hash(Some(id))));
+            let parked_in = in_dead_letter.then(|| settings.dead_letter_topic());
+            self.out.missing(&text, topic, parked_in);
+            found.dead_lettered += u64::from(in_dead_letter);
+            // A NULL id cannot be selected by id: the command then
+            // selects by window.
+            found.null_ids |= id.is_none();
+            if found.listed.len() < LIST_IDS {
+                found.listed.push(text);
+            }
+            found.missing += 1;
+            found.routes.extend(share.routes.iter().cloned());
+        })
+        .await
+    }
+
+    /// Reads `topic` from `from_ms` on and marks each of the sorted
+    /// `hashes` whose event id a record carries.
+    fn read_back(&self, topic: &str, from_ms: i64, hashes: &[u128]) -> Result<Vec<bool>> {
+        let mut seen = vec![false; hashes.len()];
+        let mut shown = std::time::Instant::now();
+        let mut read = 0u64;
+        tokio::task::block_in_place(|| {
+            self.reader.scan(topic, from_ms, |message| {
+                use rdkafka::message::{Headers, Message};
+                read += 1;
+                if read % 10_000 == 0 && shown.elapsed() >= std::time::Duration::from_secs(5) {
+                    shown = std::time::Instant::now();
+                    info!(topic, records = read, "audit: reading the topic back");
+                }
+                let Some(headers) = message.headers() else {
+                    return;
+                };
+                if let Some(id) = headers.iter().find(|h| h.key == "id").and_then(|h| h.value) {
+                    if let Ok(i) = hashes.binary_search(&hash(Some(id))) {
+                        seen[i] = true;
+                    }
+                }
+            })
+        })?;
+        Ok(seen)
     }
 }
 
@@ -356,187 +394,9 @@ fn hash(id: Option<&[u8]>) -> u128 {
     (half(0) << 64) | half(1)
 }
 
-/// An identifier for a printed command: bare when that reads the same.
-fn ident(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_string()
-    } else {
-        quote_ident(name)
-    }
-}
-
-/// The `walrelay replay` that publishes the missing events: by id when
-/// they are few, else the window's rows of the topics concerned.
-fn replay_command(settings: &Settings, window: &Window, found: &Findings) -> String {
-    let predicate = if found.missing as usize <= found.listed.len() && !found.null_ids {
-        let ids: Vec<String> = found.listed.iter().map(|id| quote_literal(id)).collect();
-        format!("{} IN ({})", ident(&settings.mapping.id), ids.join(", "))
-    } else {
-        let routes: Vec<String> = found.routes.iter().map(|r| quote_literal(r)).collect();
-        format!(
-            "{} AND {} IN ({})",
-            window.predicate(),
-            ident(&settings.mapping.route_by),
-            routes.join(", ")
-        )
-    };
-    format!(
-        "walrelay replay --where {} --order-by {}",
-        shell_quote(&predicate),
-        shell_quote(&ident(&window.column))
-    )
-}
-
-/// Double quotes for a shell, with what they do not protect escaped.
-fn shell_quote(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        if matches!(c, '"' | '\\' | '$' | '`') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
-}
-
-/// What the audit prints on stdout: text, or one JSON object a line.
-struct Output {
-    json: bool,
-}
-
-impl Output {
-    fn window(&self, window: &Window, topics: &BTreeMap<String, TopicRows>, rows: u64) {
-        if self.json {
-            let topics: Vec<_> = topics
-                .iter()
-                .map(|(t, s)| json!({"topic": t, "rows": s.rows}))
-                .collect();
-            println!(
-                "{}",
-                json!({"window": {"since": window.since, "until": window.until,
-                    "time_column": window.column, "rows": rows, "topics": topics}})
-            );
-            return;
-        }
-        println!(
-            "walrelay audit: {rows} outbox rows with {} from {} to {}",
-            window.column, window.since, window.until
-        );
-        for (topic, share) in topics {
-            println!("  {topic}: {} rows", share.rows);
-        }
-    }
-
-    fn missing(&self, id: &str, topic: &str, dead_letter: Option<&str>) {
-        if self.json {
-            println!(
-                "{}",
-                json!({"missing": {"id": id, "topic": topic, "dead_letter_topic": dead_letter}})
-            );
-        } else if let Some(parked) = dead_letter {
-            println!("missing: event {id} in {topic} (poison: its copy is in {parked})");
-        } else {
-            println!("missing: event {id} in {topic}");
-        }
-    }
-
-    fn result(&self, found: &Findings, replay: Option<&str>) {
-        let ok = found.missing == 0 && found.unroutable == 0;
-        if self.json {
-            println!(
-                "{}",
-                json!({"result": {"ok": ok, "rows": found.rows, "missing": found.missing,
-                    "dead_lettered": found.dead_lettered, "unroutable": found.unroutable,
-                    "replay": replay}})
-            );
-            return;
-        }
-        if found.unroutable > 0 {
-            println!(
-                "{} rows route to no topic (a NULL route-by value, or one --topic-regex \
-                 refuses): they are poison, see --on-poison",
-                found.unroutable
-            );
-        }
-        if ok {
-            println!(
-                "audit passed: every one of the {} rows has its event in its topic",
-                found.rows
-            );
-        }
-        if found.dead_lettered > 0 {
-            println!(
-                "{} of the missing events are in the dead-letter topic: they were poison, \
-                 not lost; fix their cause before publishing them again",
-                found.dead_lettered
-            );
-        }
-        if let Some(command) = replay {
-            println!(
-                "{} of {} events are missing. To publish them again, with this audit's \
-                 connection, mapping and Kafka flags:\n  {command}",
-                found.missing, found.rows
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn window() -> Window {
-        Window {
-            since: "2026-12-01 10:00:00+00".into(),
-            until: "2026-12-01 12:00:00+00".into(),
-            column: "created_at".into(),
-        }
-    }
-
-    fn settings() -> Settings {
-        Settings::from_args(&crate::config::run_args(&[])).unwrap()
-    }
-
-    #[test]
-    fn a_few_missing_events_are_replayed_by_id_and_many_by_window_and_topic() {
-        let mut found = Findings {
-            missing: 2,
-            listed: vec!["a-1".into(), "it's".into()],
-            routes: ["OrderPlaced".to_string()].into(),
-            ..Findings::default()
-        };
-        assert_eq!(
-            replay_command(&settings(), &window(), &found),
-            r#"walrelay replay --where "id IN ('a-1', 'it''s')" --order-by "created_at""#
-        );
-        found.missing = 5000;
-        assert_eq!(
-            replay_command(&settings(), &window(), &found),
-            "walrelay replay --where \"created_at >= '2026-12-01 10:00:00+00' AND created_at < \
-             '2026-12-01 12:00:00+00' AND event_type IN ('OrderPlaced')\" --order-by \"created_at\""
-        );
-        found.missing = 2;
-        found.null_ids = true;
-        assert!(replay_command(&settings(), &window(), &found).contains("created_at >="));
-    }
-
-    #[test]
-    fn a_printed_command_survives_the_shell() {
-        assert_eq!(
-            shell_quote(r#"a "b" $c `d` \e"#),
-            r#""a \"b\" \$c \`d\` \\e""#
-        );
-        assert_eq!(ident("created_at"), "created_at");
-        assert_eq!(ident("CreatedAt"), "\"CreatedAt\"");
-    }
 
     #[test]
     fn ids_hash_apart_and_a_null_id_is_its_own() {
