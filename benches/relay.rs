@@ -29,6 +29,10 @@
 //!
 //! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
 //! streaming and to the acknowledgement of an event waiting in the slot.
+//!
+//! Replay and snapshot (`-- replay`, `-- snapshot`, only when named):
+//! `walrelay replay` and `run --snapshot-where` of BENCH_ROWS (200,000)
+//! rows against `COPY (SELECT …) TO STDOUT` of the same rows.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -37,6 +41,8 @@ mod support;
 mod crash_loop;
 #[path = "relay/floor.rs"]
 mod floor;
+#[path = "relay/lifecycle.rs"]
+mod lifecycle;
 #[path = "relay/startup.rs"]
 mod startup;
 
@@ -93,6 +99,12 @@ fn main() {
     }
     if wants("floor") {
         runtime.block_on(floor::floor());
+    }
+    if filter.iter().any(|f| f == "replay") {
+        runtime.block_on(lifecycle::replay());
+    }
+    if filter.iter().any(|f| f == "snapshot") {
+        runtime.block_on(lifecycle::snapshot());
     }
 }
 

@@ -1,7 +1,8 @@
 -- walrelay's memory of each slot (--state-table, default public.walrelay_state):
 -- that the slot was created (so a lost slot is never taken for a first
 -- start), the outbox tables as it accepted them, the settings that decide
--- what it publishes, and the last position Kafka acknowledged.
+-- what it publishes, the last position Kafka acknowledged, and the first
+-- start's snapshot (run --snapshot-where).
 --
 -- walrelay creates the table on its first start when its role may. For a
 -- least-privilege role (docs/security.md), a DBA runs this once; replace
@@ -17,6 +18,7 @@ CREATE TABLE IF NOT EXISTS "public"."walrelay_state" (
     verified_lsn pg_lsn,
     verified_at timestamptz,
     outbox jsonb,
-    settings jsonb
+    settings jsonb,
+    snapshot jsonb
 );
 GRANT SELECT, INSERT, UPDATE ON "public"."walrelay_state" TO walrelay;

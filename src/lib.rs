@@ -13,6 +13,7 @@ pub mod completions;
 pub mod config;
 pub mod error;
 pub mod kafka;
+pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod migrate;

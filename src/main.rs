@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use walrelay::config::{Cli, Command};
-use walrelay::{check, completions, logging, migrate, redrive, relay, status};
+use walrelay::{check, completions, lifecycle, logging, migrate, redrive, relay, status};
 
 /// How long walrelay's exit waits for blocking tasks still running.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -45,6 +45,8 @@ fn main() -> ExitCode {
             Command::Check(args) => check::run(*args).await,
             Command::Status(args) => status::run(args).await,
             Command::Redrive(args) => redrive::run(*args, shutdown_signal()).await,
+            Command::Replay(args) => lifecycle::replay::run(*args).await,
+            Command::Audit(args) => lifecycle::audit::run(*args).await,
             Command::MigrateFromDebezium { config, reuse_slot } => {
                 migrate::run(&config, migrate::Options { reuse_slot })
             }

@@ -97,6 +97,7 @@ struct Inner {
     slot_missing: IntGauge,
     publication_broken: IntGauge,
     ignored_messages: IntCounterVec,
+    snapshot: SnapshotGauges,
     /// The prefixes `ignored_messages` has a label for.
     ignored_prefixes: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The WAL position of the watchdog's last check that found the outbox
@@ -107,6 +108,57 @@ struct Inner {
 /// Distinct prefixes `walrelay_ignored_messages_total` names; the rest are
 /// counted as `(other)`, so a writer inventing prefixes cannot grow /metrics.
 const IGNORED_PREFIX_LABELS: usize = 50;
+
+/// The first start's snapshot, as `/metrics` shows it.
+struct SnapshotGauges {
+    running: IntGauge,
+    rows: IntGauge,
+    published: IntGauge,
+    per_second: Gauge,
+    seconds_left: Gauge,
+}
+
+impl SnapshotGauges {
+    fn register(registry: &Registry) -> Self {
+        let int = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let float = |name: &str, help: &str| Gauge::new(name, help).expect("valid metric");
+        let gauges = SnapshotGauges {
+            running: int(
+                "walrelay_snapshot_running",
+                "1 while the first start's snapshot (--snapshot-where) publishes rows; nothing streams meanwhile.",
+            ),
+            rows: int(
+                "walrelay_snapshot_rows",
+                "Rows the first start's snapshot publishes.",
+            ),
+            published: int(
+                "walrelay_snapshot_rows_published",
+                "Rows of the snapshot Kafka has acknowledged.",
+            ),
+            per_second: float(
+                "walrelay_snapshot_rows_per_second",
+                "The snapshot's rate so far, in rows acknowledged a second.",
+            ),
+            seconds_left: float(
+                "walrelay_snapshot_seconds_left",
+                "The snapshot's time left at its rate so far; -1 when unknown.",
+            ),
+        };
+        gauges.seconds_left.set(-1.0);
+        for collector in [
+            Box::new(gauges.running.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(gauges.rows.clone()),
+            Box::new(gauges.published.clone()),
+            Box::new(gauges.per_second.clone()),
+            Box::new(gauges.seconds_left.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric registered once");
+        }
+        gauges
+    }
+}
 
 /// What the watchdog read from `pg_replication_slots`.
 #[derive(Debug, Clone, Default)]
@@ -332,8 +384,10 @@ impl Metrics {
         ] {
             publish_errors.with_label_values(&[reason]);
         }
+        let snapshot = SnapshotGauges::register(&registry);
         Metrics(Arc::new(Inner {
             registry,
+            snapshot,
             streaming: AtomicBool::new(false),
             standby: AtomicBool::new(false),
             role,
@@ -369,6 +423,18 @@ impl Metrics {
             ignored_prefixes: Default::default(),
             outbox_verified: AtomicU64::new(0),
         }))
+    }
+
+    /// The first start's snapshot (`run --snapshot-where`): whether it
+    /// runs, its rows and those acknowledged, its rate and time left.
+    pub fn set_snapshot(&self, running: bool, rate: &crate::lifecycle::meter::Rate) {
+        let g = &self.0.snapshot;
+        g.running.set(i64::from(running));
+        g.rows.set(rate.total as i64);
+        g.published.set(rate.done as i64);
+        g.per_second.set(rate.per_second);
+        g.seconds_left
+            .set(rate.left.map_or(-1.0, |left| left.as_secs_f64()));
     }
 
     pub fn record_delivery(&self, topic: &str, commit_time_us: i64) {

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::postgres::publication;
 use crate::postgres::slot::{self, SlotReport};
 use crate::postgres::state::recovery::{lost_slot_error, missing_slot_error};
+use crate::postgres::state::snapshot::SnapshotState;
 use crate::postgres::state::StateTable;
 use crate::postgres::{describe_target, setup, PgTarget};
 use crate::watchdog::human_bytes;
@@ -15,9 +16,11 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let client = setup::connect(&pg).await?;
     let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;
-    let state = StateTable(args.conn.state_table.clone())
+    let state_table = StateTable(args.conn.state_table.clone());
+    let state = state_table
         .peek(&client, &args.conn.publication, slot_name)
         .await?;
+    let snapshot = state_table.peek_snapshot(&client, slot_name).await?;
     let remembered = state.as_ref().filter(|s| s.created.is_some());
     let tables = publication::tables(&client, &args.conn.publication).await?;
     let publication_exists = tables.is_some();
@@ -42,6 +45,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
                 "verified": lsn_at(s.verified.as_ref()),
                 "outbox": s.outbox,
                 "settings": s.settings,
+                "snapshot": snapshot,
             })),
             "publication": {
                 "name": args.conn.publication,
@@ -59,6 +63,20 @@ pub async fn run(args: StatusArgs) -> Result<()> {
                  {lsn}; last delivered position {}; outbox last found intact at {})",
                 s.last_delivered(),
                 s.last_verified()
+            );
+        }
+        if let Some(snap) = &snapshot {
+            println!(
+                "snapshot: {} at the slot's creation (--snapshot-where {:?}): {} of {} rows \
+                 published, consistent point {}",
+                match snap.state {
+                    SnapshotState::Taking => "begun, not finished: the next start publishes it",
+                    SnapshotState::Done => "published",
+                },
+                snap.predicate,
+                snap.published,
+                snap.rows,
+                snap.consistent_point.as_deref().unwrap_or("-")
             );
         }
     }

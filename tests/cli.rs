@@ -21,7 +21,7 @@ fn flags_from_help() -> BTreeMap<String, (String, Option<String>)> {
     flags_of("run")
 }
 
-/// flag -> (env var, default) from `walrelay <subcommand> --help`.
+/// flag -> (env var, default) from `walrelay SUBCOMMAND --help`.
 fn flags_of(subcommand: &str) -> BTreeMap<String, (String, Option<String>)> {
     let (_, help) = walrelay(&[subcommand, "--help"]);
     let mut flags = BTreeMap::new();
@@ -51,20 +51,37 @@ fn flags_of(subcommand: &str) -> BTreeMap<String, (String, Option<String>)> {
     flags
 }
 
-/// The flag rows of docs/configuration.md's section for `walrelay <subcommand>`
-/// and of its "Flags of every subcommand".
-fn documented_rows(doc: &str, subcommand: &str) -> Vec<String> {
-    let mut rows = Vec::new();
-    let mut inside = false;
-    for line in doc.lines() {
-        if let Some(heading) = line.strip_prefix("## ") {
-            inside = heading == format!("`walrelay {subcommand}`")
-                || heading == "Flags of every subcommand";
-        } else if inside && line.starts_with("| `-") {
-            rows.push(line.to_string());
+/// The lines of docs/configuration.md from the heading that names
+/// `walrelay SUBCOMMAND` to the next section of its level.
+fn section<'a>(doc: &'a str, subcommand: &str) -> Vec<&'a str> {
+    let heading = format!("## `walrelay {subcommand}`");
+    doc.lines()
+        .skip_while(|l| !l.starts_with(&heading))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || !l.starts_with("## "))
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// Every flag in `help` has a row in `rows` with its env var and default.
+fn assert_documented(rows: &[&str], help: &BTreeMap<String, (String, Option<String>)>) {
+    for (flag, (env, default)) in help {
+        let row = rows
+            .iter()
+            .find(|l| l.starts_with('|') && l.contains(&format!("`{flag}`")))
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for {flag}"));
+        assert!(
+            row.contains(&format!("`{env}`")),
+            "{flag}: env {env} missing in {row}"
+        );
+        match default {
+            Some(d) => assert!(
+                row.contains(&format!("`{d}`")),
+                "{flag}: default {d} missing in {row}"
+            ),
+            None => assert!(row.contains("required") || row.contains('—'), "{row}"),
         }
     }
-    rows
 }
 
 #[test]
@@ -74,37 +91,45 @@ fn configuration_doc_lists_every_flag_with_its_env_var_and_default() {
         "/docs/configuration.md"
     ))
     .unwrap();
-    // Each subcommand with a flag table of its own.
-    for subcommand in ["run", "redrive"] {
-        let help = flags_of(subcommand);
-        assert!(help.len() > 8, "parsed {help:?}");
-        let rows = documented_rows(&doc, subcommand);
-        for (flag, (env, default)) in &help {
-            let row = rows
-                .iter()
-                .find(|l| l.contains(&format!("`{flag}`")))
-                .unwrap_or_else(|| {
-                    panic!("docs/configuration.md has no row for {subcommand} {flag}")
-                });
-            assert!(
-                row.contains(&format!("`{env}`")),
-                "{subcommand} {flag}: env {env} missing in {row}"
-            );
-            match default {
-                Some(d) => assert!(
-                    row.contains(&format!("`{d}`")),
-                    "{subcommand} {flag}: default {d} missing in {row}"
-                ),
-                None => assert!(row.contains("required") || row.contains('—'), "{row}"),
-            }
-        }
-        for line in &rows {
+    let run = flags_from_help();
+    assert!(run.len() > 30, "parsed {run:?}");
+    let lines: Vec<&str> = doc.lines().collect();
+    assert_documented(&lines, &run);
+    let mut documented = run.clone();
+    // The commands that take every flag of run document their own flags
+    // in their own section.
+    // A command with flags of its own only documents them in its section.
+    for subcommand in ["redrive"] {
+        let own = flags_of(subcommand);
+        assert!(own.len() > 8, "parsed {own:?}");
+        let rows = section(&doc, subcommand);
+        assert_documented(&rows, &own);
+        for line in rows.iter().filter(|l| l.starts_with("| `-")) {
             let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
             assert!(
-                help.contains_key(flag),
+                own.contains_key(flag),
                 "docs/configuration.md documents {subcommand} {flag}, which --help lacks"
             );
         }
+        documented.extend(own);
+    }
+    for subcommand in ["replay", "audit"] {
+        let mut own = flags_of(subcommand);
+        assert!(
+            run.keys().all(|f| own.contains_key(f)),
+            "{subcommand} lacks run's flags"
+        );
+        own.retain(|flag, _| !run.contains_key(flag));
+        assert!(!own.is_empty(), "{subcommand} has no flags of its own");
+        assert_documented(&section(&doc, subcommand), &own);
+        documented.extend(own);
+    }
+    for line in doc.lines().filter(|l| l.starts_with("| `-")) {
+        let flag = line.split('`').find(|s| s.starts_with("--")).unwrap();
+        assert!(
+            documented.contains_key(flag),
+            "docs/configuration.md documents {flag}, which --help lacks"
+        );
     }
 }
 

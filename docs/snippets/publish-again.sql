@@ -1,3 +1,5 @@
+-- `walrelay replay --where …` publishes rows again without writing to the table
+-- (docs/operations.md, "Publishing events again"); this is the SQL alternative.
 -- Publish outbox rows again, with their own ids: delete them and insert
 -- them back in one transaction, so the WAL holds new INSERTs of the same
 -- rows (an INSERT of an id that is still there would violate the primary

@@ -7,6 +7,7 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Settings, Source};
+use crate::lifecycle::snapshot::{self, Step};
 use crate::postgres::publication;
 use crate::postgres::setup;
 use crate::postgres::state::decide::{decide, Observed, SlotPlan};
@@ -67,6 +68,39 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
             };
             for change in &verdict.accepted {
                 detail.push_str(&format!("; accepted by a flag: {change}"));
+            }
+            if let Some(plan) = &settings.snapshot {
+                let record = match table.peek_snapshot(client, &settings.slot).await {
+                    Ok(record) => record,
+                    Err(e) => return (Check::from_error(NAME, &e), None),
+                };
+                let step = snapshot::step(record.as_ref(), observed.slot_exists);
+                if matches!(step, Step::Take | Step::Redo(_)) {
+                    if let Err(e) = snapshot::check_rows(client, settings, plan).await {
+                        return (Check::from_error(NAME, &e), None);
+                    }
+                }
+                match step {
+                    Step::Refuse => {
+                        let refusal = snapshot::slot_exists_error(settings, plan);
+                        return (
+                            Check::fail(NAME, refusal.to_string(), "follow the steps above"),
+                            None,
+                        );
+                    }
+                    Step::Take => detail.push_str(
+                        "; the first start publishes the rows --snapshot-where selects, then \
+                         streams",
+                    ),
+                    Step::Redo(at) => detail.push_str(&format!(
+                        "; the snapshot begun at {at} was not finished: run publishes the rows \
+                         --snapshot-where selects again before it streams"
+                    )),
+                    Step::Done => detail.push_str(
+                        "; the slot's snapshot was taken when it was created (--snapshot-where \
+                         has nothing more to do)",
+                    ),
+                }
             }
             (Check::pass(NAME, detail), Some(verdict.slot))
         }

@@ -2,6 +2,7 @@
 //! settings derived from them.
 
 mod env_errors;
+mod lifecycle;
 mod redrive;
 mod retention;
 mod run;
@@ -12,9 +13,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
 pub use redrive::{RedriveArgs, RedriveSettings};
-pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
-pub use settings::{Flow, Settings, Timeouts};
+pub use run::{
+    FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs, WatchdogArgs,
+};
+pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 
 use crate::error::{Error, Result};
 use crate::postgres::PgTarget;
@@ -44,6 +48,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Publish the dead-letter topic's records again to their original topics; a second run sends nothing again.
     Redrive(Box<RedriveArgs>),
+    /// Publish outbox rows again, as they are now, to the topics run would give them (same flags as run).
+    Replay(Box<ReplayArgs>),
+    /// Check that every outbox row of a time window has its event in its topic; exit 1 naming the missing (same flags as run).
+    Audit(Box<AuditArgs>),
     /// Print the walrelay command equivalent to a Debezium connector with the outbox EventRouter.
     MigrateFromDebezium {
         /// The connector configuration: Kafka Connect JSON or a .properties file.

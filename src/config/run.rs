@@ -35,6 +35,21 @@ pub struct RunArgs {
     pub watchdog: WatchdogArgs,
     #[command(flatten)]
     pub retention: super::retention::RetentionArgs,
+    #[command(flatten)]
+    pub snapshot: SnapshotArgs,
+}
+
+/// The first start: rows already in the outbox, published before streaming.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "First start")]
+pub struct SnapshotArgs {
+    /// On the start that creates the slot, publish the outbox rows this SQL condition selects, as of the slot's exported snapshot, then stream (e.g. "published_at IS NULL").
+    #[arg(long, env = "WALRELAY_SNAPSHOT_WHERE", value_name = "SQL")]
+    pub snapshot_where: Option<String>,
+
+    /// The order the snapshot's rows are sent in, as SQL ORDER BY columns [default: the primary key].
+    #[arg(long, env = "WALRELAY_SNAPSHOT_ORDER_BY", value_name = "COLUMNS")]
+    pub snapshot_order_by: Option<String>,
 }
 
 /// Where events come from in the database.

@@ -3,13 +3,25 @@
 use super::Command;
 
 impl Command {
+    /// The flags of `run`, for the commands that take them all.
+    fn run_args(&self) -> Option<&super::RunArgs> {
+        match self {
+            Command::Run(args) => Some(args),
+            Command::Check(args) => Some(&args.run),
+            Command::Replay(args) => Some(&args.run),
+            Command::Audit(args) => Some(&args.run),
+            _ => None,
+        }
+    }
+
     /// The `-X` properties of a command that talks to Kafka.
     pub fn kafka_properties(&self) -> Vec<(String, String)> {
         match self {
-            Command::Run(args) => args.kafka.properties(),
-            Command::Check(args) => args.run.kafka.properties(),
             Command::Redrive(args) => args.kafka.properties(),
-            _ => Vec::new(),
+            other => other
+                .run_args()
+                .map(|args| args.kafka.properties())
+                .unwrap_or_default(),
         }
     }
 
@@ -19,13 +31,8 @@ impl Command {
     /// credentials.
     pub fn secrets(&self) -> Vec<String> {
         let pg_url = match self {
-            Command::Run(args) => Some(&args.conn.pg_url),
-            Command::Check(args) => Some(&args.run.conn.pg_url),
             Command::Status(args) => Some(&args.conn.pg_url),
-            Command::Redrive(_)
-            | Command::MigrateFromDebezium { .. }
-            | Command::Completions { .. }
-            | Command::Man { .. } => None,
+            other => other.run_args().map(|args| &args.conn.pg_url),
         };
         let properties = self.kafka_properties();
         let mut secrets = Vec::new();
@@ -33,11 +40,9 @@ impl Command {
             secrets.extend(pg_passwords(url));
             secrets.extend(super::pg_password_from_env());
         }
-        let webhook = match self {
-            Command::Run(args) => args.watchdog.alert_webhook.as_deref(),
-            Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
-            _ => None,
-        };
+        let webhook = self
+            .run_args()
+            .and_then(|args| args.watchdog.alert_webhook.as_deref());
         if let Some(password) = webhook.and_then(url_password) {
             // As written, and as the receiver reads it.
             secrets.push(crate::percent::decode(&password));

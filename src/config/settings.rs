@@ -55,6 +55,15 @@ pub struct Settings {
     pub watchdog: WatchdogSettings,
     /// `--retention` / `--partitions-ahead`; None when neither is given.
     pub retention: Option<RetentionSettings>,
+    /// `--snapshot-where`: rows to publish on the start that creates the slot.
+    pub snapshot: Option<SnapshotPlan>,
+}
+
+/// The first start's snapshot (`--snapshot-where`, `--snapshot-order-by`).
+#[derive(Debug, Clone)]
+pub struct SnapshotPlan {
+    pub predicate: String,
+    pub order_by: Option<String>,
 }
 
 /// How much the apply loop may have in hand, and how often it reports.
@@ -109,6 +118,7 @@ impl Settings {
             ));
         }
         check_formats(args)?;
+        let snapshot = snapshot_plan(args)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
         validate_topic(&poison.dead_letter_topic)
@@ -189,6 +199,7 @@ impl Settings {
                 webhook,
             },
             retention: args.retention.settings(source.source)?,
+            snapshot,
         })
     }
 
@@ -235,6 +246,35 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `--snapshot-where`: a table to read it from, and something to read.
+fn snapshot_plan(args: &RunArgs) -> Result<Option<SnapshotPlan>> {
+    let flags = &args.snapshot;
+    let Some(predicate) = flags.snapshot_where.as_deref().map(str::trim) else {
+        if flags.snapshot_order_by.is_some() {
+            return Err(Error::permanent(
+                "--snapshot-order-by orders the rows of --snapshot-where: give both, or neither",
+            ));
+        }
+        return Ok(None);
+    };
+    if predicate.is_empty() {
+        return Err(Error::permanent(
+            "--snapshot-where is empty: give a SQL condition on the outbox table, e.g. \
+             'published_at IS NULL', or 'true' for every row",
+        ));
+    }
+    if args.source.source == Source::Messages {
+        return Err(Error::permanent(
+            "--snapshot-where publishes rows of the outbox table, and --source messages has \
+             none: leave it out",
+        ));
+    }
+    Ok(Some(SnapshotPlan {
+        predicate: predicate.to_string(),
+        order_by: flags.snapshot_order_by.clone(),
+    }))
 }
 
 /// The `--kafka-brokers` list: librdkafka takes an empty one and then waits

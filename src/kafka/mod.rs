@@ -1,10 +1,11 @@
 //! Everything that talks to Kafka: the client configuration, the sink (an
-//! idempotent producer with its delivery reports), and topic creation
-//! through the admin API.
+//! idempotent producer with its delivery reports), topic creation through
+//! the admin API, and reading a topic back over a time range (the audit).
 
 pub mod client;
 pub mod producer;
 pub mod reachability;
+pub mod reader;
 pub mod topics;
 
 use rdkafka::config::ClientConfig;

@@ -188,6 +188,38 @@ impl ReplicationConnection {
         })
     }
 
+    /// Creates the logical pgoutput slot and exports a snapshot of the
+    /// database at its consistent point: every transaction committed
+    /// before that point is visible in the snapshot, every later one comes
+    /// through the slot. Returns the consistent point and the snapshot's
+    /// name, which stays valid only until this connection runs its next
+    /// command or closes. `version` is the server's (server_version_num);
+    /// `failover` asks for a failover slot on PostgreSQL 17+.
+    pub async fn create_slot_exporting(
+        &mut self,
+        slot: &str,
+        version: i32,
+        failover: bool,
+    ) -> Result<(Lsn, String)> {
+        let command = create_slot_exporting(slot, version, failover);
+        let row = self
+            .conn
+            .query_row(&command, "CREATE_REPLICATION_SLOT")
+            .await?;
+        let field = |i: usize| row.get(i).cloned().flatten();
+        let malformed =
+            || Error::permanent("Postgres answered CREATE_REPLICATION_SLOT with an unexpected row");
+        let consistent_point = field(1)
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(malformed)?;
+        Ok((consistent_point, field(2).ok_or_else(malformed)?))
+    }
+
+    /// Closes the connection without streaming.
+    pub async fn close(self) {
+        self.conn.writer.terminate().await;
+    }
+
     /// Starts streaming the slot from `start` (`0/0` means the slot's own
     /// confirmed position; a later one makes the server skip every
     /// transaction that committed before it). `messages` asks pgoutput for
@@ -218,9 +250,46 @@ impl ReplicationConnection {
     }
 }
 
+/// The CREATE_REPLICATION_SLOT that exports a snapshot. PostgreSQL's
+/// "Streaming Replication Protocol" page: `CREATE_REPLICATION_SLOT
+/// slot_name [ TEMPORARY ] { PHYSICAL | LOGICAL output_plugin } [ ( option
+/// [, ...] ) ]` with `SNAPSHOT { 'export' | 'use' | 'nothing' }` since 15
+/// and `FAILOVER [ boolean ]` since 17; before 15, the keyword
+/// `EXPORT_SNAPSHOT` after the plugin (which 17's option list no longer
+/// takes, so each version gets its own form).
+fn create_slot_exporting(slot: &str, version: i32, failover: bool) -> String {
+    let options = match (version >= 150_000, failover && version >= 170_000) {
+        (true, true) => "(SNAPSHOT 'export', FAILOVER true)",
+        (true, false) => "(SNAPSHOT 'export')",
+        (false, _) => "EXPORT_SNAPSHOT",
+    };
+    format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {options}",
+        quote_ident(slot)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exporting_slot_command_has_each_versions_syntax() {
+        let command = |version, failover| create_slot_exporting("walrelay", version, failover);
+        assert_eq!(
+            command(140_010, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        );
+        assert_eq!(
+            command(150_018, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput (SNAPSHOT 'export')"
+        );
+        assert_eq!(
+            command(170_010, true),
+            "CREATE_REPLICATION_SLOT \"walrelay\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"
+        );
+        assert_eq!(command(170_010, false), command(150_018, true));
+    }
 
     #[test]
     fn keepalive_with_reply_request_is_parsed() {

@@ -85,6 +85,16 @@ fn refused(error: ServerError, config: &tokio_postgres::Config) -> Error {
     .with_source(error)
 }
 
+/// The session settings pgoutput writes values with: timestamps in ISO
+/// (for --field-timestamp), floats exact, and bytea in hex whatever the
+/// server's default, so it decodes to raw bytes. A SQL session that reads
+/// rows as the stream would give them (`lifecycle::rows`) sets the same.
+pub const OUTPUT_SETTINGS: &[(&str, &str)] = &[
+    ("DateStyle", "ISO, MDY"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+];
+
 /// A connection in `replication=database` mode, before or during streaming.
 /// Its two halves can be driven independently once streaming starts.
 pub struct WireConnection {
@@ -228,12 +238,7 @@ impl WireConnection {
             "application_name",
             config.get_application_name().unwrap_or("walrelay"),
         ));
-        // pgoutput writes values with the session's output settings: make
-        // timestamps ISO (for --field-timestamp), floats exact, and bytea
-        // in hex whatever the server's default, so it decodes to raw bytes.
-        params.push(("DateStyle", "ISO, MDY"));
-        params.push(("extra_float_digits", "3"));
-        params.push(("bytea_output", "hex"));
+        params.extend_from_slice(OUTPUT_SETTINGS);
         frontend::startup_message(params, &mut self.writer.buf).map_err(protocol_error)?;
         self.writer.flush().await?;
 

@@ -373,17 +373,10 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         let txn = self
             .open_txn
             .ok_or_else(|| protocol(&format!("{what} outside a transaction")))?;
-        let (publisher, progress) = (&mut self.publisher, &mut self.progress);
-        match mapped {
-            Ok(event) => {
-                let received_at = self.liveness.heard_at();
-                publisher.publish(progress, txn, event, received_at).await
-            }
-            Err(MappingError { event, reason }) => {
-                let poisoned = Poisoned::new(txn, &event, None, reason);
-                publisher.reject(progress, poisoned).await
-            }
-        }
+        let received_at = self.liveness.heard_at();
+        self.publisher
+            .publish_mapped(&mut self.progress, txn, mapped, received_at)
+            .await
     }
 
     /// A Relation message arrives before a table's first change in a session

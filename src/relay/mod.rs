@@ -6,8 +6,8 @@
 
 mod apply;
 mod poison;
-mod progress;
-mod publish;
+pub mod progress;
+pub mod publish;
 mod refused;
 mod resume;
 mod standby;
@@ -26,13 +26,14 @@ use tracing::{info, warn};
 use crate::config::{OnUpdate, RunArgs, Settings, Source};
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::KafkaSink;
+use crate::lifecycle::snapshot;
 use crate::metrics::{self, Metrics};
 use crate::postgres::guard;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
-use crate::postgres::state::decide::{decide, settings_verdict, Observed};
+use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
 use crate::postgres::state::recovery::unpublished_since;
 use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId};
 use crate::postgres::{describe_target, replication, setup};
@@ -258,46 +259,43 @@ async fn session(
     ever_connected: &mut bool,
     shared: &Shared,
 ) -> Result<()> {
+    let new_sink = || {
+        KafkaSink::new(
+            &settings.kafka,
+            &settings.topics,
+            metrics.clone(),
+            shared.fatal.clone(),
+        )
+    };
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
-    let sink = KafkaSink::new(
-        &settings.kafka,
-        &settings.topics,
-        metrics.clone(),
-        shared.fatal.clone(),
-    )?;
-    let mut started = Started::default();
-    // A server that accepts the connection and then says nothing must not
-    // hold the session, or a stop request, forever.
-    let opening = tokio::time::timeout(
-        settings.timeouts.setup,
-        open(settings, ever_connected, shared, metrics, &mut started),
-    );
-    let opened = tokio::select! {
-        opened = opening => opened.unwrap_or_else(|_| Err(Error::transient(format!(
-            "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
-             in time (an unresponsive server, or slot creation waiting for long-running \
-             transactions: see pg_stat_activity)",
-            settings.timeouts.setup
-        )))),
-        _ = shutdown.wait_for(|stop| *stop) => Err(Error::transient("stopped while starting")),
-    };
-    let opened = match opened {
-        Ok(opened) => opened,
-        Err(e) => {
-            // Abandoned while the server creates the slot: it would finish
-            // after walrelay gave up, and leave a slot nobody reads.
-            if let Some(creation) = started.creating.take() {
-                setup::cancel(&settings.pg, creation).await;
+    let sink = new_sink()?;
+    let opened = match open_in_time(settings, ever_connected, shared, metrics, shutdown).await? {
+        None => return Ok(()),
+        Some(Opening::Stream(opened)) => (*opened, sink),
+        // The first start's snapshot: published whole before anything streams.
+        Some(Opening::Snapshot(job)) => {
+            let plan = settings
+                .snapshot
+                .as_ref()
+                .expect("a snapshot was asked for");
+            if !snapshot::publish(settings, plan, metrics, job, sink, shutdown).await? {
+                return Ok(());
             }
-            // Held by another process: someone streams from it, it is not
-            // left behind.
-            if started.created && e.kind() != Kind::Standby {
-                setup::drop_created_slot(&settings.pg, &settings.slot).await;
+            let sink = new_sink()?;
+            match open_in_time(settings, ever_connected, shared, metrics, shutdown).await? {
+                None => return Ok(()),
+                Some(Opening::Stream(opened)) => (*opened, sink),
+                Some(Opening::Snapshot(_)) => {
+                    return Err(Error::permanent(
+                        "the snapshot was published, yet the state table still asks for it: \
+                         is another walrelay with --snapshot-where starting on this slot?",
+                    ))
+                }
             }
-            return if *shutdown.borrow() { Ok(()) } else { Err(e) };
         }
     };
+    let (opened, sink) = opened;
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
         metrics.clone(),
@@ -319,6 +317,61 @@ async fn session(
     result
 }
 
+/// `open`, bounded by --setup-timeout; None when a stop request came first.
+/// A start that fails undoes what it did: a slot must not outlive a start
+/// that never streamed from it.
+async fn open_in_time(
+    settings: &Settings,
+    ever_connected: &mut bool,
+    shared: &Shared,
+    metrics: &Metrics,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Opening>> {
+    let mut started = Started::default();
+    // A server that accepts the connection and then says nothing must not
+    // hold the session, or a stop request, forever.
+    let opening = tokio::time::timeout(
+        settings.timeouts.setup,
+        open(settings, ever_connected, shared, metrics, &mut started),
+    );
+    let opened = tokio::select! {
+        opened = opening => opened.unwrap_or_else(|_| Err(Error::transient(format!(
+            "the session did not start within --setup-timeout ({:?}): Postgres did not answer \
+             in time (an unresponsive server, or slot creation waiting for long-running \
+             transactions: see pg_stat_activity)",
+            settings.timeouts.setup
+        )))),
+        _ = shutdown.wait_for(|stop| *stop) => Err(Error::transient("stopped while starting")),
+    };
+    match opened {
+        Ok(opening) => Ok(Some(opening)),
+        Err(e) => {
+            // Abandoned while the server creates the slot: it would finish
+            // after walrelay gave up, and leave a slot nobody reads.
+            if let Some(creation) = started.creating.take() {
+                setup::cancel(&settings.pg, creation).await;
+            }
+            // Held by another process: someone streams from it, it is not
+            // left behind.
+            if started.created && e.kind() != Kind::Standby {
+                setup::drop_created_slot(&settings.pg, &settings.slot).await;
+            }
+            if *shutdown.borrow() {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What a start leads to.
+enum Opening {
+    Stream(Box<Opened>),
+    /// The first start's snapshot, to publish before streaming.
+    Snapshot(snapshot::Job),
+}
+
 /// "streaming started" means both ends work: it waits for a broker to
 /// answer (kafka::reachability warns while none does).
 async fn announce_streaming(metrics: Metrics, slot: String, start: Lsn) {
@@ -336,7 +389,7 @@ async fn open(
     shared: &Shared,
     metrics: &Metrics,
     started: &mut Started,
-) -> Result<Opened> {
+) -> Result<Opening> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
@@ -440,6 +493,31 @@ async fn open(
     if accepting {
         shared.change_accepted.store(true, Ordering::Relaxed);
     }
+    if let Some(plan) = &settings.snapshot {
+        let gap_from = match &verdict.slot {
+            SlotPlan::CreateReplacing { gap_from } => Some(gap_from.as_str()),
+            _ => None,
+        };
+        let job = snapshot::prepare(
+            &client,
+            &mut replication,
+            settings,
+            plan,
+            existing.is_some(),
+            gap_from,
+        )
+        .await?;
+        if let Some(job) = job {
+            // The slot stays where it is, confirmed by nobody, until the
+            // snapshot's rows are all in Kafka.
+            replication.close().await;
+            shared.outbox.send_replace(Accepted {
+                outbox: outbox.clone(),
+                intact_at: wal_now,
+            });
+            return Ok(Opening::Snapshot(job));
+        }
+    }
     started.creating = Some(client.cancel_token());
     let ready = setup::ensure_slot(
         &client,
@@ -514,7 +592,7 @@ async fn open(
         accepted: outbox.iter().flat_map(|o| o.oids()).collect(),
         intact_at: wal_now,
     });
-    Ok(Opened {
+    Ok(Opening::Stream(Box::new(Opened {
         upstream: PgUpstream {
             stream,
             status,
@@ -525,7 +603,7 @@ async fn open(
         server: system.server,
         read_timeout,
         guard,
-    })
+    })))
 }
 
 /// What the guard (sql/walrelay_guard.sql) watches in this session, if it

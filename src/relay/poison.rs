@@ -108,12 +108,12 @@ impl Poisoned {
     pub fn verdict(&self, on_poison: OnPoison, dead_letter_topic: &str) -> Verdict {
         match on_poison {
             OnPoison::Halt => Verdict::Halt(Error::permanent(format!(
-                "cannot publish event {} (transaction at LSN {}): {}. walrelay stopped before it \
-                 and the slot stays before it; fix the cause and restart, or run with \
+                "cannot publish event {} ({}): {}. {}; fix the cause and restart, or run with \
                  --on-poison dead-letter to park such events in {dead_letter_topic}",
                 text(self.event_id.as_ref()),
-                self.commit_lsn,
+                origin(self.commit_lsn),
                 self.reason,
+                stopped(self.commit_lsn),
             ))),
             OnPoison::DeadLetter => Verdict::DeadLetter(self.dead_letter_copy(dead_letter_topic)),
         }
@@ -155,11 +155,33 @@ impl Poisoned {
 /// Stops walrelay for a dead-letter copy that cannot be published.
 pub fn cannot_dead_letter(event_id: Option<&Bytes>, commit_lsn: Lsn, why: &str) -> Error {
     Error::permanent(format!(
-        "cannot dead-letter event {} (transaction at LSN {commit_lsn}): {why}. walrelay stopped \
-         and the slot stays before it; for a size error raise --dead-letter-max-message-bytes \
-         (and the dead-letter topic's max.message.bytes), otherwise fix the cause, and restart",
+        "cannot dead-letter event {} ({}): {why}. {}; for a size error raise \
+         --dead-letter-max-message-bytes (and the dead-letter topic's max.message.bytes), \
+         otherwise fix the cause, and restart",
         text(event_id),
+        origin(commit_lsn),
+        stopped(commit_lsn),
     ))
+}
+
+/// Where a poison event came from. A row read from the table (replay, a
+/// snapshot) has no commit LSN: 0/0, Postgres's InvalidXLogRecPtr, which
+/// no transaction commits at.
+fn origin(commit_lsn: Lsn) -> String {
+    if commit_lsn == Lsn::ZERO {
+        "a row read from the outbox table".to_string()
+    } else {
+        format!("transaction at LSN {commit_lsn}")
+    }
+}
+
+/// What stopping means for the slot.
+fn stopped(commit_lsn: Lsn) -> &'static str {
+    if commit_lsn == Lsn::ZERO {
+        "walrelay stopped before it"
+    } else {
+        "walrelay stopped before it and the slot stays before it"
+    }
 }
 
 /// The error for a refusal that is configuration, not the event: the

@@ -90,19 +90,9 @@ impl Relay {
                 command
             }
             Some((line, env)) => {
-                let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
-                let path = format!(
-                    "{}:{}",
-                    bin.parent().unwrap().display(),
-                    std::env::var("PATH").unwrap_or_default()
-                );
                 // exec: the child's pid is walrelay's, so kill9 and signals reach it.
-                let mut command = Command::new("bash");
-                command
-                    .arg("-c")
-                    .arg(format!("exec {line}"))
-                    .env("PATH", path)
-                    .envs(env.iter().map(|(k, v)| (k, v)));
+                let mut command = shell(&format!("exec {line}"));
+                command.envs(env.iter().map(|(k, v)| (k, v)));
                 command
             }
         };
@@ -240,4 +230,50 @@ impl Drop for Relay {
             eprintln!("--- walrelay log ---\n{}", self.log());
         }
     }
+}
+
+/// What a one-shot command (`walrelay replay`, `walrelay audit`) left behind.
+#[derive(Debug)]
+pub struct Finished {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `walrelay SUBCOMMAND` against `pg` and `broker` with `extra` flags,
+/// to its end.
+pub fn run_command(subcommand: &str, pg: &Postgres, broker: &Broker, extra: &[&str]) -> Finished {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args([
+            subcommand,
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+        ])
+        .args(extra)
+        .env("WALRELAY_LOG", "info,walrelay=debug")
+        .output()
+        .unwrap();
+    Finished {
+        success: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// bash running `line`, with the walrelay under test first on its PATH:
+/// a command as a user pastes it.
+pub fn shell(line: &str) -> Command {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command.arg("-c").arg(line).env("PATH", path);
+    command
 }

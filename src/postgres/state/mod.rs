@@ -32,6 +32,7 @@
 pub mod decide;
 mod legacy;
 pub mod recovery;
+pub mod snapshot;
 
 use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
@@ -190,7 +191,8 @@ impl StateTable {
              \x20   verified_lsn pg_lsn,\n\
              \x20   verified_at timestamptz,\n\
              \x20   outbox jsonb,\n\
-             \x20   settings jsonb\n\
+             \x20   settings jsonb,\n\
+             \x20   snapshot jsonb\n\
              )",
             self.0.quoted()
         )

@@ -44,7 +44,8 @@ pub fn recovery_steps(slot: &str) -> String {
          are kept, else from the business tables), start walrelay once with \
          --recreate-missing-slot (after dropping a lost slot with \
          SELECT pg_drop_replication_slot('{slot}');), then publish those events again with \
-         their original ids so consumers dedupe what they already saw. \
+         their original ids so consumers dedupe what they already saw (walrelay replay \
+         --where \"created_at >= '…'\"). \
          See docs/operations.md, \"The slot is lost\" and \"Publishing events again\""
     )
 }
@@ -64,8 +65,9 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
     Error::permanent(format!(
         "{what}. Rows written to the table while it was not published never reached the slot, \
          so events committed between LSN {} and {} may be missing from Kafka, and walrelay \
-         stopped instead of streaming on. Publish the rows of that range again (same event ids, \
-         so consumers dedupe what they saw: docs/operations.md, \"Publishing events again\"), \
+         stopped instead of streaming on. Publish the rows of that range again (walrelay replay \
+         --where \"created_at >= '…'\"; same event ids, so consumers dedupe what they saw: \
+         docs/operations.md, \"Publishing events again\"), \
          then start walrelay once with --accept-outbox-change to record the table as it is now",
         risk.from, risk.to
     ))

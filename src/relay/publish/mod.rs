@@ -23,7 +23,7 @@ use crate::clock;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
-use crate::outbox::mapping::OutboxEvent;
+use crate::outbox::mapping::{MappingError, OutboxEvent};
 use crate::sink::{Delivery, Record, Refusal, Rejection, SendError, Sink, TopicAccess, TopicInfo};
 
 /// Distinct route-by values remembered before the topic cache starts over.
@@ -86,6 +86,24 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             self.reject(progress, poisoned).await?;
         }
         self.send_suspect_alone(progress)
+    }
+
+    /// A row (or message) as the mapping read it: published when it became
+    /// an event, handed to the poison policy when it could not.
+    pub async fn publish_mapped(
+        &mut self,
+        progress: &mut Progress,
+        txn: TxnRef,
+        mapped: std::result::Result<OutboxEvent, MappingError>,
+        received_at: Instant,
+    ) -> Result<()> {
+        match mapped {
+            Ok(event) => self.publish(progress, txn, event, received_at).await,
+            Err(MappingError { event, reason }) => {
+                let poisoned = Poisoned::new(txn, &event, None, reason);
+                self.reject(progress, poisoned).await
+            }
+        }
     }
 
     /// The per-event path: route, check the size, hand to the sink.

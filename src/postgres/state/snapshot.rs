@@ -1,0 +1,136 @@
+//! The first start's snapshot, as the state table remembers it
+//! (`run --snapshot-where`, `lifecycle::snapshot`): taken and done, or
+//! begun and never finished, which the next start must redo before it
+//! streams, since the slot stands where the snapshot was taken.
+//!
+//! Kept in a column of its own (`snapshot jsonb`), added to a table made
+//! by an older walrelay the first time a snapshot is asked for.
+
+use serde::{Deserialize, Serialize};
+use tokio_postgres::Client;
+
+use super::StateTable;
+use crate::error::{Error, Result};
+use crate::postgres::sql_error;
+
+/// A snapshot's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotState {
+    /// Begun, not known to be finished: nothing may be streamed before it is.
+    Taking,
+    /// Every row of it acknowledged by Kafka.
+    Done,
+}
+
+/// What the state table records of a slot's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub state: SnapshotState,
+    /// `--snapshot-where`, as given.
+    pub predicate: String,
+    /// The slot's consistent point, once the slot exists.
+    pub consistent_point: Option<String>,
+    /// Rows the snapshot selected, and how many Kafka acknowledged.
+    pub rows: u64,
+    pub published: u64,
+}
+
+impl StateTable {
+    /// Adds the `snapshot` column to a table an older walrelay made. Only
+    /// the table's owner may: anyone else gets the statement to run.
+    pub async fn ensure_snapshot_column(&self, client: &Client) -> Result<()> {
+        let present = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_attribute \
+                 WHERE attrelid = $1::text::regclass AND attname = 'snapshot' AND NOT attisdropped",
+                &[&self.0.quoted()],
+            )
+            .await
+            .map_err(|e| sql_error(format!("cannot read the columns of {self}"), e))?
+            .is_some();
+        if present {
+            return Ok(());
+        }
+        let alter = format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS snapshot jsonb",
+            self.0.quoted()
+        );
+        client.batch_execute(&alter).await.map_err(|e| {
+            Error::permanent(format!(
+                "--snapshot-where records the snapshot's progress in the state table {self}, \
+                 which has no snapshot column, and this role may not add it: let its owner \
+                 run {alter};"
+            ))
+            .with_source(e)
+        })
+    }
+
+    /// The slot's snapshot record, if a snapshot was ever begun.
+    pub async fn read_snapshot(
+        &self,
+        client: &Client,
+        slot: &str,
+    ) -> Result<Option<SnapshotRecord>> {
+        let sql = format!(
+            "SELECT snapshot::text FROM {} WHERE slot = $1",
+            self.0.quoted()
+        );
+        let row = client
+            .query_opt(&sql, &[&slot])
+            .await
+            .map_err(|e| sql_error(format!("cannot read the snapshot record in {self}"), e))?;
+        let text: Option<String> = row.and_then(|r| r.get(0));
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|e| {
+                Error::permanent(format!(
+                    "the snapshot record of slot {slot:?} in {self} is not one walrelay wrote: {t}"
+                ))
+                .with_source(e)
+            })
+        })
+        .transpose()
+    }
+
+    /// The slot's snapshot record for a reader that changes nothing
+    /// (`walrelay check`): a table without the column has none.
+    pub async fn peek_snapshot(
+        &self,
+        client: &Client,
+        slot: &str,
+    ) -> Result<Option<SnapshotRecord>> {
+        use tokio_postgres::error::SqlState;
+        match self.read_snapshot(client, slot).await {
+            Err(e) => {
+                let absent = [SqlState::UNDEFINED_COLUMN, SqlState::UNDEFINED_TABLE];
+                let code = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<tokio_postgres::Error>())
+                    .and_then(tokio_postgres::Error::code);
+                match code {
+                    Some(code) if absent.contains(code) => Ok(None),
+                    _ => Err(e),
+                }
+            }
+            found => found,
+        }
+    }
+
+    /// Records the slot's snapshot (the slot's row exists: start-up wrote it).
+    pub async fn record_snapshot(
+        &self,
+        client: &Client,
+        slot: &str,
+        record: &SnapshotRecord,
+    ) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET snapshot = $2::text::jsonb WHERE slot = $1",
+            self.0.quoted()
+        );
+        let json = serde_json::to_string(record).expect("a record serializes");
+        client
+            .execute(&sql, &[&slot, &json])
+            .await
+            .map(drop)
+            .map_err(|e| sql_error(format!("cannot record the snapshot in {self}"), e))
+    }
+}

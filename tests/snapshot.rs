@@ -1,0 +1,328 @@
+//! `walrelay run --snapshot-where`: the cutover from a polling relay. On
+//! the start that creates the slot, the rows the old relay left unpublished
+//! go out first, then the stream, with nothing in the gap, nothing twice,
+//! and each key's events in order, while the application keeps writing.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::kafka::Received;
+use support::pg::confirmed_flush_lsn;
+use support::relay::run_command;
+use support::{eventually, Broker, Postgres, Relay};
+
+const WAIT: Duration = Duration::from_secs(120);
+const TOPIC: &str = "outbox.event.Cutover";
+
+/// The outbox of a polling relay (the seeds' layout): rows it published
+/// carry `published_at`; failed attempts are retried at `next_attempt_at`.
+const POLLING_OUTBOX: &str = "CREATE TABLE outbox (
+    id bigserial PRIMARY KEY,
+    aggregate_type text NOT NULL,
+    aggregate_id text NOT NULL,
+    event_type text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    published_at timestamptz,
+    attempts int NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz,
+    last_error text
+)";
+
+const CUTOVER: &[&str] = &[
+    "--snapshot-where",
+    "published_at IS NULL",
+    "--snapshot-order-by",
+    "id",
+];
+
+/// A cluster with an empty polling relay's outbox, and a broker.
+async fn polling_outbox() -> (Postgres, Broker, tokio_postgres::Client) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(POLLING_OUTBOX).await.unwrap();
+    (pg, broker, client)
+}
+
+/// Rows `from..=to` of the sequence, over four keys: the old relay
+/// published the first `published` of them, and failed on some others.
+async fn seed(client: &tokio_postgres::Client, from: i64, to: i64, published: i64) {
+    client
+        .execute(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, \
+                                 published_at, attempts, next_attempt_at, last_error) \
+             SELECT 'order', 'agg-' || (i % 4), 'Cutover', jsonb_build_object('seq', i), \
+                    CASE WHEN i < $1 + $3 THEN now() END, \
+                    CASE WHEN i % 7 = 0 THEN 2 ELSE 1 END, \
+                    CASE WHEN i % 7 = 0 THEN now() + interval '1 minute' END, \
+                    CASE WHEN i % 7 = 0 THEN 'broker down' END \
+             FROM generate_series($1::bigint, $2::bigint) i",
+            &[&from, &to, &published],
+        )
+        .await
+        .unwrap();
+}
+
+/// The application, writing one event per transaction until stopped.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicI64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    async fn start(pg: &Postgres, first: i64) -> Writer {
+        let client = pg.client().await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicI64::new(first));
+        let (stop2, next2) = (stop.clone(), next.clone());
+        let task = tokio::spawn(async move {
+            while !stop2.load(Ordering::Relaxed) {
+                let seq = next2.load(Ordering::Relaxed);
+                client
+                    .execute(
+                        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                         VALUES ('order', 'agg-' || ($1::bigint % 4), 'Cutover', \
+                                 jsonb_build_object('seq', $1::bigint))",
+                        &[&seq],
+                    )
+                    .await
+                    .unwrap();
+                next2.store(seq + 1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Writer { stop, next, task }
+    }
+
+    /// Rows written so far.
+    fn written(&self) -> i64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+    }
+}
+
+/// Every id of the outbox that `condition` selects.
+async fn ids(client: &tokio_postgres::Client, condition: &str) -> HashSet<String> {
+    client
+        .query(
+            &format!("SELECT id::text FROM outbox WHERE {condition}"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Reads until every id in `expected` arrived, then a while longer, so
+/// that a duplicate would show.
+fn read_all(reader: &support::kafka::KafkaReader, expected: &HashSet<String>) -> Vec<Received> {
+    let mut got: Vec<Received> = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        got.extend(reader.read(expected.len(), Duration::from_secs(2)));
+        let seen: HashSet<String> = got.iter().map(|m| m.header("id").unwrap().into()).collect();
+        if expected.is_subset(&seen) {
+            break;
+        }
+    }
+    got.extend(reader.read_for(Duration::from_secs(3)));
+    got
+}
+
+/// Each key's `seq`s in the order Kafka holds them.
+fn seqs_by_key(got: &[Received]) -> HashMap<String, Vec<i64>> {
+    let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for m in got {
+        let value: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
+        by_key
+            .entry(m.key.clone().unwrap())
+            .or_default()
+            .push(value["seq"].as_i64().unwrap());
+    }
+    by_key
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cutover_from_a_polling_relay_publishes_every_unpublished_and_new_row_once_in_key_order()
+{
+    let (pg, broker, client) = polling_outbox().await;
+    seed(&client, 1, 400, 250).await;
+    let published = ids(&client, "published_at IS NOT NULL").await;
+    assert_eq!(published.len(), 250);
+
+    // The application writes throughout the start.
+    let writer = Writer::start(&pg, 401).await;
+    eventually(WAIT, "the writer's first rows", || async {
+        (writer.written() > 420).then_some(())
+    })
+    .await;
+    let mut relay = Relay::start_with(&pg, &broker, CUTOVER);
+    eventually(WAIT, "the snapshot to be published", || async {
+        relay.log().contains("snapshot published").then_some(())
+    })
+    .await;
+    let at_snapshot = writer.written();
+    eventually(WAIT, "rows written after the snapshot", || async {
+        (writer.written() > at_snapshot + 40).then_some(())
+    })
+    .await;
+    writer.stop().await;
+
+    let expected = ids(&client, "published_at IS NULL").await;
+    let reader = broker.consumer();
+    reader.subscribe(&[TOPIC]);
+    let got = read_all(&reader, &expected);
+    let mut times: HashMap<String, usize> = HashMap::new();
+    for m in &got {
+        *times.entry(m.header("id").unwrap().into()).or_default() += 1;
+    }
+    let twice: Vec<_> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "sent more than once: {twice:?}");
+    let arrived: HashSet<String> = times.into_keys().collect();
+    let resent: Vec<_> = arrived.intersection(&published).collect();
+    assert!(resent.is_empty(), "published rows sent again: {resent:?}");
+    let missing: Vec<_> = expected.difference(&arrived).collect();
+    assert!(
+        missing.is_empty(),
+        "never arrived: {missing:?}\n{}",
+        relay.log()
+    );
+    assert_eq!(arrived, expected);
+    for (key, seqs) in seqs_by_key(&got) {
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {seqs:?}"
+        );
+    }
+
+    // Progress was shown, and the snapshot held 150 seeded rows at least.
+    let rows = relay.metric("walrelay_snapshot_rows").unwrap();
+    assert!(rows >= 150.0, "{rows}");
+    assert_eq!(relay.metric("walrelay_snapshot_rows_published"), Some(rows));
+    assert_eq!(relay.metric("walrelay_snapshot_running"), Some(0.0));
+    assert!(relay.log().contains("snapshot progress"), "{}", relay.log());
+
+    // walrelay status tells the on-call person.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("snapshot: published at the slot's creation"),
+        "{status}"
+    );
+
+    // Restarted with the same flags, it streams: the snapshot was taken.
+    relay.restart();
+    relay.wait_ready(WAIT);
+    assert!(
+        relay.log().contains("has nothing more to do"),
+        "{}",
+        relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_snapshot_confirms_nothing_and_the_next_start_publishes_it_before_streaming()
+{
+    let (pg, broker, client) = polling_outbox().await;
+    seed(&client, 1, 300, 100).await;
+    // Kafka takes nothing: the snapshot cannot finish.
+    broker.pause();
+    let mut relay = Relay::start_with(&pg, &broker, CUTOVER);
+    eventually(WAIT, "the snapshot to be under way", || async {
+        (relay.metric("walrelay_snapshot_running") == Some(1.0)).then_some(())
+    })
+    .await;
+    seed(&client, 301, 320, 0).await;
+    relay.kill9();
+
+    let record: serde_json::Value = serde_json::from_str(
+        &client
+            .query_one("SELECT snapshot::text FROM walrelay_state", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+    )
+    .unwrap();
+    assert_eq!(record["state"], "taking", "{record}");
+    let point: u64 = client
+        .query_one(
+            "SELECT ($1::text::pg_lsn - '0/0')::bigint",
+            &[&record["consistent_point"].as_str().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    assert_eq!(confirmed_flush_lsn(&client, "walrelay").await, point);
+
+    broker.resume();
+    let relay = Relay::start_with(&pg, &broker, CUTOVER);
+    relay.wait_ready(WAIT);
+    seed(&client, 321, 330, 0).await;
+    let expected = ids(&client, "published_at IS NULL").await;
+    let reader = broker.consumer();
+    reader.subscribe(&[TOPIC]);
+    let got = read_all(&reader, &expected);
+    let arrived: HashSet<String> = got.iter().map(|m| m.header("id").unwrap().into()).collect();
+    assert!(expected.is_subset(&arrived), "{}", relay.log());
+    assert!(relay.log().contains("was not finished"), "{}", relay.log());
+    let published = ids(&client, "published_at IS NOT NULL").await;
+    assert!(arrived.is_disjoint(&published));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_where_on_a_slot_that_exists_is_refused_naming_replay() {
+    let (pg, broker, _client) = polling_outbox().await;
+    let mut relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    assert!(relay.terminate(WAIT).success());
+    let mut refused = Relay::start_with(&pg, &broker, CUTOVER);
+    let log = refused.wait_for_failure(WAIT);
+    assert!(
+        log.contains("exists already") && log.contains("walrelay replay --where"),
+        "{log}"
+    );
+    // walrelay check says so before a deploy.
+    let check = run_command("check", &pg, &broker, CUTOVER);
+    assert!(!check.success, "{check:?}");
+    assert!(check.stdout.contains("exists already"), "{}", check.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_condition_postgres_cannot_run_stops_walrelay_before_it_creates_the_slot() {
+    let (pg, broker, client) = polling_outbox().await;
+    let flags = ["--snapshot-where", "publishd_at IS NULL"];
+    let check = run_command("check", &pg, &broker, &flags);
+    assert!(
+        !check.success && check.stdout.contains("publishd_at"),
+        "{check:?}"
+    );
+    let good = run_command("check", &pg, &broker, CUTOVER);
+    assert!(good.stdout.contains("first start publishes"), "{good:?}");
+    let mut relay = Relay::start_with(&pg, &broker, &flags);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("publishd_at") && log.contains("no slot was created"),
+        "{log}"
+    );
+    let slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
+}
