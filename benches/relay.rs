@@ -30,6 +30,11 @@
 //! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
 //! streaming and to the acknowledgement of an event waiting in the slot.
 //!
+//! Beside Debezium (`-- debezium`, only by name): start-up, RSS, a drain of
+//! BENCH_DBZ_EVENTS (1,000,000) and latency at BENCH_DBZ_RATE (2,000/s),
+//! walrelay and Debezium 3.6.1 in Kafka Connect each in turn on one Apache
+//! Kafka broker (benches/relay/debezium.rs).
+//!
 //! Replay and snapshot (`-- replay`, `-- snapshot`, only when named):
 //! `walrelay replay` and `run --snapshot-where` of BENCH_ROWS (200,000)
 //! rows against `COPY (SELECT …) TO STDOUT` of the same rows.
@@ -39,6 +44,8 @@ mod support;
 
 #[path = "relay/crash_loop.rs"]
 mod crash_loop;
+#[path = "relay/debezium.rs"]
+mod debezium;
 #[path = "relay/floor.rs"]
 mod floor;
 #[path = "relay/lifecycle.rs"]
@@ -99,6 +106,10 @@ fn main() {
     }
     if wants("floor") {
         runtime.block_on(floor::floor());
+    }
+    // Minutes long and two JVMs: only when asked for by name.
+    if filter.iter().any(|f| "debezium".contains(f.as_str())) {
+        runtime.block_on(debezium::debezium());
     }
     if filter.iter().any(|f| f == "replay") {
         runtime.block_on(lifecycle::replay());
@@ -411,6 +422,11 @@ fn report_latencies(
 
 /// Microsecond latencies from the `sent_us` in each payload to its arrival.
 fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
+    read_latencies_from(brokers, "outbox.event.Latency", count)
+}
+
+/// The same, from `topic`.
+fn read_latencies_from(brokers: &str, topic: &str, count: usize) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "walrelay-bench")
@@ -422,7 +438,6 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
         .set("fetch.error.backoff.ms", "1")
         .create()
         .unwrap();
-    let topic = "outbox.event.Latency";
     let partitions = loop {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5));
         if let Some(n) = md.ok().and_then(|md| {

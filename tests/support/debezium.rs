@@ -180,6 +180,11 @@ impl Connect {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("connect.log")).unwrap_or_default()
     }
+
+    /// The worker's JVM (`run` execs it), for its CPU time and memory.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
 }
 
 impl Drop for Connect {
