@@ -354,6 +354,13 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     if flag_on("route.tombstone.on.empty.payload") {
         flag(&mut args, "--tombstone-on-empty-payload", None);
     }
+    // Debezium 3 adds the headers naming its connector, task and run unless
+    // told not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
+    let extended_headers =
+        get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
+    used.push("extended.headers.enabled".into());
+    // topic.prefix names envelope schemas and is the connectorLogicalName header.
+    let mut needs_topic_prefix = extended_headers;
     for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
         let (mut format, note) = converter_format(
             side,
@@ -372,20 +379,36 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
                      .payload must read the whole value"
                         .into(),
                 );
-            } else if let Some((key, topic_prefix)) = ["topic.prefix", "database.server.name"]
-                .into_iter()
-                .find_map(|k| get(k).map(|v| (k, v)))
-            {
+            } else {
                 // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
-                flag(
-                    &mut args,
-                    "--schema-topic-prefix",
-                    Some(topic_prefix.to_string()),
-                );
-                used.push(key.to_string());
+                needs_topic_prefix = true;
             }
         }
         flag(&mut args, flag_name, Some(format.into()));
+    }
+    let topic_prefix = ["topic.prefix", "database.server.name"]
+        .into_iter()
+        .find_map(|k| get(k).map(|v| (k, v)));
+    match (needs_topic_prefix, topic_prefix) {
+        (true, Some((key, topic_prefix))) => {
+            flag(
+                &mut args,
+                "--schema-topic-prefix",
+                Some(topic_prefix.to_string()),
+            );
+            used.push(key.to_string());
+            if extended_headers {
+                flag(&mut args, "--extended-headers", None);
+            }
+        }
+        (true, None) => notes.push(
+            "no topic.prefix (database.server.name before Debezium 2.0), which Debezium \
+             requires: it names envelope schemas and the __debezium.context.* headers; add \
+             --schema-topic-prefix with the connector's logical name (and --extended-headers \
+             unless extended.headers.enabled=false)"
+                .into(),
+        ),
+        (false, _) => {}
     }
     // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
     // on Connect's classpath): walrelay creates no spans, it passes the
@@ -424,17 +447,6 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ));
     }
     used.push(empty_key);
-    // Debezium 3 adds headers naming its connector, task and run unless told
-    // not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
-    if get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false")) {
-        notes.push(
-            "Debezium 3 adds the headers __debezium.context.connectorLogicalName, .taskId, \
-             .connectorName and .runId to every record (extended.headers.enabled, true unless \
-             set); walrelay has no connector, task or run to name and sends none of them"
-                .into(),
-        );
-    }
-    used.push("extended.headers.enabled".into());
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
     used.push(format!("{prefix}type"));
@@ -740,21 +752,38 @@ mod tests {
             "{notes}"
         );
         assert!(!notes.contains("has no walrelay equivalent"), "{notes}");
-        assert!(
-            notes.contains("__debezium.context.connectorLogicalName"),
-            "{notes}"
-        );
-        let m = migrate(
-            &with_router("extended.headers.enabled=false\n"),
-            Options::default(),
-        )
-        .unwrap();
-        let notes = m.notes.join("\n");
-        assert!(!notes.contains("__debezium.context"), "{notes}");
-        assert!(!notes.contains("extended.headers.enabled"), "{notes}");
         // Unset: Debezium's default column is walrelay's, so no flag is needed.
         let m = migrate(&with_router(""), Options::default()).unwrap();
         assert_eq!(flag(&m, "--field-tracing-span-context"), None);
         assert!(m.notes.iter().any(|n| n.contains("\"tracingspancontext\"")));
+    }
+
+    #[test]
+    fn extended_headers_are_on_with_the_logical_name_unless_the_connector_turned_them_off() {
+        // CommonConnectorConfig.EXTENDED_HEADERS_ENABLED defaults to true;
+        // the logical name is topic.prefix (CommonConnectorConfig.getLogicalName).
+        let m = migrate(&with_router("topic.prefix=dbserver1\n"), Options::default()).unwrap();
+        assert!(m.args.iter().any(|(f, _)| f == "--extended-headers"));
+        assert_eq!(flag(&m, "--schema-topic-prefix"), Some("dbserver1"));
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("topic.prefix"), "{notes}");
+        for off in ["false", " FALSE"] {
+            let m = migrate(
+                &with_router(&format!(
+                    "topic.prefix=dbserver1\nextended.headers.enabled={off}\n"
+                )),
+                Options::default(),
+            )
+            .unwrap();
+            assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
+            assert_eq!(flag(&m, "--schema-topic-prefix"), None);
+            let notes = m.notes.join("\n");
+            assert!(!notes.contains("extended.headers.enabled"), "{notes}");
+        }
+        // Without a logical name the command cannot send them: a note says what to add.
+        let m = migrate(&with_router(""), Options::default()).unwrap();
+        assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("no topic.prefix"), "{notes}");
     }
 }

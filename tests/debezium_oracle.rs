@@ -19,7 +19,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,8 +34,9 @@ const JSON: &str = "org.apache.kafka.connect.json.JsonConverter";
 const STRING: &str = "org.apache.kafka.connect.storage.StringConverter";
 const BINARY: &str = "io.debezium.converters.BinaryDataConverter";
 
-/// The headers Debezium 3 adds to every record, in order.
 const DEBEZIUM_CONTEXT: &str = "__debezium.context.";
+/// DebeziumHeaderProducer.contextHeaders, in order (debezium/debezium
+/// v3.6.1.Final debezium-connector-common/.../connector/common/).
 const DEBEZIUM_CONTEXT_HEADERS: [&str; 4] = [
     "__debezium.context.connectorLogicalName",
     "__debezium.context.taskId",
@@ -725,6 +726,19 @@ fn read_side(broker: &Broker, case: &Case, side: &str, diffs: &mut Vec<String>) 
     got
 }
 
+/// The shape of UUIDUtils.generateNewUUID (debezium-connector-common
+/// .../connector/common/UUIDUtils.java): version 7, the RFC 4122 variant,
+/// as java.util.UUID.toString writes it (lower-case 8-4-4-4-12 hex).
+fn is_uuid_v7(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.iter().map(|g| g.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
+        && text
+            .bytes()
+            .all(|b| b == b'-' || matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && groups[2].starts_with('7')
+        && groups[3].starts_with(['8', '9', 'a', 'b'])
+}
+
 fn show(bytes: &Option<Vec<u8>>) -> String {
     match bytes {
         None => "null".into(),
@@ -760,6 +774,7 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
         .iter()
         .any(|(k, _)| *k == "transforms.outbox.table.field.event.timestamp");
     let mut traced = 0;
+    let mut run_ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (d, w) in dbz.iter().zip(wr) {
         let id = d.header("id").unwrap_or("?").to_string();
         let mut differ = |what: &str, dv: String, wv: String| {
@@ -783,17 +798,50 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
         );
         differ("offset", d.offset.to_string(), w.offset.to_string());
         differ("key", show(&d.raw_key), show(&w.raw_key));
-        // Deliberate: Debezium 3 adds headers that name its own connector
-        // and run (extended.headers.enabled, true by default): walrelay has
-        // no connector, task or run to name. The rest must be the same.
-        let (context, dbz_headers): (Vec<_>, Vec<_>) = d
-            .raw_headers
-            .iter()
-            .partition(|(k, _)| k.starts_with(DEBEZIUM_CONTEXT));
-        let names: Vec<&str> = context.iter().map(|(k, _)| k.as_str()).collect();
-        if names != DEBEZIUM_CONTEXT_HEADERS {
-            diffs.push(format!("{id}: Debezium's context headers are {names:?}"));
-        }
+        // Debezium 3's context headers (extended.headers.enabled, true by
+        // default), which the migrated command sends too: the same bytes but
+        // for the run id, a UUIDv7 each run makes for itself, compared by
+        // its shape (and one per run on each side).
+        let mut run_id =
+            |side: &str, headers: &[(String, Option<Vec<u8>>)], diffs: &mut Vec<String>| {
+                let names: Vec<&str> = headers
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .filter(|k| k.starts_with(DEBEZIUM_CONTEXT))
+                    .collect();
+                if names != DEBEZIUM_CONTEXT_HEADERS {
+                    diffs.push(format!("{id}: {side}'s context headers are {names:?}"));
+                }
+                let value = headers
+                    .iter()
+                    .find(|(k, _)| k == DEBEZIUM_CONTEXT_HEADERS[3])
+                    .and_then(|(_, v)| v.as_deref())
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                match value {
+                    Some(v) if is_uuid_v7(&v) => {
+                        run_ids.entry(side.to_string()).or_default().insert(v);
+                    }
+                    other => diffs.push(format!("{id}: {side}'s runId {other:?} is no UUIDv7")),
+                }
+            };
+        run_id("Debezium", &d.raw_headers, &mut diffs);
+        run_id("walrelay", &w.raw_headers, &mut diffs);
+        let without_run_id =
+            |headers: &[(String, Option<Vec<u8>>)]| -> Vec<(String, Option<Vec<u8>>)> {
+                headers
+                    .iter()
+                    .map(|(k, v)| {
+                        if k == DEBEZIUM_CONTEXT_HEADERS[3] {
+                            (k.clone(), Some(b"<run id>".to_vec()))
+                        } else {
+                            (k.clone(), v.clone())
+                        }
+                    })
+                    .collect()
+            };
+        let dbz_raw = without_run_id(&d.raw_headers);
+        let wr_raw = without_run_id(&w.raw_headers);
+        let dbz_headers: Vec<&(String, Option<Vec<u8>>)> = dbz_raw.iter().collect();
         let headers = |headers: Vec<&(String, Option<Vec<u8>>)>| {
             headers
                 .iter()
@@ -801,7 +849,7 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let (trace, wr_headers): (Vec<_>, Vec<_>) = w.raw_headers.iter().partition(|(k, _)| {
+        let (trace, wr_headers): (Vec<_>, Vec<_>) = wr_raw.iter().partition(|(k, _)| {
             matches!(case.expect, Expect::WalrelayAddsTraceHeaders { .. })
                 && (k == "traceparent" || k == "tracestate")
         });
@@ -881,6 +929,14 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                     "{id}: walrelay's timestamp {wt} (the commit) is after Debezium's {dt} (its processing)"
                 ));
             }
+        }
+    }
+    for (side, ids) in &run_ids {
+        if ids.len() > 1 {
+            diffs.push(format!(
+                "{side} sent {} run ids in one run: {ids:?}",
+                ids.len()
+            ));
         }
     }
     if matches!(case.expect, Expect::WalrelayAddsTraceHeaders { .. }) && traced == 0 {

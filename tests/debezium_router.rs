@@ -22,6 +22,8 @@ mod binary;
 mod converters;
 #[path = "debezium_router/event_type.rs"]
 mod event_type;
+#[path = "debezium_router/extended_headers.rs"]
+mod extended_headers;
 #[path = "debezium_router/missing_and_tombstones.rs"]
 mod missing_and_tombstones;
 #[path = "debezium_router/partitioning.rs"]

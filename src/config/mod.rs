@@ -393,4 +393,21 @@ mod tests {
         let named = [&envelope[..], &["--schema-topic-prefix", "dbserver1"]].concat();
         assert!(Settings::from_args(&run_args(&named)).is_ok());
     }
+
+    #[test]
+    fn extended_headers_need_the_logical_name_and_a_table() {
+        let refused = |extra: &[&str]| {
+            Settings::from_args(&run_args(extra))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let err = refused(&["--extended-headers"]);
+        assert!(err.contains("--schema-topic-prefix"), "{err}");
+        let named = ["--extended-headers", "--schema-topic-prefix", "dbserver1"];
+        let err = refused(&[&named[..], &["--source", "messages"]].concat());
+        assert!(err.contains("--source messages"), "{err}");
+        let settings = Settings::from_args(&run_args(&named)).unwrap();
+        assert!(settings.mapping.extended_headers.is_some());
+    }
 }

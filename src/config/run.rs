@@ -161,9 +161,13 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
     pub value_format: Format,
 
-    /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value).
+    /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value) and is the connectorLogicalName of --extended-headers.
     #[arg(long, env = "WALRELAY_SCHEMA_TOPIC_PREFIX")]
     pub schema_topic_prefix: Option<String>,
+
+    /// Send Debezium 3's __debezium.context.* headers (connectorLogicalName, taskId, connectorName, runId) before the event's own (extended.headers.enabled).
+    #[arg(long, env = "WALRELAY_EXTENDED_HEADERS")]
+    pub extended_headers: bool,
 
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]

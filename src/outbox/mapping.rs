@@ -12,6 +12,7 @@ use tracing::warn;
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
 use super::expansion::{expand, Behaviour};
+use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::schema::{ConnectSchema, RecordSchemas};
@@ -50,6 +51,9 @@ pub struct MappingConfig {
     /// Debezium's `topic.prefix`, which names the envelope's schema under
     /// json-with-schema.
     pub schema_topic_prefix: Option<String>,
+    /// Debezium 3's `__debezium.context.*` headers of this run
+    /// (`--extended-headers`), before every event's own.
+    pub extended_headers: Option<ExtendedHeaders>,
 }
 
 impl MappingConfig {
@@ -73,6 +77,7 @@ impl MappingConfig {
             ignore_missing_placements: false,
             tracing_span_context: Some("tracingspancontext".into()),
             schema_topic_prefix: None,
+            extended_headers: None,
         }
     }
 
@@ -121,6 +126,7 @@ pub struct OutboxSchema {
     expansion: Behaviour,
     /// JsonConverter's schemas under json-with-schema (none otherwise).
     schemas: RecordSchemas,
+    extended_headers: Option<ExtendedHeaders>,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -309,6 +315,7 @@ impl OutboxSchema {
             key_format: config.key_format,
             value_format: config.value_format,
             expansion: config.expansion,
+            extended_headers: config.extended_headers.clone(),
         })
     }
 
@@ -463,6 +470,10 @@ impl OutboxSchema {
         } else {
             payload
         };
+        if let Some(extended) = &self.extended_headers {
+            // The change record's headers, which the router appends to.
+            extended.prepend_to(&mut event.headers);
+        }
         Ok(event)
     }
 

@@ -4,6 +4,7 @@
 pub mod column;
 pub mod connect;
 pub mod expansion;
+pub mod extended_headers;
 pub mod format;
 pub mod mapping;
 pub mod message;

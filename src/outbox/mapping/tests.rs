@@ -376,3 +376,53 @@ fn a_table_without_the_trace_context_column_maps_without_trace_headers() {
     assert_eq!(event.header("traceparent"), None);
     assert_eq!(event.headers.len(), 1, "only id: {:?}", event.headers);
 }
+
+#[test]
+fn extended_headers_come_before_the_trace_context_and_the_routers_headers() {
+    // EventDispatcher puts them on the change record; ActivateTracingSpan
+    // then adds the trace headers and EventRouterDelegate.apply `id` and the
+    // placed headers after them.
+    let rel = relation(&[
+        ("id", 25),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("payload", 3802),
+        ("tracingspancontext", 1043),
+        ("type", 25),
+    ]);
+    let mut c = MappingConfig::defaults();
+    c.key = "aggregateid".into();
+    c.route_by = "aggregatetype".into();
+    c.event_type = None;
+    c.placements.push("type:header:eventType".parse().unwrap());
+    c.extended_headers = Some(ExtendedHeaders::new("dbserver1", "run-1"));
+    let schema = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap();
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let event = schema
+        .event(vec![
+            text("e-1"),
+            text("order"),
+            text("1"),
+            text("{}"),
+            text(&format!("traceparent={parent}")),
+            text("Created"),
+        ])
+        .unwrap();
+    let names: Vec<&str> = event.headers.iter().map(|(n, _)| n.as_ref()).collect();
+    assert_eq!(
+        names,
+        [
+            "__debezium.context.connectorLogicalName",
+            "__debezium.context.taskId",
+            "__debezium.context.connectorName",
+            "__debezium.context.runId",
+            "traceparent",
+            "id",
+            "eventType"
+        ]
+    );
+    assert_eq!(
+        event.header("__debezium.context.connectorLogicalName"),
+        Some(&b"dbserver1"[..])
+    );
+}
