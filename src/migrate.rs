@@ -362,27 +362,15 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     // topic.prefix names envelope schemas and is the connectorLogicalName header.
     let mut needs_topic_prefix = extended_headers;
     for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
-        let (mut format, note) = converter_format(
+        let (format, note) = converter_format(
             side,
             get(&format!("{side}.converter")),
             get(&format!("{side}.converter.schemas.enable")),
         );
         notes.extend(note);
         if side == "value" && format == "json-with-schema" {
-            if flag_on("table.expand.json.payload") {
-                format = "json";
-                notes.push(
-                    "value.converter=JsonConverter with schemas.enable=true and \
-                     table.expand.json.payload=true: walrelay does not build the schema Debezium \
-                     derives from the JSON, so it writes the payload part alone \
-                     (--value-format json, as schemas.enable=false would); consumers that read \
-                     .payload must read the whole value"
-                        .into(),
-                );
-            } else {
-                // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
-                needs_topic_prefix = true;
-            }
+            // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
+            needs_topic_prefix = true;
         }
         flag(&mut args, flag_name, Some(format.into()));
     }
@@ -474,6 +462,16 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             "tasks.max" => "tasks.max: walrelay is one process per slot; run a second one as a \
                             standby for high availability"
                 .into(),
+            "field.name.adjustment.mode" if value.trim().eq_ignore_ascii_case("none") => {
+                return None
+            }
+            // JsonSchemaData names a field with the adjusted name, then looks
+            // the value up under it (jsonNodeToStructInternal).
+            "field.name.adjustment.mode" => format!(
+                "field.name.adjustment.mode={value}: Debezium renames fields of expanded payloads \
+                 that avro does not allow (test$ becomes test_) and then finds no value under \
+                 the new name, so they arrive null; walrelay keeps every name and its value"
+            ),
             "tombstones.on.delete" => {
                 "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
             }
@@ -697,17 +695,22 @@ mod tests {
         assert_eq!(flag(&m, "--schema-topic-prefix"), Some("orders"));
         let notes = m.notes.join("\n");
         assert!(!notes.contains("topic.prefix"), "{notes}");
-        // walrelay refuses to build the schema of an expanded payload: json it is, with a note.
+        // An expanded payload keeps its schema (JsonSchemaData's), as in Debezium.
         let m = migrate(
             &with_router(
-                "value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                "topic.prefix=orders\n\
+                 value.converter=org.apache.kafka.connect.json.JsonConverter\n\
                  transforms.outbox.table.expand.json.payload=true\n",
             ),
             Options::default(),
         )
         .unwrap();
-        assert_eq!(flag(&m, "--value-format"), Some("json"));
-        assert!(m.notes.iter().any(|n| n.contains("schemas.enable=true")));
+        assert_eq!(flag(&m, "--value-format"), Some("json-with-schema"));
+        assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+        assert!(!m
+            .notes
+            .iter()
+            .any(|n| n.contains("table.expand.json.payload")));
     }
 
     #[test]

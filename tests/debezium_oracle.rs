@@ -53,9 +53,6 @@ const COLUMNS: &str = "id uuid PRIMARY KEY, aggregatetype text, aggregateid text
 enum Expect {
     /// Byte for byte the same.
     Same,
-    /// The same but for the value, which is the `payload` part of
-    /// Debezium's `{"schema","payload"}` (why: the case's comment).
-    ValueIsDebeziumsPayloadPart,
     /// The same but for the envelope schema's name: Debezium's is that of
     /// the route value `first` for every record, walrelay's that of the
     /// record's own route value (why: the case's comment).
@@ -69,6 +66,12 @@ enum Expect {
     /// Debezium's task fails with `error` and publishes nothing; walrelay
     /// publishes each row stamped `timestamp` (why: the case's comment).
     DebeziumTaskFails { error: &'static str, timestamp: i64 },
+    /// Debezium's task fails with `debezium` and walrelay stops with
+    /// `walrelay` in its log; neither publishes anything.
+    BothFail {
+        debezium: &'static str,
+        walrelay: &'static str,
+    },
 }
 
 struct Case {
@@ -294,11 +297,7 @@ fn cases() -> Vec<Case> {
             expect: Expect::Same,
         },
         Case {
-            // walrelay does not build the Connect schema Debezium derives
-            // from each payload's JSON, so migrate-from-debezium turns
-            // schemas.enable=true with expansion into --value-format json
-            // (with a note): the value is Debezium's `payload` part alone.
-            what: "expanded JSON payloads under schemas.enable=true are Debezium's payload part",
+            what: "expanded JSON payloads under schemas.enable=true carry the schema JsonSchemaData infers",
             id: "expand_schemas",
             columns: COLUMNS,
             options: &[
@@ -308,11 +307,80 @@ fn cases() -> Vec<Case> {
                 ("transforms.outbox.table.expand.json.payload", "true"),
             ],
             setup: "",
+            // Nested objects, arrays of numbers and of objects (one shape,
+            // and shapes merged in an order Java's hash codes cannot change:
+            // each later member only adds fields), nulls and empty arrays left
+            // out, a mixed array (no schema: the string stays), a top-level
+            // [] (no schema at all), and a NULL payload.
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
-               ('00000000-0000-0000-0000-000000000051', 'order', '1', 'OrderCreated', '{\"id\": 1, \"items\": [{\"sku\": \"a\"}]}');",
+               ('00000000-0000-0000-0000-000000000051', 'order', '1', 'OrderCreated', '{\"id\": 1, \"items\": [{\"sku\": \"a\"}]}'),
+               ('00000000-0000-0000-0000-000000000052', 'order', '2', 'OrderCreated', '{\"n\": {\"deep\": {\"x\": true, \"f\": 1.5e3}}, \"ns\": [null, 2, 3], \"l\": 3000000000, \"note\": null, \"tags\": []}'),
+               ('00000000-0000-0000-0000-000000000053', 'order', '3', 'OrderCreated', '{\"xs\": [{\"a\": 1}, {\"a\": 2, \"b\": \"y\"}, {\"a\": 3, \"b\": null, \"c\": []}]}'),
+               ('00000000-0000-0000-0000-000000000054', 'order', '4', 'OrderCreated', '{\"mixed\": [1, \"a\"]}'),
+               ('00000000-0000-0000-0000-000000000055', 'order', '5', 'OrderCreated', '[]'),
+               ('00000000-0000-0000-0000-000000000056', 'order', '6', 'OrderCreated', NULL);",
             topics: &["outbox.event.order"],
+            count: 6,
+            expect: Expect::Same,
+        },
+        Case {
+            what: "an expanded payload in an envelope under schemas.enable=true is the envelope's payload struct",
+            id: "expand_envelope",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, shard int",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("transforms.outbox.table.expand.json.payload", "true"),
+                ("transforms.outbox.table.fields.additional.placement", "shard:envelope"),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000151', 'order', 'o-1', 'T', '{\"id\": 1, \"lines\": [{\"q\": 2}]}', 1);",
             count: 1,
-            expect: Expect::ValueIsDebeziumsPayloadPart,
+            ..BASE
+        },
+        Case {
+            // A schema is inferred (an array) but the value is no struct:
+            // the router pairs the string with it, and JsonConverter fails.
+            what: "a top-level JSON array expanded fails Debezium's task and halts walrelay",
+            id: "expand_array",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("transforms.outbox.table.expand.json.payload", "true"),
+            ],
+            inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
+               ('00000000-0000-0000-0000-000000000161', 'order', 'o-1', 'T', '[1, 2]');",
+            count: 0,
+            expect: Expect::BothFail {
+                debezium: "DataException",
+                walrelay: "a top-level array is no struct",
+            },
+            ..BASE
+        },
+        Case {
+            // Jackson reads it as a BigIntegerNode: FLOAT64 in the schema, a
+            // BigDecimal in the struct, which Struct.put refuses.
+            what: "an integer beyond a long in an expanded payload fails Debezium's task and halts walrelay",
+            id: "expand_big",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("transforms.outbox.table.expand.json.payload", "true"),
+            ],
+            inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
+               ('00000000-0000-0000-0000-000000000171', 'order', 'o-1', 'T', '{\"big\": 12345678901234567890}');",
+            count: 0,
+            expect: Expect::BothFail {
+                debezium: "DataException",
+                walrelay: "an integer beyond a long",
+            },
+            ..BASE
         },
         Case {
             what: "uuid keys, text payloads and typed header columns carry Debezium's schemas and header text",
@@ -892,7 +960,9 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                     text(&w.raw_value).unwrap_or_default(),
                 );
             }
-            Expect::DebeziumTaskFails { .. } => unreachable!("nothing to compare"),
+            Expect::DebeziumTaskFails { .. } | Expect::BothFail { .. } => {
+                unreachable!("nothing to compare")
+            }
             Expect::SameWithoutDebeziums { fragment } => {
                 let dv = text(&d.raw_value).unwrap_or_default();
                 if !dv.contains(fragment) {
@@ -902,16 +972,6 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                     "value (without Debezium's documented extra)",
                     dv.replace(fragment, ""),
                     text(&w.raw_value).unwrap_or_default(),
-                );
-            }
-            Expect::ValueIsDebeziumsPayloadPart => {
-                let parse = |v: &Option<Vec<u8>>| -> serde_json::Value {
-                    serde_json::from_slice(v.as_deref().unwrap_or(b"null")).unwrap()
-                };
-                differ(
-                    "value (Debezium's payload part)",
-                    parse(&d.raw_value)["payload"].to_string(),
-                    parse(&w.raw_value).to_string(),
                 );
             }
         }
@@ -960,6 +1020,31 @@ fn debezium_fails(connect: &Connect, case: &Case, error: &str, diffs: &mut Vec<S
         diffs.push(format!(
             "Debezium's task did not fail with {error:?}: {status}"
         ));
+    }
+}
+
+/// walrelay stopped on the case's row with `error` in its log, and
+/// published nothing: the row's event was mapped before any topic.
+fn walrelay_fails(
+    broker: &Broker,
+    relay: &Relay,
+    case: &Case,
+    error: &str,
+    diffs: &mut Vec<String>,
+) {
+    let deadline = Instant::now() + WAIT;
+    while !relay.log().contains(error) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if !relay.log().contains(error) {
+        diffs.push(format!("walrelay did not stop with {error:?}"));
+    }
+    let reader = broker.consumer();
+    for topic in case.topics {
+        let topic = format!("wr.{}.{topic}", case.id);
+        if reader.has_topic(&topic) {
+            diffs.push(format!("walrelay created {topic}"));
+        }
     }
 }
 
@@ -1040,7 +1125,10 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
     let mut failures = Vec::new();
     for case in &cases {
         let mut diffs = Vec::new();
-        if let Expect::DebeziumTaskFails { error, timestamp } = case.expect {
+        if let Expect::BothFail { debezium, walrelay } = case.expect {
+            debezium_fails(&connect, case, debezium, &mut diffs);
+            walrelay_fails(&broker, &relays[case.id], case, walrelay, &mut diffs);
+        } else if let Expect::DebeziumTaskFails { error, timestamp } = case.expect {
             debezium_fails(&connect, case, error, &mut diffs);
             let wr = read_side(&broker, case, "wr", &mut diffs);
             if wr.len() != case.count || wr.iter().any(|m| m.timestamp != Some(timestamp)) {

@@ -137,7 +137,7 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_FIELDS_ADDITIONAL_MISSING", value_enum, default_value_t = MissingField::Error)]
     pub fields_additional_missing: MissingField,
 
-    /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
+    /// Write a payload that holds a JSON object as that object, not as a string, with the schema Debezium infers for it under json-with-schema (table.expand.json.payload).
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
 

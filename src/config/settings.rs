@@ -221,14 +221,6 @@ fn check_formats(args: &RunArgs) -> Result<()> {
              types, which --source messages does not have; use json or string",
         ));
     }
-    if with_schema(m.value_format) && m.expand_json_payload {
-        return Err(Error::permanent(
-            "--expand-json-payload with --value-format json-with-schema is not supported \
-             (walrelay does not build the schema Debezium derives from the JSON); use \
-             --value-format json (JsonConverter with schemas.enable=false), or drop \
-             --expand-json-payload",
-        ));
-    }
     let envelope = m
         .fields_additional_placement
         .iter()

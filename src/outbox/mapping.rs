@@ -11,11 +11,11 @@ use tracing::warn;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
-use super::expansion::{expand, Behaviour};
+use super::expansion::{expand, Behaviour, Expansion};
 use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
-use super::schema::{ConnectSchema, RecordSchemas};
+use super::schema::{ConnectSchema, PayloadSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
 use crate::error::Error;
@@ -110,6 +110,8 @@ pub struct OutboxSchema {
     key: Col,
     event_type: Option<Col>,
     payload: Col,
+    /// The payload column's name: the expanded struct's schema name.
+    payload_name: String,
     route_by: Col,
     timestamp: Option<Col>,
     placements: Vec<(Col, Target)>,
@@ -298,6 +300,7 @@ impl OutboxSchema {
             key,
             event_type: config.event_type.as_deref().map(find).transpose()?,
             payload,
+            payload_name: config.payload.clone(),
             route_by: find(&config.route_by)?,
             timestamp: config.timestamp.as_deref().map(find).transpose()?,
             placements,
@@ -454,17 +457,29 @@ impl OutboxSchema {
         event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
             None
         } else if self.envelope {
-            let payload = match self.envelope_payload(payload.as_ref()) {
+            let (payload, schema) = match self.json_payload(payload.as_ref()) {
+                Ok((_, PayloadSchema::Null)) => {
+                    let reason = format!(
+                        "payload column: {EXPANSION}: a top-level empty array has no schema, \
+                         and Debezium's router cannot build an envelope around none, so its \
+                         task fails on this row"
+                    );
+                    return Err(fail(event, reason));
+                }
                 Ok(json) => json,
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             };
             envelope_fields.insert(0, ("payload", payload));
             let json = json_object(&envelope_fields);
             let route_value = event.route_value.as_deref();
-            Some(Bytes::from(self.schemas.envelope(json, route_value)))
+            Some(Bytes::from(self.schemas.envelope(
+                json,
+                route_value,
+                &schema,
+            )))
         } else if self.value_format.is_json() {
-            match self.envelope_payload(payload.as_ref()) {
-                Ok(json) => Some(Bytes::from(self.schemas.value(json))),
+            match self.json_payload(payload.as_ref()) {
+                Ok((json, schema)) => Some(Bytes::from(self.schemas.value(json, &schema))),
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             }
         } else {
@@ -493,26 +508,45 @@ impl OutboxSchema {
         }
     }
 
-    /// The payload as JsonConverter writes it (inside an envelope or alone): a string
-    /// (json and jsonb are strings to Debezium), unless --expand-json-payload
-    /// finds a JSON object or array in it (EventRouterDelegate.parseJsonPayload
-    /// expands only text starting with '{' or '[').
-    fn envelope_payload(&self, payload: Option<&Bytes>) -> Result<String, String> {
+    /// The payload as JsonConverter writes it (inside an envelope or alone),
+    /// and its schema: a string (json and jsonb are strings to Debezium),
+    /// unless --expand-json-payload finds a JSON object in it
+    /// (EventRouterDelegate.parseJsonPayload reads only text starting with
+    /// '{' or '['; see outbox::expansion for what comes of it).
+    fn json_payload(&self, payload: Option<&Bytes>) -> Result<(String, PayloadSchema), String> {
         if self.payload.type_oid == placement::oid::BYTEA {
             // Already raw bytes.
-            return Ok(payload
-                .map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()))
-                .json_text());
+            let value = payload.map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()));
+            return Ok((value.json_text(), PayloadSchema::Column));
         }
         let typed = self.typed(self.payload, payload.map(|p| &p[..]))?;
         if let (true, ConnectValue::String(text)) = (self.expand_json_payload, &typed) {
-            if let Some(expanded) = expand(text, self.expansion) {
-                return Ok(expanded);
+            match expand(text, &self.payload_name, self.expansion) {
+                Expansion::Expanded { json, schema } => {
+                    return Ok((json, PayloadSchema::Inferred(schema)))
+                }
+                Expansion::Kept => {}
+                Expansion::Unfit { schema: None, .. } => {
+                    return Ok((typed.json_text(), PayloadSchema::Null))
+                }
+                Expansion::Unfit {
+                    schema: Some(_),
+                    why,
+                } => {
+                    return Err(format!(
+                        "{EXPANSION}: {why}; Debezium's router pairs the payload string with \
+                         that schema, which Kafka Connect cannot write, so its task fails on \
+                         this row"
+                    ))
+                }
             }
         }
-        Ok(typed.json_text())
+        Ok((typed.json_text(), PayloadSchema::Column))
     }
 }
+
+/// How a payload's expansion names itself in an event's failure.
+const EXPANSION: &str = "--expand-json-payload (table.expand.json.payload)";
 
 /// Types whose text is already what Debezium's StringConverter would write.
 fn is_text(type_oid: u32) -> bool {

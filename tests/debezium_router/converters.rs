@@ -85,3 +85,48 @@ async fn expanded_payloads_are_compact_json_without_null_fields_or_empty_arrays(
         Some(r#""{\"mixed\": [1, \"a\"]}""#)
     );
 }
+
+/// A payload whose JSON gets a schema its value does not fit: Debezium's
+/// router (EventRouterDelegate.apply) keeps the string but takes the new
+/// schema (JsonSchemaData.toConnectData threw after toConnectSchema
+/// succeeded), and JsonConverter then fails its task. walrelay stops on it
+/// too, naming the event, before publishing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expanded_payload_debezium_cannot_write_stops_walrelay_naming_the_event() {
+    let mut stack = Stack::start_on(
+        TABLE,
+        &[
+            "--field-event-key",
+            "aggregateid",
+            "--field-event-type",
+            "",
+            "--route-by-field",
+            "aggregatetype",
+            "--value-format",
+            "json",
+            "--expand-json-payload",
+        ],
+    )
+    .await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox VALUES ('00000000-0000-0000-0000-000000000091', 'order', '1', \
+             'T', '{\"big\": 12345678901234567890}');",
+        )
+        .await
+        .unwrap();
+    let status = stack.relay.wait(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{}",
+        stack.relay.log()
+    );
+    let log = stack.relay.log();
+    assert!(
+        log.contains("00000000-0000-0000-0000-000000000091"),
+        "{log}"
+    );
+    assert!(log.contains("an integer beyond a long"), "{log}");
+    assert!(!stack.broker.consumer().has_topic("outbox.event.order"));
+}
