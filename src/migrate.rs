@@ -29,6 +29,11 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
         Some("payload"),
     ),
     ("table.field.event.timestamp", "--field-timestamp", None),
+    (
+        "table.field.event.schema.version",
+        "--field-schema-version",
+        None,
+    ),
     ("route.by.field", "--route-by-field", Some("aggregatetype")),
     ("route.topic.regex", "--topic-regex", None),
     ("route.topic.replacement", "--topic-replacement", None),
@@ -665,12 +670,16 @@ mod tests {
                 "topic.creation.default.partitions=12\n\
                  topic.creation.default.replication.factor=-1\n\
                  transforms.outbox.table.op.invalid.behavior=FATAL\n\
-                 transforms.outbox.table.expand.json.payload=True\n",
+                 transforms.outbox.table.expand.json.payload=True\n\
+                 transforms.outbox.table.field.event.schema.version=version\n",
             ),
             Options::default(),
         )
         .unwrap();
         assert_eq!(flag(&m, "--topic-partitions"), Some("12"));
+        assert_eq!(flag(&m, "--field-schema-version"), Some("version"));
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("schema.version"), "{notes}");
         assert_eq!(flag(&m, "--topic-replication-factor"), None);
         assert_eq!(flag(&m, "--on-update"), Some("fatal"));
         assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));

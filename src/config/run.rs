@@ -125,6 +125,10 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_FIELD_TIMESTAMP")]
     pub field_timestamp: Option<String>,
 
+    /// An int4 column whose value is the envelope schema's version under --value-format json-with-schema (table.field.event.schema.version).
+    #[arg(long, env = "WALRELAY_FIELD_SCHEMA_VERSION")]
+    pub field_schema_version: Option<String>,
+
     /// Extra columns: col:header[:alias], col:envelope[:alias] or col:partition, comma-separated.
     #[arg(
         long,

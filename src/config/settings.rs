@@ -308,6 +308,7 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         payload: m.field_payload.clone(),
         route_by: m.route_by_field.clone(),
         timestamp: m.field_timestamp.clone(),
+        schema_version: m.field_schema_version.clone().filter(|c| !c.is_empty()),
         placements: m.fields_additional_placement.clone(),
         expand_json_payload: m.expand_json_payload,
         tombstone_on_empty_payload: m.tombstone_on_empty_payload,

@@ -3,10 +3,8 @@
 //! message, never by position, so column order and added columns do not
 //! matter.
 
-use std::borrow::Cow;
-use std::collections::BTreeSet;
-
 use bytes::Bytes;
+use std::borrow::Cow;
 use tracing::warn;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
@@ -15,12 +13,10 @@ use super::expansion::{expand, Behaviour, Expansion};
 use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
-use super::schema::{ConnectSchema, PayloadSchema, RecordSchemas};
+use super::schema::{PayloadSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
-use crate::error::Error;
-use crate::postgres::names::TableName;
-use crate::postgres::pgoutput::{Datum, Relation, Tuple};
+use crate::postgres::pgoutput::{Datum, Tuple};
 use crate::sink::{Header, Record};
 
 /// Which columns make an event, and how (the `--field-*` flags).
@@ -33,6 +29,9 @@ pub struct MappingConfig {
     pub payload: String,
     pub route_by: String,
     pub timestamp: Option<String>,
+    /// The int4 column whose value versions the envelope's schema
+    /// (`table.field.event.schema.version`).
+    pub schema_version: Option<String>,
     pub placements: Vec<Placement>,
     pub expand_json_payload: bool,
     pub tombstone_on_empty_payload: bool,
@@ -67,6 +66,7 @@ impl MappingConfig {
             payload: "payload".into(),
             route_by: "event_type".into(),
             timestamp: None,
+            schema_version: None,
             placements: Vec::new(),
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
@@ -114,6 +114,8 @@ pub struct OutboxSchema {
     payload_name: String,
     route_by: Col,
     timestamp: Option<Col>,
+    /// Only with an envelope under json-with-schema, the one place it shows.
+    schema_version: Option<Col>,
     placements: Vec<(Col, Target)>,
     /// The trace context column, when the table has it.
     trace_context: Option<Col>,
@@ -129,6 +131,9 @@ pub struct OutboxSchema {
     /// JsonConverter's schemas under json-with-schema (none otherwise).
     schemas: RecordSchemas,
     extended_headers: Option<ExtendedHeaders>,
+    /// Each column's DEFAULT as Debezium reads it (Postgres text), by
+    /// position: Kafka Connect's Struct.get hands it out for a NULL.
+    defaults: Vec<Option<Bytes>>,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -208,120 +213,6 @@ pub struct MappingError {
 }
 
 impl OutboxSchema {
-    /// Finds the mapped columns in a Relation message. A missing one (for
-    /// example after a rename) is a permanent error naming the column.
-    /// `not_null` names the table's NOT NULL columns (pgoutput does not say).
-    pub fn from_relation(
-        relation: &Relation,
-        config: &MappingConfig,
-        table: &TableName,
-        not_null: &BTreeSet<String>,
-    ) -> Result<Self, Error> {
-        let find = |name: &str| {
-            relation
-                .columns
-                .iter()
-                .position(|c| c.name == name)
-                .map(|index| Col {
-                    index,
-                    type_oid: relation.columns[index].type_oid,
-                    type_modifier: relation.columns[index].type_modifier,
-                    optional: !not_null.contains(name),
-                })
-                .ok_or_else(|| {
-                    Error::permanent(format!(
-                        "the outbox table {table} no longer has a column {name:?} \
-                         (was it renamed or dropped?); restore the column, or restart walrelay \
-                         mapped to the new name; no event was confirmed past this point"
-                    ))
-                })
-        };
-        let present: Vec<&Placement> = config
-            .placements
-            .iter()
-            .filter(|p| {
-                !config.ignore_missing_placements
-                    || relation.columns.iter().any(|c| c.name == p.column)
-            })
-            .collect();
-        let placements: Vec<(Col, Target)> = present
-            .iter()
-            .map(|p| Ok((find(&p.column)?, p.target.clone())))
-            .collect::<Result<_, Error>>()?;
-        let envelope = config
-            .placements
-            .iter()
-            .any(|p| matches!(p.target, Target::Envelope(_)));
-        let key = find(&config.key)?;
-        let payload = find(&config.payload)?;
-        let schema_of = |col: Col, name: &str, flag: &str| {
-            ConnectSchema::of_column(
-                col.type_oid,
-                col.type_modifier,
-                config.decimals,
-                col.optional,
-            )
-            .map_err(|e| {
-                Error::permanent(format!(
-                    "{flag} json-with-schema cannot write column {name:?} of {table}: {e}"
-                ))
-            })
-        };
-        let key_schema = match config.key_format {
-            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?),
-            _ => None,
-        };
-        let (mut value_schema, mut envelope_schema) = (None, None);
-        if config.value_format == Format::JsonWithSchema {
-            let payload_schema = schema_of(payload, &config.payload, "--value-format")?;
-            if envelope {
-                // EventRouterDelegate.getSchemaBuilder: payload, then the
-                // envelope placements in configuration order.
-                let mut fields = vec![("payload".to_string(), payload_schema)];
-                for ((col, target), placement) in placements.iter().zip(&present) {
-                    if let Target::Envelope(alias) = target {
-                        fields.push((
-                            alias.clone(),
-                            schema_of(*col, &placement.column, "--value-format")?,
-                        ));
-                    }
-                }
-                let prefix = config.schema_topic_prefix.as_deref().unwrap_or_default();
-                envelope_schema = Some((
-                    ConnectSchema::envelope(fields),
-                    format!("{prefix}.{}.{}", table.schema, table.name),
-                ));
-            } else {
-                value_schema = Some(payload_schema);
-            }
-        }
-        Ok(OutboxSchema {
-            id: find(&config.id)?,
-            key,
-            event_type: config.event_type.as_deref().map(find).transpose()?,
-            payload,
-            payload_name: config.payload.clone(),
-            route_by: find(&config.route_by)?,
-            timestamp: config.timestamp.as_deref().map(find).transpose()?,
-            placements,
-            // Optional: Debezium reads the field only when the row has it
-            // (ActivateTracingSpan.apply), and most outbox tables do not.
-            trace_context: config
-                .tracing_span_context
-                .as_deref()
-                .and_then(|name| find(name).ok()),
-            envelope,
-            schemas: RecordSchemas::new(key_schema, value_schema, envelope_schema),
-            expand_json_payload: config.expand_json_payload,
-            tombstone_on_empty_payload: config.tombstone_on_empty_payload,
-            decimals: config.decimals,
-            key_format: config.key_format,
-            value_format: config.value_format,
-            expansion: config.expansion,
-            extended_headers: config.extended_headers.clone(),
-        })
-    }
-
     pub fn event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
         let get = |col: Col| -> Result<Option<Bytes>, String> {
             match tuple.get(col.index) {
@@ -351,9 +242,19 @@ impl OutboxSchema {
                 }
             };
         }
-        event.id = read!(self.id);
+        // What the router reads with Struct.get, which gives a NULL column's
+        // default; its typed getters (route-by, timestamp, partition) do not.
+        macro_rules! read_or_default {
+            ($col:expr) => {
+                match read!($col) {
+                    None => self.defaults.get($col.index).cloned().flatten(),
+                    value => value,
+                }
+            };
+        }
+        event.id = read_or_default!(self.id);
         event.headers.push((Cow::Borrowed("id"), event.id.clone()));
-        event.key = read!(self.key);
+        event.key = read_or_default!(self.key);
         if let Some(col) = self.event_type {
             // A NULL type sends no header at all, not a null one.
             if let Some(event_type) = read!(col) {
@@ -363,7 +264,7 @@ impl OutboxSchema {
             }
         }
         event.route_value = read!(self.route_by);
-        let mut payload = read!(self.payload);
+        let mut payload = read_or_default!(self.payload);
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
         // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
         // Other typed keys are written as StringConverter writes them (toString).
@@ -392,7 +293,10 @@ impl OutboxSchema {
 
         let mut envelope_fields = Vec::new();
         for (col, target) in &self.placements {
-            let value = read!(*col);
+            let value = match target {
+                Target::Partition => read!(*col),
+                _ => read_or_default!(*col),
+            };
             let typed = || match self.typed(*col, value.as_deref()) {
                 Ok(typed) => Ok(typed),
                 Err(e) => Err(format!("an additional placement's column: {e}")),
@@ -472,11 +376,20 @@ impl OutboxSchema {
             envelope_fields.insert(0, ("payload", payload));
             let json = json_object(&envelope_fields);
             let route_value = event.route_value.as_deref();
-            Some(Bytes::from(self.schemas.envelope(
-                json,
-                route_value,
-                &schema,
-            )))
+            // getInt32: a NULL is no version, and no default stands in.
+            let version = match self.schema_version {
+                Some(col) => match read!(col).map(|text| parse_int4(&text)) {
+                    Some(Some(version)) => Some(version),
+                    Some(None) => {
+                        let reason = "schema version column: not an int4".to_string();
+                        return Err(fail(event, reason));
+                    }
+                    None => None,
+                },
+                None => None,
+            };
+            let envelope = self.schemas.envelope(json, route_value, version, &schema);
+            Some(Bytes::from(envelope))
         } else if self.value_format.is_json() {
             match self.json_payload(payload.as_ref()) {
                 Ok((json, schema)) => Some(Bytes::from(self.schemas.value(json, &schema))),
@@ -548,6 +461,10 @@ impl OutboxSchema {
 /// How a payload's expansion names itself in an event's failure.
 const EXPANSION: &str = "--expand-json-payload (table.expand.json.payload)";
 
+fn parse_int4(text: &[u8]) -> Option<i32> {
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
 /// Types whose text is already what Debezium's StringConverter would write.
 fn is_text(type_oid: u32) -> bool {
     !matches!(
@@ -565,5 +482,6 @@ fn is_text(type_oid: u32) -> bool {
     )
 }
 
+mod relation;
 #[cfg(test)]
 mod tests;

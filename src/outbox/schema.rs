@@ -28,7 +28,7 @@ use super::column::{more_oid, DecimalMode};
 use super::placement::oid;
 
 /// Postgres type OIDs whose schema is a (named) string.
-mod text_oid {
+pub mod text_oid {
     pub const NAME: u32 = 19;
     pub const TEXT: u32 = 25;
     pub const BPCHAR: u32 = 1042;
@@ -51,8 +51,7 @@ pub enum Kind {
     Struct(Vec<(String, ConnectSchema)>),
 }
 
-/// A Kafka Connect schema (without default values, which walrelay cannot read
-/// from pgoutput).
+/// A Kafka Connect schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectSchema {
     kind: Kind,
@@ -61,6 +60,8 @@ pub struct ConnectSchema {
     version: Option<i32>,
     doc: Option<&'static str>,
     parameters: Vec<(&'static str, String)>,
+    /// The default value as JsonConverter writes it (a column's DEFAULT).
+    default: Option<String>,
 }
 
 impl ConnectSchema {
@@ -72,6 +73,7 @@ impl ConnectSchema {
             version: None,
             doc: None,
             parameters: Vec::new(),
+            default: None,
         }
     }
 
@@ -90,6 +92,14 @@ impl ConnectSchema {
             optional: true,
             name: name.map(Cow::Owned),
             ..Self::plain(kind)
+        }
+    }
+
+    /// The same schema with a default value, `json` as JsonConverter writes it.
+    pub fn with_default(self, json: String) -> Self {
+        ConnectSchema {
+            default: Some(json),
+            ..self
         }
     }
 
@@ -227,6 +237,11 @@ impl ConnectSchema {
             }
             out.push('}');
         }
+        // asJsonSchema: "default" last, convertToJson of the default value.
+        if let Some(default) = &self.default {
+            out.push_str(",\"default\":");
+            out.push_str(default);
+        }
         if let Some(field) = field {
             out.push_str(",\"field\":");
             out.push_str(&json_string(field));
@@ -331,10 +346,23 @@ impl RecordSchemas {
         &self,
         json: String,
         route_value: Option<&[u8]>,
+        version: Option<i32>,
         payload: &PayloadSchema,
     ) -> String {
         let Some((schema, row)) = &self.envelope else {
             return json;
+        };
+        // getValueSchema(…, version, …): SchemaBuilder.version.
+        let versioned;
+        let schema = match version {
+            Some(version) => {
+                versioned = ConnectSchema {
+                    version: Some(version),
+                    ..schema.clone()
+                };
+                &versioned
+            }
+            None => schema,
         };
         // Java's string concatenation of a null route-by value.
         let route = route_value.map_or("null".into(), String::from_utf8_lossy);
@@ -498,7 +526,7 @@ mod tests {
         let schemas = RecordSchemas::new(None, None, Some((envelope, "p.public.outbox".into())));
         // Java concatenates a null route-by value as "null".
         assert_eq!(
-            schemas.envelope("{}".into(), None, &PayloadSchema::Column),
+            schemas.envelope("{}".into(), None, None, &PayloadSchema::Column),
             r#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.null.Value"},"payload":{}}"#
         );
     }

@@ -240,3 +240,52 @@ async fn expanded_payloads_carry_the_schema_debezium_infers_from_their_json() {
         )],
     );
 }
+
+/// Column defaults and the schema version, from debezium/debezium
+/// v3.6.1.Final: PostgresDefaultValueConverter.java (a quoted literal's
+/// first quoted part; `now()` a function, so the placeholder 1970-01-01;
+/// an int as it is), TableSchemaBuilder.addField (the default in the
+/// field's schema), Kafka Connect's Struct.get (a null field reads as its
+/// default) and JsonConverter.asJsonSchema ("default" after the name and
+/// version); EventRouterDelegate.getValueSchema with
+/// table.field.event.schema.version (the envelope's "version" is the row's
+/// int).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_defaults_fill_schemas_and_nulls_and_the_version_column_versions_envelopes() {
+    let got = relay_rows_in(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, \
+         type text, payload jsonb, region text DEFAULT 'eu', at timestamptz DEFAULT now(), \
+         v int)",
+        &[
+            "--value-format",
+            "json-with-schema",
+            "--fields-additional-placement",
+            "region:envelope,at:envelope",
+            "--schema-topic-prefix",
+            "dbserver1",
+            "--field-schema-version",
+            "v",
+        ],
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, region, at, v) VALUES
+           ('00000000-0000-0000-0000-000000000551', 'order', 'o-1', 'T', '{}', NULL, NULL, 2);",
+        &["outbox.event.order"],
+        1,
+    )
+    .await
+    .0;
+    check(
+        &got,
+        &[order(
+            "00000000-0000-0000-0000-000000000551",
+            Some("o-1"),
+            Some(concat!(
+                r#"{"schema":{"type":"struct","fields":["#,
+                r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},"#,
+                r#"{"type":"string","optional":true,"default":"eu","field":"region"},"#,
+                r#"{"type":"string","optional":true,"name":"io.debezium.time.ZonedTimestamp","version":1,"default":"1970-01-01T00:00:00.000000Z","field":"at"}"#,
+                r#"],"optional":false,"name":"dbserver1.public.outbox.order.Value","version":2},"#,
+                r#""payload":{"payload":"{}","region":"eu","at":"1970-01-01T00:00:00.000000Z"}}"#,
+            )),
+        )],
+    );
+}
