@@ -292,13 +292,8 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         let key = format!("{prefix}{option}");
         used.push(key.clone());
         if *option == "table.op.invalid.behavior" {
-            // Debezium reads its enum values case-insensitively.
-            match get(&key).map(|v| v.trim().to_ascii_lowercase()) {
-                Some(v) if matches!(v.as_str(), "warn" | "error" | "fatal") => {
-                    flag(&mut args, walrelay_flag, Some(v))
-                }
-                Some(v) => notes.push(format!("{key}={v} is not warn, error or fatal; ignored")),
-                None => {}
+            if let Some(v) = enumeration(&key, get(&key), &["warn", "error", "fatal"])? {
+                flag(&mut args, walrelay_flag, Some(v));
             }
             continue;
         }
@@ -341,12 +336,8 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ),
     ];
     for (key, walrelay_flag, allowed) in enums {
-        if let Some(value) = get(&key).map(|v| v.trim().to_ascii_lowercase()) {
-            if allowed.contains(&value.as_str()) {
-                flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
-            } else {
-                notes.push(format!("{key}={value} is not one of {allowed:?}; ignored"));
-            }
+        if let Some(value) = enumeration(&key, get(&key), allowed)? {
+            flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
         }
         used.push(key);
     }
@@ -499,6 +490,24 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         }
     }
     Ok(Migration { args, notes })
+}
+
+/// An enumerated option as Debezium's Field.withEnum validates it (trimmed,
+/// any case): a value it refuses stops the connector before it starts, so
+/// there is no behaviour to carry over and migrate refuses it too.
+fn enumeration(key: &str, value: Option<&str>, allowed: &[&str]) -> Result<Option<String>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let normalized = value.trim().to_ascii_lowercase();
+    if allowed.contains(&normalized.as_str()) {
+        return Ok(Some(normalized));
+    }
+    Err(Error::permanent(format!(
+        "{key}={value:?} is not one of {}: Debezium refuses it (\"Value must be one of …\") \
+         and the connector never starts; fix the connector's configuration first",
+        allowed.join(", ")
+    )))
 }
 
 fn shell_quote(value: &str) -> String {
@@ -797,5 +806,31 @@ mod tests {
         assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
         let notes = m.notes.join("\n");
         assert!(notes.contains("no topic.prefix"), "{notes}");
+    }
+
+    #[test]
+    fn enumerations_debezium_refuses_are_refused_with_the_key() {
+        // Field.withEnum's EnumRecommender: "Value must be one of …" stops
+        // the connector; table.op.invalid.behavior is withEnum(InvalidOperationBehavior).
+        for (setting, key) in [
+            (
+                "transforms.outbox.table.op.invalid.behavior=skip",
+                "table.op.invalid.behavior",
+            ),
+            (
+                "transforms.outbox.table.field.additional.missing=warn",
+                "table.field.additional.missing",
+            ),
+            ("decimal.handling.mode=exact", "decimal.handling.mode"),
+        ] {
+            let err = migrate(&with_router(&format!("{setting}\n")), Options::default())
+                .err()
+                .unwrap_or_else(|| panic!("{setting} was accepted"))
+                .to_string();
+            assert!(
+                err.contains(key) && err.contains("Debezium refuses"),
+                "{err}"
+            );
+        }
     }
 }

@@ -590,6 +590,28 @@ fn cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            // The row was written before either started: only its UPDATE
+            // streams, which the router throws on (handleUnexpectedOperation,
+            // FATAL); walrelay's publication publishes UPDATEs for it.
+            what: "table.op.invalid.behavior=fatal fails Debezium's task and stops walrelay on an UPDATE",
+            id: "update_fatal",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+                ("transforms.outbox.table.op.invalid.behavior", "fatal"),
+            ],
+            setup: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-000000000191', 'order', 'o-1', 'T', '{}');",
+            inserts: "UPDATE {table} SET payload = '{\"changed\": true}';",
+            count: 0,
+            expect: Expect::BothFail {
+                debezium: "Unexpected update message received",
+                walrelay: "--on-update is fatal",
+            },
+            ..BASE
+        },
+        Case {
             what: "numerics under decimal.handling.mode=precise are Base64 decimals and variable-scale structs",
             id: "dec_precise",
             columns: DECIMAL_COLUMNS,
@@ -1072,8 +1094,8 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
     let cases = cases();
     // Two slots and walsenders a case, beside the test's own connections.
     let pg = Postgres::start_with(&[
-        "max_wal_senders = 60",
-        "max_replication_slots = 60",
+        "max_wal_senders = 100",
+        "max_replication_slots = 100",
         "max_connections = 300",
     ]);
     let broker = Broker::apache();

@@ -56,7 +56,7 @@ pub struct SourceArgs {
     #[arg(long, env = "WALRELAY_MESSAGE_PREFIX", default_value = "walrelay")]
     pub message_prefix: String,
 
-    /// What an UPDATE of an outbox row does, if the publication publishes updates (table.op.invalid.behavior).
+    /// What an UPDATE of an outbox row does (table.op.invalid.behavior); error and fatal need a publication that publishes UPDATEs, which walrelay creates so and otherwise refuses to start.
     #[arg(long, env = "WALRELAY_ON_UPDATE", value_enum, default_value_t = OnUpdate::Warn)]
     pub on_update: OnUpdate,
 
