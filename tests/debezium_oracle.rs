@@ -109,6 +109,15 @@ const BASE: Case = Case {
     expect: Expect::Same,
 };
 
+/// Expanded payloads under JsonConverter without schemas, string keys.
+const EXPANDED_PLAIN: &[(&str, &str)] = &[
+    DEFAULT_ROUTE,
+    ("key.converter", STRING),
+    ("value.converter", JSON),
+    ("value.converter.schemas.enable", "false"),
+    ("transforms.outbox.table.expand.json.payload", "true"),
+];
+
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// Numeric columns in the envelope and the headers under each
@@ -342,13 +351,7 @@ fn cases() -> Vec<Case> {
             // the router pairs the string with it, and JsonConverter fails.
             what: "a top-level JSON array expanded fails Debezium's task and halts walrelay",
             id: "expand_array",
-            options: &[
-                DEFAULT_ROUTE,
-                ("key.converter", STRING),
-                ("value.converter", JSON),
-                ("value.converter.schemas.enable", "false"),
-                ("transforms.outbox.table.expand.json.payload", "true"),
-            ],
+            options: EXPANDED_PLAIN,
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
                ('00000000-0000-0000-0000-000000000161', 'order', 'o-1', 'T', '[1, 2]');",
             count: 0,
@@ -363,13 +366,7 @@ fn cases() -> Vec<Case> {
             // BigDecimal in the struct, which Struct.put refuses.
             what: "an integer beyond a long in an expanded payload fails Debezium's task and halts walrelay",
             id: "expand_big",
-            options: &[
-                DEFAULT_ROUTE,
-                ("key.converter", STRING),
-                ("value.converter", JSON),
-                ("value.converter.schemas.enable", "false"),
-                ("transforms.outbox.table.expand.json.payload", "true"),
-            ],
+            options: EXPANDED_PLAIN,
             inserts: "INSERT INTO {table} (id, aggregatetype, aggregateid, type, payload) VALUES
                ('00000000-0000-0000-0000-000000000171', 'order', 'o-1', 'T', '{\"big\": 12345678901234567890}');",
             count: 0,

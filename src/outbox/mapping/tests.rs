@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::error::Error;
 use crate::postgres::names::TableName;
 use crate::postgres::pgoutput::{Column, Relation};
 
@@ -32,6 +33,11 @@ fn table() -> TableName {
     "public.outbox".parse().unwrap()
 }
 
+/// The relation placed with no NOT NULL columns and no defaults.
+fn place(rel: &Relation, config: &MappingConfig) -> Result<OutboxSchema, Error> {
+    OutboxSchema::from_relation(rel, config, &table(), &BTreeSet::new(), &BTreeMap::new())
+}
+
 #[test]
 fn columns_are_found_by_name_in_any_order() {
     let rel = relation(&[
@@ -41,14 +47,7 @@ fn columns_are_found_by_name_in_any_order() {
         ("aggregate_id", 25),
         ("id", 2950),
     ]);
-    let schema = OutboxSchema::from_relation(
-        &rel,
-        &MappingConfig::defaults(),
-        &table(),
-        &BTreeSet::new(),
-        &BTreeMap::new(),
-    )
-    .unwrap();
+    let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let event = schema
         .event(vec![
             text("{}"),
@@ -72,14 +71,7 @@ fn a_missing_column_is_named_in_the_error() {
         ("kind", 25),
         ("payload", 3802),
     ]);
-    let err = OutboxSchema::from_relation(
-        &rel,
-        &MappingConfig::defaults(),
-        &table(),
-        &BTreeSet::new(),
-        &BTreeMap::new(),
-    )
-    .unwrap_err();
+    let err = place(&rel, &MappingConfig::defaults()).unwrap_err();
     assert!(err.to_string().contains("\"event_type\""), "{err}");
 }
 
@@ -94,9 +86,7 @@ fn a_bad_partition_value_names_the_event() {
         ("payload", 3802),
         ("shard", 25),
     ]);
-    let schema =
-        OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap();
+    let schema = place(&rel, &config).unwrap();
     let err = schema
         .event(vec![
             text("e-9"),
@@ -159,8 +149,7 @@ mod arbitrary_rows {
         .iter()
         .map(|p| p.parse().unwrap())
         .collect();
-        OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap()
+        place(&rel, &config).unwrap()
     }
 
     proptest! {
@@ -202,12 +191,18 @@ mod arbitrary_rows {
     }
 }
 
-/// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
-fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+/// The router's column names: key aggregateid, route-by aggregatetype, no event type.
+fn debezium_config() -> MappingConfig {
     let mut c = MappingConfig::defaults();
     c.key = "aggregateid".into();
     c.route_by = "aggregatetype".into();
     c.event_type = None;
+    c
+}
+
+/// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
+fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+    let mut c = debezium_config();
     config(&mut c);
     let rel = relation(&[
         ("id", 2950),
@@ -216,7 +211,7 @@ fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
         ("type", 25),
         ("payload", 3802),
     ]);
-    OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new()).unwrap()
+    place(&rel, &c).unwrap()
 }
 
 fn row(payload: Option<&str>) -> Tuple {
@@ -251,10 +246,7 @@ fn json_formats_quote_the_key_and_the_payload_string() {
 
 #[test]
 fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
-    let mut c = MappingConfig::defaults();
-    c.key = "aggregateid".into();
-    c.route_by = "aggregatetype".into();
-    c.event_type = None;
+    let mut c = debezium_config();
     c.key_format = Format::JsonWithSchema;
     c.value_format = Format::JsonWithSchema;
     let rel = relation(&[
@@ -306,8 +298,7 @@ fn json_with_schema_refuses_a_column_type_it_cannot_describe() {
         ("event_type", 25),
         ("body", 142),
     ]);
-    let err = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new())
-        .unwrap_err();
+    let err = place(&rel, &c).unwrap_err();
     assert!(err.to_string().contains("\"body\""), "{err}");
 }
 
@@ -331,9 +322,7 @@ fn bytea_keys_and_payloads_are_decoded_and_bad_hex_names_the_event() {
         ("event_type", 25),
         ("payload", 17),
     ]);
-    let schema =
-        OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap();
+    let schema = place(&rel, &c).unwrap();
     let event = schema
         .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
         .unwrap();
@@ -356,14 +345,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
         ("payload", 3802),
         ("tracingspancontext", 1043),
     ]);
-    let schema = OutboxSchema::from_relation(
-        &rel,
-        &MappingConfig::defaults(),
-        &table(),
-        &BTreeSet::new(),
-        &BTreeMap::new(),
-    )
-    .unwrap();
+    let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let row = |context: Datum| vec![text("e-1"), text("k"), text("T"), text("{}"), context];
     let event = schema
         .event(row(text(&format!(
@@ -387,9 +369,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
     // Turned off: the column is not read.
     let mut off = MappingConfig::defaults();
     off.tracing_span_context = None;
-    let schema =
-        OutboxSchema::from_relation(&rel, &off, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap();
+    let schema = place(&rel, &off).unwrap();
     let event = schema
         .event(row(text(&format!("traceparent={parent}"))))
         .unwrap();
@@ -418,15 +398,10 @@ fn extended_headers_come_before_the_trace_context_and_the_routers_headers() {
         ("tracingspancontext", 1043),
         ("type", 25),
     ]);
-    let mut c = MappingConfig::defaults();
-    c.key = "aggregateid".into();
-    c.route_by = "aggregatetype".into();
-    c.event_type = None;
+    let mut c = debezium_config();
     c.placements.push("type:header:eventType".parse().unwrap());
     c.extended_headers = Some(ExtendedHeaders::new("dbserver1", "run-1"));
-    let schema =
-        OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap();
+    let schema = place(&rel, &c).unwrap();
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let event = schema
         .event(vec![
@@ -470,10 +445,7 @@ fn a_null_column_with_a_default_reads_as_the_default_where_struct_get_reads_it()
         ("region", 25),
         ("n", 23),
     ]);
-    let mut c = MappingConfig::defaults();
-    c.key = "aggregateid".into();
-    c.route_by = "aggregatetype".into();
-    c.event_type = None;
+    let mut c = debezium_config();
     c.placements.push("region:header".parse().unwrap());
     c.placements.push("n:envelope".parse().unwrap());
     c.value_format = Format::JsonWithSchema;
@@ -533,17 +505,12 @@ fn the_schema_version_column_versions_the_envelope_schema() {
         ("payload", 3802),
         ("v", 23),
     ]);
-    let mut c = MappingConfig::defaults();
-    c.key = "aggregateid".into();
-    c.route_by = "aggregatetype".into();
-    c.event_type = None;
+    let mut c = debezium_config();
     c.placements.push("v:envelope".parse().unwrap());
     c.value_format = Format::JsonWithSchema;
     c.schema_topic_prefix = Some("p".into());
     c.schema_version = Some("v".into());
-    let schema =
-        OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new())
-            .unwrap();
+    let schema = place(&rel, &c).unwrap();
     let value = |v: Datum| {
         let row = vec![text("e-1"), text("order"), text("1"), text("{}"), v];
         String::from_utf8(schema.event(row).unwrap().payload.unwrap().to_vec()).unwrap()
@@ -563,7 +530,6 @@ fn the_schema_version_column_versions_the_envelope_schema() {
         ("payload", 3802),
         ("v", 20),
     ]);
-    let err = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &BTreeMap::new())
-        .unwrap_err();
+    let err = place(&rel, &c).unwrap_err();
     assert!(err.to_string().contains("INT32"), "{err}");
 }
