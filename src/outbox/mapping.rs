@@ -145,7 +145,8 @@ pub struct OutboxEvent {
     /// The Kafka value: the payload, an envelope around it, or None (a tombstone).
     pub payload: Option<Bytes>,
     pub route_value: Option<Bytes>,
-    /// Every header, in order: `traceparent` and `tracestate` (when the row
+    /// Every header, in order: Debezium 3's `__debezium.context.*` (with
+    /// `--extended-headers`), `traceparent` and `tracestate` (when the row
     /// carries a trace context), `id`, `event_type` (when there is one),
     /// then those of `column:header` placements.
     pub headers: Vec<Header>,
