@@ -29,6 +29,11 @@ const ROUTER_FLAGS: &[(&str, &str, Option<&str>)] = &[
         Some("payload"),
     ),
     ("table.field.event.timestamp", "--field-timestamp", None),
+    (
+        "table.field.event.schema.version",
+        "--field-schema-version",
+        None,
+    ),
     ("route.by.field", "--route-by-field", Some("aggregatetype")),
     ("route.topic.regex", "--topic-regex", None),
     ("route.topic.replacement", "--topic-replacement", None),
@@ -288,13 +293,8 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         let key = format!("{prefix}{option}");
         used.push(key.clone());
         if *option == "table.op.invalid.behavior" {
-            // Debezium reads its enum values case-insensitively.
-            match get(&key).map(|v| v.trim().to_ascii_lowercase()) {
-                Some(v) if matches!(v.as_str(), "warn" | "error" | "fatal") => {
-                    flag(&mut args, walrelay_flag, Some(v))
-                }
-                Some(v) => notes.push(format!("{key}={v} is not warn, error or fatal; ignored")),
-                None => {}
+            if let Some(v) = enumeration(&key, get(&key), &["warn", "error", "fatal"])? {
+                flag(&mut args, walrelay_flag, Some(v));
             }
             continue;
         }
@@ -337,12 +337,8 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ),
     ];
     for (key, walrelay_flag, allowed) in enums {
-        if let Some(value) = get(&key).map(|v| v.trim().to_ascii_lowercase()) {
-            if allowed.contains(&value.as_str()) {
-                flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
-            } else {
-                notes.push(format!("{key}={value} is not one of {allowed:?}; ignored"));
-            }
+        if let Some(value) = enumeration(&key, get(&key), allowed)? {
+            flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
         }
         used.push(key);
     }
@@ -355,38 +351,49 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     if flag_on("route.tombstone.on.empty.payload") {
         flag(&mut args, "--tombstone-on-empty-payload", None);
     }
+    // Debezium 3 adds the headers naming its connector, task and run unless
+    // told not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
+    let extended_headers =
+        get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
+    used.push("extended.headers.enabled".into());
+    // topic.prefix names envelope schemas and is the connectorLogicalName header.
+    let mut needs_topic_prefix = extended_headers;
     for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
-        let (mut format, note) = converter_format(
+        let (format, note) = converter_format(
             side,
             get(&format!("{side}.converter")),
             get(&format!("{side}.converter.schemas.enable")),
         );
         notes.extend(note);
         if side == "value" && format == "json-with-schema" {
-            if flag_on("table.expand.json.payload") {
-                format = "json";
-                notes.push(
-                    "value.converter=JsonConverter with schemas.enable=true and \
-                     table.expand.json.payload=true: walrelay does not build the schema Debezium \
-                     derives from the JSON, so it writes the payload part alone \
-                     (--value-format json, as schemas.enable=false would); consumers that read \
-                     .payload must read the whole value"
-                        .into(),
-                );
-            } else if let Some((key, topic_prefix)) = ["topic.prefix", "database.server.name"]
-                .into_iter()
-                .find_map(|k| get(k).map(|v| (k, v)))
-            {
-                // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
-                flag(
-                    &mut args,
-                    "--schema-topic-prefix",
-                    Some(topic_prefix.to_string()),
-                );
-                used.push(key.to_string());
-            }
+            // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
+            needs_topic_prefix = true;
         }
         flag(&mut args, flag_name, Some(format.into()));
+    }
+    let topic_prefix = ["topic.prefix", "database.server.name"]
+        .into_iter()
+        .find_map(|k| get(k).map(|v| (k, v)));
+    match (needs_topic_prefix, topic_prefix) {
+        (true, Some((key, topic_prefix))) => {
+            flag(
+                &mut args,
+                "--schema-topic-prefix",
+                Some(topic_prefix.to_string()),
+            );
+            used.push(key.to_string());
+            if extended_headers {
+                flag(&mut args, "--extended-headers", None);
+            }
+        }
+        (true, None) => notes.push(
+            "no topic.prefix (database.server.name before Debezium 2.0), which Debezium \
+             requires: it names envelope schemas and the __debezium.context.* headers; add \
+             --schema-topic-prefix with the connector's logical name (and --extended-headers \
+             unless extended.headers.enabled=false)"
+                .into(),
+        ),
+        (false, _) => {}
     }
     // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
     // on Connect's classpath): walrelay creates no spans, it passes the
@@ -425,17 +432,6 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ));
     }
     used.push(empty_key);
-    // Debezium 3 adds headers naming its connector, task and run unless told
-    // not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
-    if get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false")) {
-        notes.push(
-            "Debezium 3 adds the headers __debezium.context.connectorLogicalName, .taskId, \
-             .connectorName and .runId to every record (extended.headers.enabled, true unless \
-             set); walrelay has no connector, task or run to name and sends none of them"
-                .into(),
-        );
-    }
-    used.push("extended.headers.enabled".into());
     used.push(format!("{prefix}table.expand.json.payload"));
     used.push(format!("{prefix}route.tombstone.on.empty.payload"));
     used.push(format!("{prefix}type"));
@@ -463,6 +459,16 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             "tasks.max" => "tasks.max: walrelay is one process per slot; run a second one as a \
                             standby for high availability"
                 .into(),
+            "field.name.adjustment.mode" if value.trim().eq_ignore_ascii_case("none") => {
+                return None
+            }
+            // JsonSchemaData names a field with the adjusted name, then looks
+            // the value up under it (jsonNodeToStructInternal).
+            "field.name.adjustment.mode" => format!(
+                "field.name.adjustment.mode={value}: Debezium renames fields of expanded payloads \
+                 that avro does not allow (test$ becomes test_) and then finds no value under \
+                 the new name, so they arrive null; walrelay keeps every name and its value"
+            ),
             "tombstones.on.delete" => {
                 "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
             }
@@ -485,6 +491,24 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         }
     }
     Ok(Migration { args, notes })
+}
+
+/// An enumerated option as Debezium's Field.withEnum validates it (trimmed,
+/// any case): a value it refuses stops the connector before it starts, so
+/// there is no behaviour to carry over and migrate refuses it too.
+fn enumeration(key: &str, value: Option<&str>, allowed: &[&str]) -> Result<Option<String>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let normalized = value.trim().to_ascii_lowercase();
+    if allowed.contains(&normalized.as_str()) {
+        return Ok(Some(normalized));
+    }
+    Err(Error::permanent(format!(
+        "{key}={value:?} is not one of {}: Debezium refuses it (\"Value must be one of …\") \
+         and the connector never starts; fix the connector's configuration first",
+        allowed.join(", ")
+    )))
 }
 
 fn shell_quote(value: &str) -> String {
@@ -656,12 +680,16 @@ mod tests {
                 "topic.creation.default.partitions=12\n\
                  topic.creation.default.replication.factor=-1\n\
                  transforms.outbox.table.op.invalid.behavior=FATAL\n\
-                 transforms.outbox.table.expand.json.payload=True\n",
+                 transforms.outbox.table.expand.json.payload=True\n\
+                 transforms.outbox.table.field.event.schema.version=version\n",
             ),
             Options::default(),
         )
         .unwrap();
         assert_eq!(flag(&m, "--topic-partitions"), Some("12"));
+        assert_eq!(flag(&m, "--field-schema-version"), Some("version"));
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("schema.version"), "{notes}");
         assert_eq!(flag(&m, "--topic-replication-factor"), None);
         assert_eq!(flag(&m, "--on-update"), Some("fatal"));
         assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
@@ -686,17 +714,22 @@ mod tests {
         assert_eq!(flag(&m, "--schema-topic-prefix"), Some("orders"));
         let notes = m.notes.join("\n");
         assert!(!notes.contains("topic.prefix"), "{notes}");
-        // walrelay refuses to build the schema of an expanded payload: json it is, with a note.
+        // An expanded payload keeps its schema (JsonSchemaData's), as in Debezium.
         let m = migrate(
             &with_router(
-                "value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                "topic.prefix=orders\n\
+                 value.converter=org.apache.kafka.connect.json.JsonConverter\n\
                  transforms.outbox.table.expand.json.payload=true\n",
             ),
             Options::default(),
         )
         .unwrap();
-        assert_eq!(flag(&m, "--value-format"), Some("json"));
-        assert!(m.notes.iter().any(|n| n.contains("schemas.enable=true")));
+        assert_eq!(flag(&m, "--value-format"), Some("json-with-schema"));
+        assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+        assert!(!m
+            .notes
+            .iter()
+            .any(|n| n.contains("table.expand.json.payload")));
     }
 
     #[test]
@@ -741,21 +774,64 @@ mod tests {
             "{notes}"
         );
         assert!(!notes.contains("has no walrelay equivalent"), "{notes}");
-        assert!(
-            notes.contains("__debezium.context.connectorLogicalName"),
-            "{notes}"
-        );
-        let m = migrate(
-            &with_router("extended.headers.enabled=false\n"),
-            Options::default(),
-        )
-        .unwrap();
-        let notes = m.notes.join("\n");
-        assert!(!notes.contains("__debezium.context"), "{notes}");
-        assert!(!notes.contains("extended.headers.enabled"), "{notes}");
         // Unset: Debezium's default column is walrelay's, so no flag is needed.
         let m = migrate(&with_router(""), Options::default()).unwrap();
         assert_eq!(flag(&m, "--field-tracing-span-context"), None);
         assert!(m.notes.iter().any(|n| n.contains("\"tracingspancontext\"")));
+    }
+
+    #[test]
+    fn extended_headers_are_on_with_the_logical_name_unless_the_connector_turned_them_off() {
+        // CommonConnectorConfig.EXTENDED_HEADERS_ENABLED defaults to true;
+        // the logical name is topic.prefix (CommonConnectorConfig.getLogicalName).
+        let m = migrate(&with_router("topic.prefix=dbserver1\n"), Options::default()).unwrap();
+        assert!(m.args.iter().any(|(f, _)| f == "--extended-headers"));
+        assert_eq!(flag(&m, "--schema-topic-prefix"), Some("dbserver1"));
+        let notes = m.notes.join("\n");
+        assert!(!notes.contains("topic.prefix"), "{notes}");
+        for off in ["false", " FALSE"] {
+            let m = migrate(
+                &with_router(&format!(
+                    "topic.prefix=dbserver1\nextended.headers.enabled={off}\n"
+                )),
+                Options::default(),
+            )
+            .unwrap();
+            assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
+            assert_eq!(flag(&m, "--schema-topic-prefix"), None);
+            let notes = m.notes.join("\n");
+            assert!(!notes.contains("extended.headers.enabled"), "{notes}");
+        }
+        // Without a logical name the command cannot send them: a note says what to add.
+        let m = migrate(&with_router(""), Options::default()).unwrap();
+        assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
+        let notes = m.notes.join("\n");
+        assert!(notes.contains("no topic.prefix"), "{notes}");
+    }
+
+    #[test]
+    fn enumerations_debezium_refuses_are_refused_with_the_key() {
+        // Field.withEnum's EnumRecommender: "Value must be one of …" stops
+        // the connector; table.op.invalid.behavior is withEnum(InvalidOperationBehavior).
+        for (setting, key) in [
+            (
+                "transforms.outbox.table.op.invalid.behavior=skip",
+                "table.op.invalid.behavior",
+            ),
+            (
+                "transforms.outbox.table.field.additional.missing=warn",
+                "table.field.additional.missing",
+            ),
+            ("decimal.handling.mode=exact", "decimal.handling.mode"),
+        ] {
+            let err = migrate(&with_router(&format!("{setting}\n")), Options::default())
+                .err()
+                .unwrap_or_else(|| panic!("{setting} was accepted"))
+                .to_string();
+            assert!(
+                err.contains(key) && err.contains("Debezium refuses"),
+                "{err}"
+            );
+        }
     }
 }

@@ -22,8 +22,12 @@ mod binary;
 mod converters;
 #[path = "debezium_router/event_type.rs"]
 mod event_type;
+#[path = "debezium_router/extended_headers.rs"]
+mod extended_headers;
 #[path = "debezium_router/missing_and_tombstones.rs"]
 mod missing_and_tombstones;
+#[path = "debezium_router/on_update.rs"]
+mod on_update;
 #[path = "debezium_router/partitioning.rs"]
 mod partitioning;
 #[path = "debezium_router/schemas.rs"]
@@ -36,7 +40,7 @@ mod typed_columns;
 use std::time::Duration;
 
 use support::kafka::Received;
-use support::{Broker, Postgres, Relay, Stack};
+use support::Stack;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -316,38 +320,5 @@ async fn text_payloads_expand_into_the_envelope_and_empty_ones_become_tombstones
                 Some(r#"{"payload":"not json","tenant":"t-1"}"#),
             ),
         ],
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_of_an_outbox_row_stops_walrelay_with_on_update_fatal() {
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client().await;
-    client.batch_execute(TABLE).await.unwrap();
-    client
-        .batch_execute(
-            "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert, update')",
-        )
-        .await
-        .unwrap();
-    let mut args = DEBEZIUM_COLUMNS.to_vec();
-    args.extend_from_slice(&["--on-update", "fatal"]);
-    let mut relay = Relay::start_with(&pg, &broker, &args);
-    relay.wait_ready(WAIT);
-    client
-        .batch_execute(
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) \
-             VALUES ('00000000-0000-0000-0000-0000000000e1', 'order', 'o-1', 'Created', '{}'); \
-             UPDATE outbox SET payload = '{\"changed\": true}';",
-        )
-        .await
-        .unwrap();
-    let status = relay.wait(WAIT).expect("--on-update fatal stops walrelay");
-    assert!(!status.success());
-    assert!(
-        relay.log().contains("--on-update is fatal"),
-        "{}",
-        relay.log()
     );
 }

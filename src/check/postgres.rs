@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::config::{Settings, Source};
+use crate::config::{OnUpdate, Settings, Source};
 use crate::postgres::names::{quote_ident, TableName};
 use crate::postgres::publication::{self, Binding};
 use crate::postgres::state::decide::SlotPlan;
@@ -431,9 +431,14 @@ impl<'a> Probe<'a> {
                     ),
                     format!(
                         "as the table's owner: CREATE PUBLICATION {} FOR TABLE {} WITH \
-                         (publish = 'insert'{});",
+                         (publish = '{}'{});",
                         quote_ident(name),
                         self.table.quoted(),
+                        if self.settings.on_update == OnUpdate::Warn {
+                            "insert"
+                        } else {
+                            "insert, update"
+                        },
                         if table.is_some_and(|t| t.partitioned) {
                             ", publish_via_partition_root = true"
                         } else {
@@ -450,7 +455,13 @@ impl<'a> Probe<'a> {
             );
         }
         // The same reading of the catalog that run and the watchdog judge.
-        match binding.problem(name, self.table, None) {
+        let updates = binding.publication.is_some_and(|p| p.updates);
+        let problem = binding.problem(name, self.table, None).or_else(|| {
+            (self.settings.on_update != OnUpdate::Warn)
+                .then(|| publication::updates_problem(name, updates))
+                .flatten()
+        });
+        match problem {
             Some(problem) => Check {
                 name: "postgres.publication",
                 status: super::Status::Fail,

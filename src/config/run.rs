@@ -73,7 +73,7 @@ pub struct SourceArgs {
     #[arg(long, env = "WALRELAY_MESSAGE_PREFIX", default_value = "walrelay")]
     pub message_prefix: String,
 
-    /// What an UPDATE of an outbox row does, if the publication publishes updates (table.op.invalid.behavior).
+    /// What an UPDATE of an outbox row does (table.op.invalid.behavior); error and fatal need a publication that publishes UPDATEs, which walrelay creates so and otherwise refuses to start.
     #[arg(long, env = "WALRELAY_ON_UPDATE", value_enum, default_value_t = OnUpdate::Warn)]
     pub on_update: OnUpdate,
 
@@ -142,6 +142,10 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_FIELD_TIMESTAMP")]
     pub field_timestamp: Option<String>,
 
+    /// An int4 column whose value is the envelope schema's version under --value-format json-with-schema (table.field.event.schema.version).
+    #[arg(long, env = "WALRELAY_FIELD_SCHEMA_VERSION")]
+    pub field_schema_version: Option<String>,
+
     /// Extra columns: col:header[:alias], col:envelope[:alias] or col:partition, comma-separated.
     #[arg(
         long,
@@ -154,7 +158,7 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_FIELDS_ADDITIONAL_MISSING", value_enum, default_value_t = MissingField::Error)]
     pub fields_additional_missing: MissingField,
 
-    /// Embed a text payload that holds JSON as JSON (not as a string) in an envelope.
+    /// Write a payload that holds a JSON object as that object, not as a string, with the schema Debezium infers for it under json-with-schema (table.expand.json.payload).
     #[arg(long, env = "WALRELAY_EXPAND_JSON_PAYLOAD")]
     pub expand_json_payload: bool,
 
@@ -178,9 +182,13 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
     pub value_format: Format,
 
-    /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value).
+    /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value) and is the connectorLogicalName of --extended-headers.
     #[arg(long, env = "WALRELAY_SCHEMA_TOPIC_PREFIX")]
     pub schema_topic_prefix: Option<String>,
+
+    /// Send Debezium 3's __debezium.context.* headers (connectorLogicalName, taskId, connectorName, runId) before the event's own (extended.headers.enabled).
+    #[arg(long, env = "WALRELAY_EXTENDED_HEADERS")]
+    pub extended_headers: bool,
 
     /// A NULL or empty payload becomes a tombstone (a null Kafka value).
     #[arg(long, env = "WALRELAY_TOMBSTONE_ON_EMPTY_PAYLOAD")]

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
 use crate::outbox::expansion::{Behaviour, EmptyArrayBehavior, NullBehavior};
+use crate::outbox::extended_headers::ExtendedHeaders;
 use crate::outbox::format::Format;
 use crate::outbox::mapping::MappingConfig;
 use crate::outbox::placement::Target;
@@ -209,9 +210,26 @@ impl Settings {
     }
 }
 
-/// The json-with-schema format's limits, told at start-up rather than per event.
+/// What the Debezium formats and headers cannot do, told at start-up rather than per event.
 fn check_formats(args: &RunArgs) -> Result<()> {
     let m = &args.mapping;
+    let prefix_set = m
+        .schema_topic_prefix
+        .as_deref()
+        .is_some_and(|p| !p.is_empty());
+    if m.extended_headers && args.source.source == Source::Messages {
+        return Err(Error::permanent(
+            "--extended-headers are Debezium's headers of a table's change records; \
+             --source messages has none: drop --extended-headers",
+        ));
+    }
+    if m.extended_headers && !prefix_set {
+        return Err(Error::permanent(
+            "--extended-headers names the connector by Debezium's topic.prefix (the \
+             connectorLogicalName header): set --schema-topic-prefix to the connector's \
+             topic.prefix (database.server.name before Debezium 2.0)",
+        ));
+    }
     let with_schema = |f: Format| f == Format::JsonWithSchema;
     if !with_schema(m.key_format) && !with_schema(m.value_format) {
         return Ok(());
@@ -222,22 +240,10 @@ fn check_formats(args: &RunArgs) -> Result<()> {
              types, which --source messages does not have; use json or string",
         ));
     }
-    if with_schema(m.value_format) && m.expand_json_payload {
-        return Err(Error::permanent(
-            "--expand-json-payload with --value-format json-with-schema is not supported \
-             (walrelay does not build the schema Debezium derives from the JSON); use \
-             --value-format json (JsonConverter with schemas.enable=false), or drop \
-             --expand-json-payload",
-        ));
-    }
     let envelope = m
         .fields_additional_placement
         .iter()
         .any(|p| matches!(p.target, Target::Envelope(_)));
-    let prefix_set = m
-        .schema_topic_prefix
-        .as_deref()
-        .is_some_and(|p| !p.is_empty());
     if with_schema(m.value_format) && envelope && !prefix_set {
         return Err(Error::permanent(
             "--value-format json-with-schema with an envelope placement names the envelope's \
@@ -350,6 +356,7 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         payload: m.field_payload.clone(),
         route_by: m.route_by_field.clone(),
         timestamp: m.field_timestamp.clone(),
+        schema_version: m.field_schema_version.clone().filter(|c| !c.is_empty()),
         placements: m.fields_additional_placement.clone(),
         expand_json_payload: m.expand_json_payload,
         tombstone_on_empty_payload: m.tombstone_on_empty_payload,
@@ -357,6 +364,9 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         key_format: m.key_format,
         value_format: m.value_format,
         schema_topic_prefix: m.schema_topic_prefix.clone(),
+        extended_headers: m
+            .extended_headers
+            .then(|| ExtendedHeaders::for_new_run(m.schema_topic_prefix.as_deref().unwrap_or(""))),
         ignore_missing_placements: m.fields_additional_missing == MissingField::Ignore,
         tracing_span_context: Some(m.field_tracing_span_context.clone()).filter(|c| !c.is_empty()),
         expansion: Behaviour {

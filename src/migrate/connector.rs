@@ -70,6 +70,27 @@ pub fn converter_format(
                 ("json", None)
             }
         }
+        // Debezium's CloudEvents converter after the router reads the
+        // record's source block from headers that a HeaderFrom transform
+        // copied (metadata.source=header) and embeds it in every event.
+        "CloudEventsConverter" => (
+            "string",
+            Some(format!(
+                "{side}.converter={converter}: walrelay does not write CloudEvents (Debezium's \
+                 event embeds its own source block: version, sequence, lsn, txId); the command \
+                 writes the column's bytes as they are (--{side}-format string), so consumers \
+                 that parse CloudEvents must change before the switch"
+            )),
+        ),
+        // Avro needs a schema registry, which walrelay does not talk to.
+        "AvroConverter" | "AvroConverterV2" => (
+            "string",
+            Some(format!(
+                "{side}.converter={converter}: Avro needs a schema registry, and walrelay writes \
+                 no Avro; the command writes the column's bytes as they are (--{side}-format \
+                 string), so consumers must change before the switch"
+            )),
+        ),
         _ => (
             "string",
             Some(format!(
@@ -246,7 +267,14 @@ mod tests {
             Some("io.confluent.connect.avro.AvroConverter"),
             None,
         );
-        assert!(note.unwrap().contains("AvroConverter"));
+        assert!(note.unwrap().contains("schema registry"));
+        let (format, note) = converter_format(
+            "value",
+            Some("io.debezium.converters.CloudEventsConverter"),
+            None,
+        );
+        assert_eq!(format, "string");
+        assert!(note.unwrap().contains("does not write CloudEvents"));
     }
 
     #[test]

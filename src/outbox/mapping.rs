@@ -3,23 +3,20 @@
 //! message, never by position, so column order and added columns do not
 //! matter.
 
-use std::borrow::Cow;
-use std::collections::BTreeSet;
-
 use bytes::Bytes;
+use std::borrow::Cow;
 use tracing::warn;
 
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
-use super::expansion::{expand, Behaviour};
+use super::expansion::{expand, Behaviour, Expansion};
+use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
-use super::schema::{ConnectSchema, RecordSchemas};
+use super::schema::{PayloadSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
-use crate::error::Error;
-use crate::postgres::names::TableName;
-use crate::postgres::pgoutput::{Datum, Relation, Tuple};
+use crate::postgres::pgoutput::{Datum, Tuple};
 use crate::sink::{Header, Record};
 
 /// Which columns make an event, and how (the `--field-*` flags).
@@ -32,6 +29,9 @@ pub struct MappingConfig {
     pub payload: String,
     pub route_by: String,
     pub timestamp: Option<String>,
+    /// The int4 column whose value versions the envelope's schema
+    /// (`table.field.event.schema.version`).
+    pub schema_version: Option<String>,
     pub placements: Vec<Placement>,
     pub expand_json_payload: bool,
     pub tombstone_on_empty_payload: bool,
@@ -50,6 +50,9 @@ pub struct MappingConfig {
     /// Debezium's `topic.prefix`, which names the envelope's schema under
     /// json-with-schema.
     pub schema_topic_prefix: Option<String>,
+    /// Debezium 3's `__debezium.context.*` headers of this run
+    /// (`--extended-headers`), before every event's own.
+    pub extended_headers: Option<ExtendedHeaders>,
 }
 
 impl MappingConfig {
@@ -63,6 +66,7 @@ impl MappingConfig {
             payload: "payload".into(),
             route_by: "event_type".into(),
             timestamp: None,
+            schema_version: None,
             placements: Vec::new(),
             expand_json_payload: false,
             tombstone_on_empty_payload: false,
@@ -73,6 +77,7 @@ impl MappingConfig {
             ignore_missing_placements: false,
             tracing_span_context: Some("tracingspancontext".into()),
             schema_topic_prefix: None,
+            extended_headers: None,
         }
     }
 
@@ -105,8 +110,12 @@ pub struct OutboxSchema {
     key: Col,
     event_type: Option<Col>,
     payload: Col,
+    /// The payload column's name: the expanded struct's schema name.
+    payload_name: String,
     route_by: Col,
     timestamp: Option<Col>,
+    /// Only with an envelope under json-with-schema, the one place it shows.
+    schema_version: Option<Col>,
     placements: Vec<(Col, Target)>,
     /// The trace context column, when the table has it.
     trace_context: Option<Col>,
@@ -121,6 +130,10 @@ pub struct OutboxSchema {
     expansion: Behaviour,
     /// JsonConverter's schemas under json-with-schema (none otherwise).
     schemas: RecordSchemas,
+    extended_headers: Option<ExtendedHeaders>,
+    /// Each column's DEFAULT as Debezium reads it (Postgres text), by
+    /// position: Kafka Connect's Struct.get hands it out for a NULL.
+    defaults: Vec<Option<Bytes>>,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -132,7 +145,8 @@ pub struct OutboxEvent {
     /// The Kafka value: the payload, an envelope around it, or None (a tombstone).
     pub payload: Option<Bytes>,
     pub route_value: Option<Bytes>,
-    /// Every header, in order: `traceparent` and `tracestate` (when the row
+    /// Every header, in order: Debezium 3's `__debezium.context.*` (with
+    /// `--extended-headers`), `traceparent` and `tracestate` (when the row
     /// carries a trace context), `id`, `event_type` (when there is one),
     /// then those of `column:header` placements.
     pub headers: Vec<Header>,
@@ -200,118 +214,6 @@ pub struct MappingError {
 }
 
 impl OutboxSchema {
-    /// Finds the mapped columns in a Relation message. A missing one (for
-    /// example after a rename) is a permanent error naming the column.
-    /// `not_null` names the table's NOT NULL columns (pgoutput does not say).
-    pub fn from_relation(
-        relation: &Relation,
-        config: &MappingConfig,
-        table: &TableName,
-        not_null: &BTreeSet<String>,
-    ) -> Result<Self, Error> {
-        let find = |name: &str| {
-            relation
-                .columns
-                .iter()
-                .position(|c| c.name == name)
-                .map(|index| Col {
-                    index,
-                    type_oid: relation.columns[index].type_oid,
-                    type_modifier: relation.columns[index].type_modifier,
-                    optional: !not_null.contains(name),
-                })
-                .ok_or_else(|| {
-                    Error::permanent(format!(
-                        "the outbox table {table} no longer has a column {name:?} \
-                         (was it renamed or dropped?); restore the column, or restart walrelay \
-                         mapped to the new name; no event was confirmed past this point"
-                    ))
-                })
-        };
-        let present: Vec<&Placement> = config
-            .placements
-            .iter()
-            .filter(|p| {
-                !config.ignore_missing_placements
-                    || relation.columns.iter().any(|c| c.name == p.column)
-            })
-            .collect();
-        let placements: Vec<(Col, Target)> = present
-            .iter()
-            .map(|p| Ok((find(&p.column)?, p.target.clone())))
-            .collect::<Result<_, Error>>()?;
-        let envelope = config
-            .placements
-            .iter()
-            .any(|p| matches!(p.target, Target::Envelope(_)));
-        let key = find(&config.key)?;
-        let payload = find(&config.payload)?;
-        let schema_of = |col: Col, name: &str, flag: &str| {
-            ConnectSchema::of_column(
-                col.type_oid,
-                col.type_modifier,
-                config.decimals,
-                col.optional,
-            )
-            .map_err(|e| {
-                Error::permanent(format!(
-                    "{flag} json-with-schema cannot write column {name:?} of {table}: {e}"
-                ))
-            })
-        };
-        let key_schema = match config.key_format {
-            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?),
-            _ => None,
-        };
-        let (mut value_schema, mut envelope_schema) = (None, None);
-        if config.value_format == Format::JsonWithSchema {
-            let payload_schema = schema_of(payload, &config.payload, "--value-format")?;
-            if envelope {
-                // EventRouterDelegate.getSchemaBuilder: payload, then the
-                // envelope placements in configuration order.
-                let mut fields = vec![("payload".to_string(), payload_schema)];
-                for ((col, target), placement) in placements.iter().zip(&present) {
-                    if let Target::Envelope(alias) = target {
-                        fields.push((
-                            alias.clone(),
-                            schema_of(*col, &placement.column, "--value-format")?,
-                        ));
-                    }
-                }
-                let prefix = config.schema_topic_prefix.as_deref().unwrap_or_default();
-                envelope_schema = Some((
-                    ConnectSchema::envelope(fields),
-                    format!("{prefix}.{}.{}", table.schema, table.name),
-                ));
-            } else {
-                value_schema = Some(payload_schema);
-            }
-        }
-        Ok(OutboxSchema {
-            id: find(&config.id)?,
-            key,
-            event_type: config.event_type.as_deref().map(find).transpose()?,
-            payload,
-            route_by: find(&config.route_by)?,
-            timestamp: config.timestamp.as_deref().map(find).transpose()?,
-            placements,
-            // Optional: Debezium reads the field only when the row has it
-            // (ActivateTracingSpan.apply), and most outbox tables do not.
-            trace_context: config
-                .tracing_span_context
-                .as_deref()
-                .and_then(|name| find(name).ok()),
-            envelope,
-            schemas: RecordSchemas::new(key_schema, value_schema, envelope_schema),
-            expand_json_payload: config.expand_json_payload,
-            tombstone_on_empty_payload: config.tombstone_on_empty_payload,
-            decimals: config.decimals,
-            key_format: config.key_format,
-            value_format: config.value_format,
-            expansion: config.expansion,
-        })
-    }
-
     pub fn event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
         let get = |col: Col| -> Result<Option<Bytes>, String> {
             match tuple.get(col.index) {
@@ -341,9 +243,19 @@ impl OutboxSchema {
                 }
             };
         }
-        event.id = read!(self.id);
+        // What the router reads with Struct.get, which gives a NULL column's
+        // default; its typed getters (route-by, timestamp, partition) do not.
+        macro_rules! read_or_default {
+            ($col:expr) => {
+                match read!($col) {
+                    None => self.defaults.get($col.index).cloned().flatten(),
+                    value => value,
+                }
+            };
+        }
+        event.id = read_or_default!(self.id);
         event.headers.push((Cow::Borrowed("id"), event.id.clone()));
-        event.key = read!(self.key);
+        event.key = read_or_default!(self.key);
         if let Some(col) = self.event_type {
             // A NULL type sends no header at all, not a null one.
             if let Some(event_type) = read!(col) {
@@ -353,7 +265,7 @@ impl OutboxSchema {
             }
         }
         event.route_value = read!(self.route_by);
-        let mut payload = read!(self.payload);
+        let mut payload = read_or_default!(self.payload);
         // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
         // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
         // Other typed keys are written as StringConverter writes them (toString).
@@ -382,7 +294,10 @@ impl OutboxSchema {
 
         let mut envelope_fields = Vec::new();
         for (col, target) in &self.placements {
-            let value = read!(*col);
+            let value = match target {
+                Target::Partition => read!(*col),
+                _ => read_or_default!(*col),
+            };
             let typed = || match self.typed(*col, value.as_deref()) {
                 Ok(typed) => Ok(typed),
                 Err(e) => Err(format!("an additional placement's column: {e}")),
@@ -447,22 +362,47 @@ impl OutboxSchema {
         event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
             None
         } else if self.envelope {
-            let payload = match self.envelope_payload(payload.as_ref()) {
+            let (payload, schema) = match self.json_payload(payload.as_ref()) {
+                Ok((_, PayloadSchema::Null)) => {
+                    let reason = format!(
+                        "payload column: {EXPANSION}: a top-level empty array has no schema, \
+                         and Debezium's router cannot build an envelope around none, so its \
+                         task fails on this row"
+                    );
+                    return Err(fail(event, reason));
+                }
                 Ok(json) => json,
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             };
             envelope_fields.insert(0, ("payload", payload));
             let json = json_object(&envelope_fields);
             let route_value = event.route_value.as_deref();
-            Some(Bytes::from(self.schemas.envelope(json, route_value)))
+            // getInt32: a NULL is no version, and no default stands in.
+            let version = match self.schema_version {
+                Some(col) => match read!(col).map(|text| parse_int4(&text)) {
+                    Some(Some(version)) => Some(version),
+                    Some(None) => {
+                        let reason = "schema version column: not an int4".to_string();
+                        return Err(fail(event, reason));
+                    }
+                    None => None,
+                },
+                None => None,
+            };
+            let envelope = self.schemas.envelope(json, route_value, version, &schema);
+            Some(Bytes::from(envelope))
         } else if self.value_format.is_json() {
-            match self.envelope_payload(payload.as_ref()) {
-                Ok(json) => Some(Bytes::from(self.schemas.value(json))),
+            match self.json_payload(payload.as_ref()) {
+                Ok((json, schema)) => Some(Bytes::from(self.schemas.value(json, &schema))),
                 Err(e) => return Err(fail(event, format!("payload column: {e}"))),
             }
         } else {
             payload
         };
+        if let Some(extended) = &self.extended_headers {
+            // The change record's headers, which the router appends to.
+            extended.prepend_to(&mut event.headers);
+        }
         Ok(event)
     }
 
@@ -482,25 +422,48 @@ impl OutboxSchema {
         }
     }
 
-    /// The payload as JsonConverter writes it (inside an envelope or alone): a string
-    /// (json and jsonb are strings to Debezium), unless --expand-json-payload
-    /// finds a JSON object or array in it (EventRouterDelegate.parseJsonPayload
-    /// expands only text starting with '{' or '[').
-    fn envelope_payload(&self, payload: Option<&Bytes>) -> Result<String, String> {
+    /// The payload as JsonConverter writes it (inside an envelope or alone),
+    /// and its schema: a string (json and jsonb are strings to Debezium),
+    /// unless --expand-json-payload finds a JSON object in it
+    /// (EventRouterDelegate.parseJsonPayload reads only text starting with
+    /// '{' or '['; see outbox::expansion for what comes of it).
+    fn json_payload(&self, payload: Option<&Bytes>) -> Result<(String, PayloadSchema), String> {
         if self.payload.type_oid == placement::oid::BYTEA {
             // Already raw bytes.
-            return Ok(payload
-                .map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()))
-                .json_text());
+            let value = payload.map_or(ConnectValue::Null, |b| ConnectValue::Bytes(b.clone()));
+            return Ok((value.json_text(), PayloadSchema::Column));
         }
         let typed = self.typed(self.payload, payload.map(|p| &p[..]))?;
         if let (true, ConnectValue::String(text)) = (self.expand_json_payload, &typed) {
-            if let Some(expanded) = expand(text, self.expansion) {
-                return Ok(expanded);
+            match expand(text, &self.payload_name, self.expansion) {
+                Expansion::Expanded { json, schema } => {
+                    return Ok((json, PayloadSchema::Inferred(schema)))
+                }
+                Expansion::Kept => {}
+                Expansion::Unfit { schema: None, .. } => {
+                    return Ok((typed.json_text(), PayloadSchema::Null))
+                }
+                Expansion::Unfit {
+                    schema: Some(_),
+                    why,
+                } => {
+                    return Err(format!(
+                        "{EXPANSION}: {why}; Debezium's router pairs the payload string with \
+                         that schema, which Kafka Connect cannot write, so its task fails on \
+                         this row"
+                    ))
+                }
             }
         }
-        Ok(typed.json_text())
+        Ok((typed.json_text(), PayloadSchema::Column))
     }
+}
+
+/// How a payload's expansion names itself in an event's failure.
+const EXPANSION: &str = "--expand-json-payload (table.expand.json.payload)";
+
+fn parse_int4(text: &[u8]) -> Option<i32> {
+    std::str::from_utf8(text).ok()?.parse().ok()
 }
 
 /// Types whose text is already what Debezium's StringConverter would write.
@@ -520,5 +483,6 @@ fn is_text(type_oid: u32) -> bool {
     )
 }
 
+mod relation;
 #[cfg(test)]
 mod tests;

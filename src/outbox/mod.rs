@@ -2,8 +2,10 @@
 //! placed, and which topic an event goes to (Debezium's outbox event router).
 
 pub mod column;
+pub mod column_default;
 pub mod connect;
 pub mod expansion;
+pub mod extended_headers;
 pub mod format;
 pub mod mapping;
 pub mod message;

@@ -22,11 +22,13 @@
 //!   `payload`), written compact by Jackson. Connect's
 //!   SchemaBuilder.parameter keeps parameters in insertion order.
 
+use std::borrow::Cow;
+
 use super::column::{more_oid, DecimalMode};
 use super::placement::oid;
 
 /// Postgres type OIDs whose schema is a (named) string.
-mod text_oid {
+pub mod text_oid {
     pub const NAME: u32 = 19;
     pub const TEXT: u32 = 25;
     pub const BPCHAR: u32 = 1042;
@@ -34,8 +36,9 @@ mod text_oid {
     pub const UUID: u32 = 2950;
 }
 
+/// A schema's type, with what a struct or an array holds.
 #[derive(Debug, Clone, PartialEq)]
-enum Kind {
+pub enum Kind {
     Boolean,
     Int16,
     Int32,
@@ -44,19 +47,21 @@ enum Kind {
     Float64,
     String,
     Bytes,
+    Array(Box<ConnectSchema>),
     Struct(Vec<(String, ConnectSchema)>),
 }
 
-/// A Kafka Connect schema (without default values, which walrelay cannot read
-/// from pgoutput).
+/// A Kafka Connect schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectSchema {
     kind: Kind,
     optional: bool,
-    name: Option<&'static str>,
+    name: Option<Cow<'static, str>>,
     version: Option<i32>,
     doc: Option<&'static str>,
     parameters: Vec<(&'static str, String)>,
+    /// The default value as JsonConverter writes it (a column's DEFAULT).
+    default: Option<String>,
 }
 
 impl ConnectSchema {
@@ -68,14 +73,70 @@ impl ConnectSchema {
             version: None,
             doc: None,
             parameters: Vec::new(),
+            default: None,
         }
     }
 
     fn logical(kind: Kind, name: &'static str) -> Self {
         ConnectSchema {
-            name: Some(name),
+            name: Some(Cow::Borrowed(name)),
             version: Some(1),
             ..Self::plain(kind)
+        }
+    }
+
+    /// An optional schema of `kind`, named `name` when given: what
+    /// JsonSchemaData.toConnectSchema builds for an expanded payload.
+    pub fn optional(kind: Kind, name: Option<String>) -> Self {
+        ConnectSchema {
+            optional: true,
+            name: name.map(Cow::Owned),
+            ..Self::plain(kind)
+        }
+    }
+
+    /// The same schema with a default value, `json` as JsonConverter writes it.
+    pub fn with_default(self, json: String) -> Self {
+        ConnectSchema {
+            default: Some(json),
+            ..self
+        }
+    }
+
+    /// The same schema, required (SchemaUtil.copySchemaBasics keeps the
+    /// name but not `optional`).
+    pub fn required(self) -> Self {
+        ConnectSchema {
+            optional: false,
+            ..self
+        }
+    }
+
+    pub fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    pub fn is_optional(&self) -> bool {
+        self.optional
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// JsonSchema's name of the type (`"int32"`, `"struct"`, …).
+    pub fn type_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Boolean => "boolean",
+            Kind::Int16 => "int16",
+            Kind::Int32 => "int32",
+            Kind::Int64 => "int64",
+            Kind::Float32 => "float",
+            Kind::Float64 => "double",
+            Kind::String => "string",
+            Kind::Bytes => "bytes",
+            Kind::Array(_) => "array",
+            Kind::Struct(_) => "struct",
         }
     }
 
@@ -133,20 +194,14 @@ impl ConnectSchema {
     }
 
     fn write(&self, out: &mut String, name: Option<&str>, field: Option<&str>) {
-        let type_name = match &self.kind {
-            Kind::Boolean => "boolean",
-            Kind::Int16 => "int16",
-            Kind::Int32 => "int32",
-            Kind::Int64 => "int64",
-            Kind::Float32 => "float",
-            Kind::Float64 => "double",
-            Kind::String => "string",
-            Kind::Bytes => "bytes",
-            Kind::Struct(_) => "struct",
-        };
+        let type_name = self.type_name();
         out.push_str("{\"type\":\"");
         out.push_str(type_name);
         out.push('"');
+        if let Kind::Array(items) = &self.kind {
+            out.push_str(",\"items\":");
+            items.write(out, None, None);
+        }
         if let Kind::Struct(fields) = &self.kind {
             out.push_str(",\"fields\":[");
             for (i, (field_name, schema)) in fields.iter().enumerate() {
@@ -159,7 +214,7 @@ impl ConnectSchema {
         }
         out.push_str(",\"optional\":");
         out.push_str(if self.optional { "true" } else { "false" });
-        if let Some(name) = name.or(self.name) {
+        if let Some(name) = name.or(self.name.as_deref()) {
             out.push_str(",\"name\":");
             out.push_str(&json_string(name));
         }
@@ -181,6 +236,11 @@ impl ConnectSchema {
                 out.push_str(&json_string(value));
             }
             out.push('}');
+        }
+        // asJsonSchema: "default" last, convertToJson of the default value.
+        if let Some(default) = &self.default {
+            out.push_str(",\"default\":");
+            out.push_str(default);
         }
         if let Some(field) = field {
             out.push_str(",\"field\":");
@@ -224,6 +284,15 @@ fn numeric(type_modifier: i32, decimals: DecimalMode) -> ConnectSchema {
     }
 }
 
+/// The schema a payload carries: its column's, or the one
+/// --expand-json-payload inferred, or none at all (a top-level `[]`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PayloadSchema {
+    Column,
+    Inferred(ConnectSchema),
+    Null,
+}
+
 /// The schemas of one outbox table's records under json-with-schema, and
 /// the documents that carry them; a side without a schema is written bare.
 #[derive(Debug, Clone, Default)]
@@ -257,23 +326,61 @@ impl RecordSchemas {
         }
     }
 
-    /// The payload's JSON (no envelope), with its schema when it has one.
-    pub fn value(&self, json: String) -> String {
-        match &self.value {
-            Some(schema) => with_schema(schema, &json),
-            None => json,
+    /// The payload's JSON (no envelope), with its schema when the value has one.
+    pub fn value(&self, json: String, payload: &PayloadSchema) -> String {
+        let Some(column) = &self.value else {
+            return json;
+        };
+        match payload {
+            PayloadSchema::Column => with_schema(column, &json),
+            PayloadSchema::Inferred(schema) => with_schema(&schema.json(None), &json),
+            // JsonConverter's envelope of a null schema (asJsonSchema(null)).
+            PayloadSchema::Null => with_schema("null", &json),
         }
     }
 
     /// An envelope's JSON, with its schema named after the event's route-by
-    /// value (getSchemaName's routedTopic is the field, not the topic).
-    pub fn envelope(&self, json: String, route_value: Option<&[u8]>) -> String {
+    /// value (getSchemaName's routedTopic is the field, not the topic) and
+    /// the payload's schema as its first field's.
+    pub fn envelope(
+        &self,
+        json: String,
+        route_value: Option<&[u8]>,
+        version: Option<i32>,
+        payload: &PayloadSchema,
+    ) -> String {
         let Some((schema, row)) = &self.envelope else {
             return json;
         };
+        // getValueSchema(…, version, …): SchemaBuilder.version.
+        let versioned;
+        let schema = match version {
+            Some(version) => {
+                versioned = ConnectSchema {
+                    version: Some(version),
+                    ..schema.clone()
+                };
+                &versioned
+            }
+            None => schema,
+        };
         // Java's string concatenation of a null route-by value.
         let route = route_value.map_or("null".into(), String::from_utf8_lossy);
-        with_schema(&schema.json(Some(&envelope_name(row, &route))), &json)
+        let name = envelope_name(row, &route);
+        match (payload, &schema.kind) {
+            (PayloadSchema::Inferred(inferred), Kind::Struct(fields)) => {
+                let mut fields = fields.clone();
+                if let Some((_, first)) = fields.first_mut() {
+                    *first = inferred.clone();
+                }
+                let schema = ConnectSchema {
+                    kind: Kind::Struct(fields),
+                    ..schema.clone()
+                };
+                with_schema(&schema.json(Some(&name)), &json)
+            }
+            _ => with_schema(&schema.json(Some(&name)), &json),
+        }
     }
 }
 
@@ -411,12 +518,15 @@ mod tests {
             schemas.key("\"k\"".into()),
             r#"{"schema":{"type":"string","optional":false},"payload":"k"}"#
         );
-        assert_eq!(schemas.value("\"v\"".into()), "\"v\"");
+        assert_eq!(
+            schemas.value("\"v\"".into(), &PayloadSchema::Column),
+            "\"v\""
+        );
         let envelope = ConnectSchema::envelope(vec![]);
         let schemas = RecordSchemas::new(None, None, Some((envelope, "p.public.outbox".into())));
         // Java concatenates a null route-by value as "null".
         assert_eq!(
-            schemas.envelope("{}".into(), None),
+            schemas.envelope("{}".into(), None, None, &PayloadSchema::Column),
             r#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.null.Value"},"payload":{}}"#
         );
     }

@@ -4,7 +4,7 @@
 //! catalog knows now. Asked once per relation and session, over the
 //! session's own SQL connection, so the per-event path never queries.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio_postgres::Client;
 
@@ -18,9 +18,14 @@ use crate::error::Result;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelationRole {
     /// The outbox table itself, or one of its partitions: its rows are
-    /// events. `not_null` names its NOT NULL columns, which the Relation
-    /// message does not carry (Debezium's schemas mark the others optional).
-    Outbox { not_null: BTreeSet<String> },
+    /// events. `not_null` names its NOT NULL columns and `defaults` maps
+    /// columns to their DEFAULT expressions, which the Relation message does
+    /// not carry (Debezium's schemas mark the others optional and hold the
+    /// defaults).
+    Outbox {
+        not_null: BTreeSet<String>,
+        defaults: BTreeMap<String, String>,
+    },
     /// Another table the publication publishes: its rows are not events.
     Other,
     /// Neither, as far as the catalog says now (for example, a dropped table).
@@ -76,6 +81,7 @@ impl RelationResolver {
             }),
             _ => Ok(RelationRole::Outbox {
                 not_null: not_null_columns(&self.client, relation.oid).await?,
+                defaults: column_defaults(&self.client, relation.oid).await?,
             }),
         }
     }
@@ -103,6 +109,27 @@ pub async fn not_null_columns(client: &Client, oid: u32) -> Result<BTreeSet<Stri
         .await
         .map_err(|e| sql_error(format!("cannot read the columns of relation oid {oid}"), e))?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The DEFAULT expressions of a relation's columns, as the JDBC driver's
+/// COLUMN_DEF (and so Debezium) reads them: `pg_get_expr(adbin, adrelid)`.
+pub async fn column_defaults(client: &Client, oid: u32) -> Result<BTreeMap<String, String>> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, pg_catalog.pg_get_expr(d.adbin, d.adrelid) \
+             FROM pg_catalog.pg_attrdef d JOIN pg_catalog.pg_attribute a \
+               ON a.attrelid = d.adrelid AND a.attnum = d.adnum \
+             WHERE d.adrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| {
+            sql_error(
+                format!("cannot read the column defaults of relation oid {oid}"),
+                e,
+            )
+        })?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Places a relation walrelay has not seen before in this session. Runs once

@@ -353,11 +353,13 @@ impl MembershipOids {
 
 /// Creates the publication if it is absent (for the outbox tables, or with
 /// no tables for the table-less outbox) and checks that it covers each
-/// table. Returns the tables as they are now, in order.
+/// table. Returns the tables as they are now, in order. `updates`: a new
+/// publication publishes UPDATEs too, for `--on-update error|fatal`.
 pub async fn ensure(
     client: &Client,
     name: &str,
     tables: &[TableName],
+    updates: bool,
 ) -> Result<Vec<OutboxIdentity>> {
     if tables.is_empty() {
         let exists = client
@@ -405,10 +407,11 @@ pub async fn ensure(
         }
         // Through the root, every partition's rows arrive under the outbox's
         // name, including partitions attached later.
+        let publish = if updates { "insert, update" } else { "insert" };
         let options = if version >= PARTITION_ROOT_VERSION {
-            "publish = 'insert', publish_via_partition_root = true"
+            format!("publish = '{publish}', publish_via_partition_root = true")
         } else {
-            "publish = 'insert'"
+            format!("publish = '{publish}'")
         };
         let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
         let sql = format!(
@@ -441,6 +444,21 @@ async fn create(client: &Client, sql: &str) -> Result<()> {
         sql_error(
             format!("cannot create the publication; create it as the table's owner: {sql}"),
             e,
+        )
+    })
+}
+
+/// Why `--on-update error` or `fatal` cannot act on UPDATEs of outbox rows:
+/// the publication does not publish them (None: it does). The connector's
+/// publication (Debezium's FOR ALL TABLES, or FOR TABLE with every
+/// operation) did, and its router warned, logged an error or failed on each.
+pub fn updates_problem(publication: &str, publishes_updates: bool) -> Option<String> {
+    (!publishes_updates).then(|| {
+        format!(
+            "--on-update error and fatal act on UPDATEs of outbox rows, and publication \
+             {publication:?} does not publish them, so they would never fire: run ALTER \
+             PUBLICATION {} SET (publish = 'insert, update'); or choose --on-update warn",
+            quote_ident(publication)
         )
     })
 }

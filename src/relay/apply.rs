@@ -8,7 +8,7 @@
 //! an event that cannot be published; `Upstream` and `Sink` are the two
 //! peers, so the whole loop runs in tests without Postgres or Kafka.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -388,13 +388,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
     /// placed again on every Relation message, for its NOT NULL columns.
     async fn on_relation(&mut self, relation: Relation) -> Result<()> {
         let known = self.relations.get(&relation.oid).map(Option::is_some);
-        let not_null = match known {
+        let columns = match known {
             Some(false) => None,
             _ => match self.upstream.place(&relation).await? {
-                RelationRole::Outbox { not_null } => Some(not_null),
+                RelationRole::Outbox { not_null, defaults } => Some((not_null, defaults)),
                 // Known as the outbox, no longer placed (renamed or dropped
                 // since): still the outbox, its columns read as nullable.
-                _ if known.is_some() => Some(BTreeSet::new()),
+                _ if known.is_some() => Some((BTreeSet::new(), BTreeMap::new())),
                 RelationRole::Other => {
                     warn!(
                         table = %format!("{}.{}", relation.namespace, relation.name),
@@ -410,10 +410,11 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 }
             },
         };
-        let schema = if let Some(not_null) = not_null {
+        let schema = if let Some((not_null, defaults)) = columns {
             let table = &self.outbox_name(&relation);
+            let mapping = &self.settings.mapping;
             let schema =
-                OutboxSchema::from_relation(&relation, &self.settings.mapping, table, &not_null)?;
+                OutboxSchema::from_relation(&relation, mapping, table, &not_null, &defaults)?;
             if known.is_some() {
                 info!(table = %table, "outbox table schema changed; mapping updated");
             }

@@ -425,28 +425,29 @@ async fn open(
             for table in &settings.tables {
                 setup::check_table(&client, table, &settings.mapping.column_names()).await?;
             }
-            let outbox = publication::ensure(&client, &settings.publication, &settings.tables)
-                .await
-                .map_err(|e| unpublished_since(e, stored.as_ref(), wal_now))?;
-            if settings.on_update != OnUpdate::Warn
-                && !publication::publishes_updates(
+            let updates = settings.on_update != OnUpdate::Warn;
+            let outbox =
+                publication::ensure(&client, &settings.publication, &settings.tables, updates)
+                    .await
+                    .map_err(|e| unpublished_since(e, stored.as_ref(), wal_now))?;
+            if updates {
+                let published = publication::publishes_updates(
                     &client,
                     &settings.publication,
                     &settings.tables[0],
                 )
-                .await?
-            {
-                warn!(
-                    publication = %settings.publication,
-                    "--on-update has no effect: the publication does not publish UPDATEs; \
-                     run ALTER PUBLICATION … SET (publish = 'insert, update') to enforce it"
-                );
+                .await?;
+                if let Some(problem) =
+                    publication::updates_problem(&settings.publication, published)
+                {
+                    return Err(Error::permanent(problem));
+                }
             }
             outbox
         }
         Source::Messages => {
             setup::check_messages_supported(&client).await?;
-            publication::ensure(&client, &settings.publication, &[]).await?;
+            publication::ensure(&client, &settings.publication, &[], false).await?;
             Vec::new()
         }
     };

@@ -54,6 +54,7 @@ impl Upstream for Scripted {
         Ok(match relation.name.as_str() {
             "outbox" => RelationRole::Outbox {
                 not_null: Default::default(),
+                defaults: Default::default(),
             },
             _ => RelationRole::Other,
         })

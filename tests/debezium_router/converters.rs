@@ -10,25 +10,21 @@ use std::time::Duration;
 
 use crate::support::kafka::Received;
 use crate::support::Stack;
+use crate::DEBEZIUM_COLUMNS;
 
 const TABLE: &str = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, \
                      aggregateid text, type text, payload jsonb)";
 
-async fn relay_json(extra: &[&str], inserts: &str, count: usize) -> Vec<Received> {
-    let mut args = vec![
-        "--field-event-key",
-        "aggregateid",
-        "--field-event-type",
-        "",
-        "--route-by-field",
-        "aggregatetype",
-        "--key-format",
-        "json",
-        "--value-format",
-        "json",
-    ];
+/// walrelay on TABLE with Debezium's column names, JSON keys and values and `extra`.
+async fn start_json(extra: &[&str]) -> Stack {
+    let mut args = DEBEZIUM_COLUMNS.to_vec();
+    args.extend_from_slice(&["--key-format", "json", "--value-format", "json"]);
     args.extend_from_slice(extra);
-    let stack = Stack::start_on(TABLE, &args).await;
+    Stack::start_on(TABLE, &args).await
+}
+
+async fn relay_json(extra: &[&str], inserts: &str, count: usize) -> Vec<Received> {
+    let stack = start_json(extra).await;
     stack.client.batch_execute(inserts).await.unwrap();
     let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.order"]);
@@ -84,4 +80,35 @@ async fn expanded_payloads_are_compact_json_without_null_fields_or_empty_arrays(
         got[1].value.as_deref(),
         Some(r#""{\"mixed\": [1, \"a\"]}""#)
     );
+}
+
+/// A payload whose JSON gets a schema its value does not fit: Debezium's
+/// router (EventRouterDelegate.apply) keeps the string but takes the new
+/// schema (JsonSchemaData.toConnectData threw after toConnectSchema
+/// succeeded), and JsonConverter then fails its task. walrelay stops on it
+/// too, naming the event, before publishing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expanded_payload_debezium_cannot_write_stops_walrelay_naming_the_event() {
+    let mut stack = start_json(&["--expand-json-payload"]).await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox VALUES ('00000000-0000-0000-0000-000000000091', 'order', '1', \
+             'T', '{\"big\": 12345678901234567890}');",
+        )
+        .await
+        .unwrap();
+    let status = stack.relay.wait(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{}",
+        stack.relay.log()
+    );
+    let log = stack.relay.log();
+    assert!(
+        log.contains("00000000-0000-0000-0000-000000000091"),
+        "{log}"
+    );
+    assert!(log.contains("an integer beyond a long"), "{log}");
+    assert!(!stack.broker.consumer().has_topic("outbox.event.order"));
 }

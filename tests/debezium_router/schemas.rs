@@ -166,3 +166,126 @@ async fn envelopes_are_named_structs_with_typed_fields_in_configuration_order() 
         ],
     );
 }
+
+/// The schemas of expanded payloads: debezium/debezium v3.6.1.Final
+/// JsonSchemaData.toConnectSchema (an optional struct named after the
+/// payload column, optional fields in the document's order, int as int32)
+/// and EventRouterTest.canExpandJsonPayloadWithAdditionalFieldInEnvelope
+/// (the envelope's `payload` field is that struct); a top-level `[]` has no
+/// schema, so JsonConverter writes `"schema":null` around the string
+/// (convertToJsonWithEnvelope of a null schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expanded_payloads_carry_the_schema_debezium_infers_from_their_json() {
+    let got = relay_rows(
+        &["--value-format", "json-with-schema", "--expand-json-payload"],
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+           ('00000000-0000-0000-0000-000000000541', 'order', 'o-1', 'UserCreated', '{\"fullName\": \"John Doe\", \"age\": 42}'),
+           ('00000000-0000-0000-0000-000000000542', 'order', 'o-2', 'UserCreated', '[]');",
+        &["outbox.event.order"],
+        2,
+    )
+    .await;
+    check(
+        &got,
+        &[
+            order(
+                "00000000-0000-0000-0000-000000000541",
+                Some("o-1"),
+                // jsonb keeps keys shortest first (then bytewise): the
+                // document's order, which the fields follow, is age, fullName.
+                Some(concat!(
+                    r#"{"schema":{"type":"struct","fields":["#,
+                    r#"{"type":"int32","optional":true,"field":"age"},"#,
+                    r#"{"type":"string","optional":true,"field":"fullName"}"#,
+                    r#"],"optional":true,"name":"payload"},"#,
+                    r#""payload":{"age":42,"fullName":"John Doe"}}"#,
+                )),
+            ),
+            order(
+                "00000000-0000-0000-0000-000000000542",
+                Some("o-2"),
+                Some(r#"{"schema":null,"payload":"[]"}"#),
+            ),
+        ],
+    );
+    let got = relay_rows(
+        &[
+            "--value-format",
+            "json-with-schema",
+            "--expand-json-payload",
+            "--fields-additional-placement",
+            "type:envelope",
+            "--schema-topic-prefix",
+            "dbserver1",
+        ],
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES
+           ('00000000-0000-0000-0000-000000000543', 'order', 'o-1', 'UserCreated', '{\"fullName\": \"John Doe\"}');",
+        &["outbox.event.order"],
+        1,
+    )
+    .await;
+    check(
+        &got,
+        &[order(
+            "00000000-0000-0000-0000-000000000543",
+            Some("o-1"),
+            Some(concat!(
+                r#"{"schema":{"type":"struct","fields":["#,
+                r#"{"type":"struct","fields":[{"type":"string","optional":true,"field":"fullName"}],"#,
+                r#""optional":true,"name":"payload","field":"payload"},"#,
+                r#"{"type":"string","optional":true,"field":"type"}"#,
+                r#"],"optional":false,"name":"dbserver1.public.outbox.order.Value"},"#,
+                r#""payload":{"payload":{"fullName":"John Doe"},"type":"UserCreated"}}"#,
+            )),
+        )],
+    );
+}
+
+/// Column defaults and the schema version, from debezium/debezium
+/// v3.6.1.Final: PostgresDefaultValueConverter.java (a quoted literal's
+/// first quoted part; `now()` a function, so the placeholder 1970-01-01;
+/// an int as it is), TableSchemaBuilder.addField (the default in the
+/// field's schema), Kafka Connect's Struct.get (a null field reads as its
+/// default) and JsonConverter.asJsonSchema ("default" after the name and
+/// version); EventRouterDelegate.getValueSchema with
+/// table.field.event.schema.version (the envelope's "version" is the row's
+/// int).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_defaults_fill_schemas_and_nulls_and_the_version_column_versions_envelopes() {
+    let got = relay_rows_in(
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, \
+         type text, payload jsonb, region text DEFAULT 'eu', at timestamptz DEFAULT now(), \
+         v int)",
+        &[
+            "--value-format",
+            "json-with-schema",
+            "--fields-additional-placement",
+            "region:envelope,at:envelope",
+            "--schema-topic-prefix",
+            "dbserver1",
+            "--field-schema-version",
+            "v",
+        ],
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, region, at, v) VALUES
+           ('00000000-0000-0000-0000-000000000551', 'order', 'o-1', 'T', '{}', NULL, NULL, 2);",
+        &["outbox.event.order"],
+        1,
+    )
+    .await
+    .0;
+    check(
+        &got,
+        &[order(
+            "00000000-0000-0000-0000-000000000551",
+            Some("o-1"),
+            Some(concat!(
+                r#"{"schema":{"type":"struct","fields":["#,
+                r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},"#,
+                r#"{"type":"string","optional":true,"default":"eu","field":"region"},"#,
+                r#"{"type":"string","optional":true,"name":"io.debezium.time.ZonedTimestamp","version":1,"default":"1970-01-01T00:00:00.000000Z","field":"at"}"#,
+                r#"],"optional":false,"name":"dbserver1.public.outbox.order.Value","version":2},"#,
+                r#""payload":{"payload":"{}","region":"eu","at":"1970-01-01T00:00:00.000000Z"}}"#,
+            )),
+        )],
+    );
+}

@@ -1,7 +1,11 @@
 //! The mapping of rows to events, column by column.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::*;
-use crate::postgres::pgoutput::Column;
+use crate::error::Error;
+use crate::postgres::names::TableName;
+use crate::postgres::pgoutput::{Column, Relation};
 
 fn relation(columns: &[(&str, u32)]) -> Relation {
     Relation {
@@ -29,6 +33,11 @@ fn table() -> TableName {
     "public.outbox".parse().unwrap()
 }
 
+/// The relation placed with no NOT NULL columns and no defaults.
+fn place(rel: &Relation, config: &MappingConfig) -> Result<OutboxSchema, Error> {
+    OutboxSchema::from_relation(rel, config, &table(), &BTreeSet::new(), &BTreeMap::new())
+}
+
 #[test]
 fn columns_are_found_by_name_in_any_order() {
     let rel = relation(&[
@@ -38,9 +47,7 @@ fn columns_are_found_by_name_in_any_order() {
         ("aggregate_id", 25),
         ("id", 2950),
     ]);
-    let schema =
-        OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table(), &BTreeSet::new())
-            .unwrap();
+    let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let event = schema
         .event(vec![
             text("{}"),
@@ -64,9 +71,7 @@ fn a_missing_column_is_named_in_the_error() {
         ("kind", 25),
         ("payload", 3802),
     ]);
-    let err =
-        OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table(), &BTreeSet::new())
-            .unwrap_err();
+    let err = place(&rel, &MappingConfig::defaults()).unwrap_err();
     assert!(err.to_string().contains("\"event_type\""), "{err}");
 }
 
@@ -81,7 +86,7 @@ fn a_bad_partition_value_names_the_event() {
         ("payload", 3802),
         ("shard", 25),
     ]);
-    let schema = OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new()).unwrap();
+    let schema = place(&rel, &config).unwrap();
     let err = schema
         .event(vec![
             text("e-9"),
@@ -144,7 +149,7 @@ mod arbitrary_rows {
         .iter()
         .map(|p| p.parse().unwrap())
         .collect();
-        OutboxSchema::from_relation(&rel, &config, &table(), &BTreeSet::new()).unwrap()
+        place(&rel, &config).unwrap()
     }
 
     proptest! {
@@ -186,12 +191,18 @@ mod arbitrary_rows {
     }
 }
 
-/// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
-fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+/// The router's column names: key aggregateid, route-by aggregatetype, no event type.
+fn debezium_config() -> MappingConfig {
     let mut c = MappingConfig::defaults();
     c.key = "aggregateid".into();
     c.route_by = "aggregatetype".into();
     c.event_type = None;
+    c
+}
+
+/// Debezium's documented outbox table: id, aggregatetype, aggregateid, type, payload.
+fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
+    let mut c = debezium_config();
     config(&mut c);
     let rel = relation(&[
         ("id", 2950),
@@ -200,7 +211,7 @@ fn debezium(config: impl FnOnce(&mut MappingConfig)) -> OutboxSchema {
         ("type", 25),
         ("payload", 3802),
     ]);
-    OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap()
+    place(&rel, &c).unwrap()
 }
 
 fn row(payload: Option<&str>) -> Tuple {
@@ -235,10 +246,7 @@ fn json_formats_quote_the_key_and_the_payload_string() {
 
 #[test]
 fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
-    let mut c = MappingConfig::defaults();
-    c.key = "aggregateid".into();
-    c.route_by = "aggregatetype".into();
-    c.event_type = None;
+    let mut c = debezium_config();
     c.key_format = Format::JsonWithSchema;
     c.value_format = Format::JsonWithSchema;
     let rel = relation(&[
@@ -249,7 +257,8 @@ fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
         ("payload", 3802),
     ]);
     let not_null: BTreeSet<String> = ["aggregateid".to_string()].into();
-    let schema = OutboxSchema::from_relation(&rel, &c, &table(), &not_null).unwrap();
+    let schema =
+        OutboxSchema::from_relation(&rel, &c, &table(), &not_null, &BTreeMap::new()).unwrap();
     let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
     assert_eq!(
         event.key.as_deref(),
@@ -265,7 +274,8 @@ fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
     c.placements
         .push("type:envelope:eventType".parse().unwrap());
     c.schema_topic_prefix = Some("dbserver1".into());
-    let schema = OutboxSchema::from_relation(&rel, &c, &table(), &not_null).unwrap();
+    let schema =
+        OutboxSchema::from_relation(&rel, &c, &table(), &not_null, &BTreeMap::new()).unwrap();
     let event = schema.event(row(None)).unwrap();
     assert_eq!(
         std::str::from_utf8(event.payload.as_deref().unwrap()).unwrap(),
@@ -288,7 +298,7 @@ fn json_with_schema_refuses_a_column_type_it_cannot_describe() {
         ("event_type", 25),
         ("body", 142),
     ]);
-    let err = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap_err();
+    let err = place(&rel, &c).unwrap_err();
     assert!(err.to_string().contains("\"body\""), "{err}");
 }
 
@@ -312,7 +322,7 @@ fn bytea_keys_and_payloads_are_decoded_and_bad_hex_names_the_event() {
         ("event_type", 25),
         ("payload", 17),
     ]);
-    let schema = OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new()).unwrap();
+    let schema = place(&rel, &c).unwrap();
     let event = schema
         .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
         .unwrap();
@@ -335,9 +345,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
         ("payload", 3802),
         ("tracingspancontext", 1043),
     ]);
-    let schema =
-        OutboxSchema::from_relation(&rel, &MappingConfig::defaults(), &table(), &BTreeSet::new())
-            .unwrap();
+    let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let row = |context: Datum| vec![text("e-1"), text("k"), text("T"), text("{}"), context];
     let event = schema
         .event(row(text(&format!(
@@ -361,7 +369,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
     // Turned off: the column is not read.
     let mut off = MappingConfig::defaults();
     off.tracing_span_context = None;
-    let schema = OutboxSchema::from_relation(&rel, &off, &table(), &BTreeSet::new()).unwrap();
+    let schema = place(&rel, &off).unwrap();
     let event = schema
         .event(row(text(&format!("traceparent={parent}"))))
         .unwrap();
@@ -375,4 +383,153 @@ fn a_table_without_the_trace_context_column_maps_without_trace_headers() {
         .unwrap();
     assert_eq!(event.header("traceparent"), None);
     assert_eq!(event.headers.len(), 1, "only id: {:?}", event.headers);
+}
+
+#[test]
+fn extended_headers_come_before_the_trace_context_and_the_routers_headers() {
+    // EventDispatcher puts them on the change record; ActivateTracingSpan
+    // then adds the trace headers and EventRouterDelegate.apply `id` and the
+    // placed headers after them.
+    let rel = relation(&[
+        ("id", 25),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("payload", 3802),
+        ("tracingspancontext", 1043),
+        ("type", 25),
+    ]);
+    let mut c = debezium_config();
+    c.placements.push("type:header:eventType".parse().unwrap());
+    c.extended_headers = Some(ExtendedHeaders::new("dbserver1", "run-1"));
+    let schema = place(&rel, &c).unwrap();
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let event = schema
+        .event(vec![
+            text("e-1"),
+            text("order"),
+            text("1"),
+            text("{}"),
+            text(&format!("traceparent={parent}")),
+            text("Created"),
+        ])
+        .unwrap();
+    let names: Vec<&str> = event.headers.iter().map(|(n, _)| n.as_ref()).collect();
+    assert_eq!(
+        names,
+        [
+            "__debezium.context.connectorLogicalName",
+            "__debezium.context.taskId",
+            "__debezium.context.connectorName",
+            "__debezium.context.runId",
+            "traceparent",
+            "id",
+            "eventType"
+        ]
+    );
+    assert_eq!(
+        event.header("__debezium.context.connectorLogicalName"),
+        Some(&b"dbserver1"[..])
+    );
+}
+
+#[test]
+fn a_null_column_with_a_default_reads_as_the_default_where_struct_get_reads_it() {
+    // Kafka Connect's Struct.get(field) returns the schema's default for a
+    // null value; EventRouterDelegate reads id, key, payload and placed
+    // fields with it, the route-by value with getString (no default).
+    let rel = relation(&[
+        ("id", 25),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("payload", 3802),
+        ("region", 25),
+        ("n", 23),
+    ]);
+    let mut c = debezium_config();
+    c.placements.push("region:header".parse().unwrap());
+    c.placements.push("n:envelope".parse().unwrap());
+    c.value_format = Format::JsonWithSchema;
+    c.schema_topic_prefix = Some("p".into());
+    let defaults: BTreeMap<String, String> = [
+        ("aggregateid", "'k0'::text"),
+        ("aggregatetype", "'order'::text"),
+        ("payload", "'{}'::jsonb"),
+        ("region", "'eu'::text"),
+        ("n", "7"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let schema =
+        OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &defaults).unwrap();
+    let event = schema
+        .event(vec![
+            text("e-1"),
+            Datum::Null,
+            Datum::Null,
+            Datum::Null,
+            Datum::Null,
+            Datum::Null,
+        ])
+        .unwrap();
+    assert_eq!(event.key.as_deref(), Some(&b"k0"[..]));
+    assert_eq!(event.header("region"), Some(&b"eu"[..]));
+    assert_eq!(event.route_value, None, "getString gives no default");
+    let value = String::from_utf8(event.payload.unwrap().to_vec()).unwrap();
+    assert!(
+        value.ends_with(r#""payload":{"payload":"{}","n":7}}"#),
+        "{value}"
+    );
+    // TableSchemaBuilder puts the default into the field's schema; asJsonSchema writes it last.
+    assert!(
+        value.contains(
+            r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"default":"{}","field":"payload"}"#
+        ),
+        "{value}"
+    );
+    assert!(
+        value.contains(r#"{"type":"int32","optional":true,"default":7,"field":"n"}"#),
+        "{value}"
+    );
+}
+
+#[test]
+fn the_schema_version_column_versions_the_envelope_schema() {
+    // EventRouterDelegate.getValueSchema(…, getInt32(version field), …):
+    // SchemaBuilder.version, which asJsonSchema writes after the name; a
+    // NULL is no version.
+    let rel = relation(&[
+        ("id", 25),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("payload", 3802),
+        ("v", 23),
+    ]);
+    let mut c = debezium_config();
+    c.placements.push("v:envelope".parse().unwrap());
+    c.value_format = Format::JsonWithSchema;
+    c.schema_topic_prefix = Some("p".into());
+    c.schema_version = Some("v".into());
+    let schema = place(&rel, &c).unwrap();
+    let value = |v: Datum| {
+        let row = vec![text("e-1"), text("order"), text("1"), text("{}"), v];
+        String::from_utf8(schema.event(row).unwrap().payload.unwrap().to_vec()).unwrap()
+    };
+    assert!(
+        value(text("3"))
+            .contains(r#""optional":false,"name":"p.public.outbox.order.Value","version":3}"#),
+        "{}",
+        value(text("3"))
+    );
+    assert!(value(Datum::Null).contains(r#""name":"p.public.outbox.order.Value"},"#));
+    // Another type is refused when the relation is placed.
+    let rel = relation(&[
+        ("id", 25),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("payload", 3802),
+        ("v", 20),
+    ]);
+    let err = place(&rel, &c).unwrap_err();
+    assert!(err.to_string().contains("INT32"), "{err}");
 }

@@ -1,0 +1,190 @@
+//! An outbox table's Relation message, with what the catalog adds (NOT
+//! NULL columns, DEFAULT expressions), as the mapping of its rows: where
+//! each mapped column is, its default, and the schemas json-with-schema
+//! writes (EventRouterDelegate.getSchemaBuilder for an envelope).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::{Col, MappingConfig, OutboxSchema};
+use crate::error::Error;
+use crate::outbox::column::ConnectValue;
+use crate::outbox::column_default::default_text;
+use crate::outbox::format::Format;
+use crate::outbox::placement::{self, Placement, Target};
+use crate::outbox::schema::{ConnectSchema, RecordSchemas};
+use crate::postgres::names::TableName;
+use crate::postgres::pgoutput::Relation;
+
+impl OutboxSchema {
+    /// Finds the mapped columns in a Relation message. A missing one (for
+    /// example after a rename) is a permanent error naming the column.
+    /// `not_null` names the table's NOT NULL columns and `defaults` maps
+    /// columns to their DEFAULT expressions (pgoutput carries neither).
+    pub fn from_relation(
+        relation: &Relation,
+        config: &MappingConfig,
+        table: &TableName,
+        not_null: &BTreeSet<String>,
+        defaults: &BTreeMap<String, String>,
+    ) -> Result<Self, Error> {
+        // Each column's default as Debezium reads it, as its Postgres text.
+        let defaults: Vec<Option<Bytes>> = relation
+            .columns
+            .iter()
+            .map(|c| {
+                let text = default_text(
+                    defaults.get(&c.name)?,
+                    c.type_oid,
+                    c.type_modifier,
+                    config.decimals,
+                )?;
+                let value = ConnectValue::from_pg(
+                    Some(text.as_bytes()),
+                    c.type_oid,
+                    c.type_modifier,
+                    config.decimals,
+                );
+                value.ok().map(|_| Bytes::from(text))
+            })
+            .collect();
+        let find = |name: &str| {
+            relation
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .map(|index| Col {
+                    index,
+                    type_oid: relation.columns[index].type_oid,
+                    type_modifier: relation.columns[index].type_modifier,
+                    optional: !not_null.contains(name),
+                })
+                .ok_or_else(|| {
+                    Error::permanent(format!(
+                        "the outbox table {table} no longer has a column {name:?} \
+                         (was it renamed or dropped?); restore the column, or restart walrelay \
+                         mapped to the new name; no event was confirmed past this point"
+                    ))
+                })
+        };
+        let present: Vec<&Placement> = config
+            .placements
+            .iter()
+            .filter(|p| {
+                !config.ignore_missing_placements
+                    || relation.columns.iter().any(|c| c.name == p.column)
+            })
+            .collect();
+        let placements: Vec<(Col, Target)> = present
+            .iter()
+            .map(|p| Ok((find(&p.column)?, p.target.clone())))
+            .collect::<Result<_, Error>>()?;
+        let envelope = config
+            .placements
+            .iter()
+            .any(|p| matches!(p.target, Target::Envelope(_)));
+        let key = find(&config.key)?;
+        let payload = find(&config.payload)?;
+        let schema_of = |col: Col, name: &str, flag: &str| {
+            let schema = ConnectSchema::of_column(
+                col.type_oid,
+                col.type_modifier,
+                config.decimals,
+                col.optional,
+            )
+            .map_err(|e| {
+                Error::permanent(format!(
+                    "{flag} json-with-schema cannot write column {name:?} of {table}: {e}"
+                ))
+            })?;
+            // TableSchemaBuilder.addField: the column's default in its schema.
+            let default = defaults[col.index].as_deref().and_then(|text| {
+                let value = ConnectValue::from_pg(
+                    Some(text),
+                    col.type_oid,
+                    col.type_modifier,
+                    config.decimals,
+                );
+                value.ok().map(|v| v.json_text())
+            });
+            Ok::<_, Error>(match default {
+                Some(json) => schema.with_default(json),
+                None => schema,
+            })
+        };
+        let key_schema = match config.key_format {
+            Format::JsonWithSchema => Some(schema_of(key, &config.key, "--key-format")?),
+            _ => None,
+        };
+        // EventRouterDelegate.apply reads it with getInt32 for an envelope
+        // only (whatever the converter): another type fails Debezium's task
+        // at the first event, walrelay's start here.
+        let schema_version = match config.schema_version.as_deref() {
+            Some(name) if envelope => {
+                let col = find(name)?;
+                if col.type_oid != placement::oid::INT4 {
+                    return Err(Error::permanent(format!(
+                        "--field-schema-version column {name:?} of {table} is not an integer \
+                         (int4): Debezium reads it as an INT32 and fails on any other type \
+                         (DataException: Field '{name}' is not of type INT32); change the \
+                         column to integer"
+                    )));
+                }
+                Some(col)
+            }
+            _ => None,
+        };
+        let (mut value_schema, mut envelope_schema) = (None, None);
+        if config.value_format == Format::JsonWithSchema {
+            let payload_schema = schema_of(payload, &config.payload, "--value-format")?;
+            if envelope {
+                // EventRouterDelegate.getSchemaBuilder: payload, then the
+                // envelope placements in configuration order.
+                let mut fields = vec![("payload".to_string(), payload_schema)];
+                for ((col, target), placement) in placements.iter().zip(&present) {
+                    if let Target::Envelope(alias) = target {
+                        fields.push((
+                            alias.clone(),
+                            schema_of(*col, &placement.column, "--value-format")?,
+                        ));
+                    }
+                }
+                let prefix = config.schema_topic_prefix.as_deref().unwrap_or_default();
+                envelope_schema = Some((
+                    ConnectSchema::envelope(fields),
+                    format!("{prefix}.{}.{}", table.schema, table.name),
+                ));
+            } else {
+                value_schema = Some(payload_schema);
+            }
+        }
+        Ok(OutboxSchema {
+            id: find(&config.id)?,
+            key,
+            event_type: config.event_type.as_deref().map(find).transpose()?,
+            payload,
+            payload_name: config.payload.clone(),
+            route_by: find(&config.route_by)?,
+            timestamp: config.timestamp.as_deref().map(find).transpose()?,
+            schema_version,
+            placements,
+            // Optional: Debezium reads the field only when the row has it
+            // (ActivateTracingSpan.apply), and most outbox tables do not.
+            trace_context: config
+                .tracing_span_context
+                .as_deref()
+                .and_then(|name| find(name).ok()),
+            envelope,
+            schemas: RecordSchemas::new(key_schema, value_schema, envelope_schema),
+            expand_json_payload: config.expand_json_payload,
+            tombstone_on_empty_payload: config.tombstone_on_empty_payload,
+            decimals: config.decimals,
+            key_format: config.key_format,
+            value_format: config.value_format,
+            expansion: config.expansion,
+            extended_headers: config.extended_headers.clone(),
+            defaults,
+        })
+    }
+}
