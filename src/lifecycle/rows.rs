@@ -12,7 +12,7 @@
 //!
 //! Replay, the audit and `run --snapshot-where` all read rows here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::BytesMut;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::outbox::mapping::OutboxSchema;
 use crate::postgres::names::{quote_ident, quote_literal, TableName};
 use crate::postgres::pgoutput::{Column, Datum, Relation, Tuple};
+use crate::postgres::placement::column_defaults;
 use crate::postgres::sql_error;
 use crate::postgres::wire::OUTPUT_SETTINGS;
 
@@ -44,6 +45,9 @@ pub struct OutboxTable {
     /// Its NOT NULL columns (pgoutput does not send them; the mapping's
     /// json-with-schema reads them from the catalog too).
     pub not_null: BTreeSet<String>,
+    /// Its columns' DEFAULTs, as placing its Relation reads them (a NULL
+    /// comes out as the default, as streamed events do).
+    pub defaults: BTreeMap<String, String>,
     /// Its primary key's columns, in key order.
     pub primary_key: Vec<String>,
 }
@@ -120,6 +124,7 @@ impl OutboxTable {
             });
         }
         primary_key.sort();
+        let defaults = column_defaults(client, first.get(0)).await?;
         Ok(OutboxTable {
             table: table.clone(),
             relation: Relation {
@@ -130,6 +135,7 @@ impl OutboxTable {
                 columns,
             },
             not_null,
+            defaults,
             primary_key: primary_key.into_iter().map(|(_, name)| name).collect(),
         })
     }
@@ -284,8 +290,13 @@ pub async fn mapped_tables(
     let mut tables = Vec::new();
     for name in &settings.tables {
         let table = OutboxTable::describe(client, name).await?;
-        let schema =
-            OutboxSchema::from_relation(&table.relation, &settings.mapping, name, &table.not_null)?;
+        let schema = OutboxSchema::from_relation(
+            &table.relation,
+            &settings.mapping,
+            name,
+            &table.not_null,
+            &table.defaults,
+        )?;
         tables.push((table, schema));
     }
     Ok(tables)
