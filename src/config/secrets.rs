@@ -31,6 +31,12 @@ impl Command {
         if let Some(url) = pg_url {
             secrets.extend(pg_passwords(url));
         }
+        let pg_primary_url = match self {
+            Command::Run(args) => args.pg_primary_url.as_deref(),
+            Command::Check(args) => args.run.pg_primary_url.as_deref(),
+            _ => None,
+        };
+        secrets.extend(pg_primary_url.into_iter().flat_map(pg_passwords));
         let webhook = match self {
             Command::Run(args) => args.watchdog.alert_webhook.as_deref(),
             Command::Check(args) => args.run.watchdog.alert_webhook.as_deref(),
@@ -108,6 +114,21 @@ mod tests {
         ]);
         assert!(found.contains(&"p@ss-word".to_string()), "{found:?}");
         assert!(found.contains(&"p%40ss-word".to_string()), "{found:?}");
+    }
+
+    #[test]
+    fn the_primarys_password_is_a_secret_too() {
+        let found = secrets(&[
+            "walrelay",
+            "check",
+            "--pg-url",
+            "postgres://u@standby/db",
+            "--pg-primary-url",
+            "postgres://u:pr%40mary-pass@primary/db",
+            "--kafka-brokers",
+            "k:9092",
+        ]);
+        assert_eq!(found, vec!["pr@mary-pass", "pr%40mary-pass"]);
     }
 
     #[test]
