@@ -35,12 +35,29 @@ fn decoding_on_a_standby_available() -> bool {
     true
 }
 
-/// A primary with the outbox table and a standby of it to decode on.
-async fn primary_and_standby() -> (Postgres, Postgres) {
+/// A primary with the outbox table, a standby of it to decode on, a client
+/// of each, and a broker.
+struct Servers {
+    primary: Postgres,
+    standby: Postgres,
+    primary_client: Client,
+    standby_client: Client,
+    broker: Broker,
+}
+
+async fn servers() -> Servers {
     let mut primary = Postgres::start();
     primary.client_with_outbox().await;
     let standby = primary.start_decoding_standby(PHYSICAL_SLOT).await;
-    (primary, standby)
+    let primary_client = primary.client().await;
+    let standby_client = standby.client().await;
+    Servers {
+        primary,
+        standby,
+        primary_client,
+        standby_client,
+        broker: Broker::start(),
+    }
 }
 
 /// Runs `sql` on the primary and waits until the standby has replayed it.
@@ -88,6 +105,19 @@ fn relay_on(standby: &Postgres, broker: &Broker, primary: Option<&Postgres>) -> 
     Relay::start_with(standby, broker, &flags)
 }
 
+/// Reads `topics` from the start until every event of `expected` is there.
+fn all_arrive(broker: &Broker, topics: &[&str], expected: &HashSet<String>, relay: &Relay) {
+    let reader = broker.consumer();
+    reader.subscribe(topics);
+    read_until_all_arrive(
+        &reader,
+        expected,
+        HashSet::new(),
+        relay,
+        Duration::from_secs(120),
+    );
+}
+
 /// The type and, on PostgreSQL 17+, the failover flag of walrelay's slot.
 async fn walrelay_slot(client: &Client) -> Option<(String, Option<String>)> {
     client
@@ -123,21 +153,18 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
     if !decoding_on_a_standby_available() {
         return;
     }
-    let (mut primary, standby) = primary_and_standby().await;
-    let primary_client = primary.client().await;
-    let standby_client = standby.client().await;
-    on_primary_then_replayed(&primary_client, &standby_client, PUBLICATION).await;
-    let broker = Broker::start();
-    let mut relay = relay_on(&standby, &broker, Some(&primary));
+    let mut s = servers().await;
+    on_primary_then_replayed(&s.primary_client, &s.standby_client, PUBLICATION).await;
+    let mut relay = relay_on(&s.standby, &s.broker, Some(&s.primary));
     relay.wait_ready(Duration::from_secs(60));
 
     // The slot is the standby's, and no failover slot (PostgreSQL 17 refuses one there).
-    let (slot_type, failover) = walrelay_slot(&standby_client)
+    let (slot_type, failover) = walrelay_slot(&s.standby_client)
         .await
         .unwrap_or_else(|| panic!("no slot on the standby; log:\n{}", relay.log()));
     assert_eq!(slot_type, "logical");
     assert_ne!(failover.as_deref(), Some("true"));
-    assert_eq!(walrelay_slot(&primary_client).await, None);
+    assert_eq!(walrelay_slot(&s.primary_client).await, None);
     let log = relay.log();
     assert!(
         log.contains("waits for a running-transactions record from the primary"),
@@ -150,23 +177,15 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
         );
     }
 
-    let end = events("OnThePrimary", 50).insert(&primary_client).await;
-    let expected = committed_ids(&primary_client, "OnThePrimary").await;
-    let reader = broker.consumer();
-    reader.subscribe(&["outbox.event.OnThePrimary"]);
-    read_until_all_arrive(
-        &reader,
-        &expected,
-        HashSet::new(),
-        &relay,
-        Duration::from_secs(60),
-    );
+    let end = events("OnThePrimary", 50).insert(&s.primary_client).await;
+    let expected = committed_ids(&s.primary_client, "OnThePrimary").await;
+    all_arrive(&s.broker, &["outbox.event.OnThePrimary"], &expected, &relay);
     // The standby's slot is confirmed past them.
     eventually(
         Duration::from_secs(60),
         "the standby's slot confirmed past the events",
         || async {
-            (confirmed_flush_lsn(&standby_client, "walrelay").await >= end - 1024).then_some(())
+            (confirmed_flush_lsn(&s.standby_client, "walrelay").await >= end - 1024).then_some(())
         },
     )
     .await;
@@ -176,7 +195,7 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
         Duration::from_secs(30),
         "walrelay's state row on the primary",
         || async {
-            match state_row(&primary_client).await {
+            match state_row(&s.primary_client).await {
                 Some((Some(_), Some(_), Some(_), Some(1))) => Some(()),
                 _ => None,
             }
@@ -198,7 +217,7 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
     );
 
     // A failover: writes until the primary stops, then the standby is promoted.
-    let writer_client = primary.client().await;
+    let writer_client = s.primary.client().await;
     let writer = tokio::spawn(async move {
         while events("BeforePromotion", 10)
             .try_insert(&writer_client)
@@ -208,37 +227,29 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     });
-    let before_reader = broker.consumer();
+    let before_reader = s.broker.consumer();
     before_reader.subscribe(&["outbox.event.BeforePromotion"]);
     assert!(
         before_reader.read(200, Duration::from_secs(60)).len() >= 200,
         "events did not flow before the promotion; log:\n{}",
         relay.log()
     );
-    primary.stop("fast");
+    s.primary.stop("fast");
     writer.await.unwrap();
-    standby.promote();
-    events("AfterPromotion", 50).insert(&standby_client).await;
+    s.standby.promote();
+    events("AfterPromotion", 50).insert(&s.standby_client).await;
 
     // The promoted standby's outbox is the ground truth.
     let mut expected = expected;
     for event_type in ["BeforePromotion", "AfterPromotion"] {
-        expected.extend(committed_ids(&standby_client, event_type).await);
+        expected.extend(committed_ids(&s.standby_client, event_type).await);
     }
     let topics = [
         "outbox.event.OnThePrimary",
         "outbox.event.BeforePromotion",
         "outbox.event.AfterPromotion",
     ];
-    let all = broker.consumer();
-    all.subscribe(&topics);
-    read_until_all_arrive(
-        &all,
-        &expected,
-        HashSet::new(),
-        &relay,
-        Duration::from_secs(120),
-    );
+    all_arrive(&s.broker, &topics, &expected, &relay);
     eventually(
         Duration::from_secs(30),
         "walrelay to see the promotion",
@@ -254,24 +265,22 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
     // A restart reads the promoted server's timeline (2) and the same slot,
     // with the old primary gone.
     assert!(relay.terminate(Duration::from_secs(30)).success());
-    let restarted = relay_on(&standby, &broker, Some(&primary));
+    let restarted = relay_on(&s.standby, &s.broker, Some(&s.primary));
     restarted.wait_ready(Duration::from_secs(60));
-    events("AfterRestart", 50).insert(&standby_client).await;
-    expected.extend(committed_ids(&standby_client, "AfterRestart").await);
-    let restart_reader = broker.consumer();
-    restart_reader.subscribe(&["outbox.event.AfterRestart"]);
-    read_until_all_arrive(
-        &restart_reader,
-        &committed_ids(&standby_client, "AfterRestart").await,
-        HashSet::new(),
+    events("AfterRestart", 50).insert(&s.standby_client).await;
+    let after_restart = committed_ids(&s.standby_client, "AfterRestart").await;
+    expected.extend(after_restart.iter().cloned());
+    all_arrive(
+        &s.broker,
+        &["outbox.event.AfterRestart"],
+        &after_restart,
         &restarted,
-        Duration::from_secs(60),
     );
     eventually(
         Duration::from_secs(30),
         "the delivered position recorded on timeline 2",
         || async {
-            let row = state_row(&standby_client).await?;
+            let row = state_row(&s.standby_client).await?;
             (row.3 == Some(2)).then_some(())
         },
     )
@@ -290,7 +299,7 @@ async fn events_written_on_the_primary_arrive_through_a_standby_and_after_its_pr
 
     // Everything in Kafka, read again from the start: duplicates are
     // allowed (at least once), an event the promoted standby lacks is not.
-    let recount = broker.consumer();
+    let recount = s.broker.consumer();
     recount.subscribe(&[&topics[..], &["outbox.event.AfterRestart"]].concat());
     let delivered: HashSet<String> = recount
         .read_for(Duration::from_secs(3))
@@ -310,12 +319,9 @@ async fn a_standby_without_pg_primary_url_is_refused_before_any_slot_is_created(
     if !decoding_on_a_standby_available() {
         return;
     }
-    let (primary, standby) = primary_and_standby().await;
-    let primary_client = primary.client().await;
-    let standby_client = standby.client().await;
-    on_primary_then_replayed(&primary_client, &standby_client, PUBLICATION).await;
-    let broker = Broker::start();
-    let mut relay = relay_on(&standby, &broker, None);
+    let s = servers().await;
+    on_primary_then_replayed(&s.primary_client, &s.standby_client, PUBLICATION).await;
+    let mut relay = relay_on(&s.standby, &s.broker, None);
     let log = relay.wait_for_failure(Duration::from_secs(60));
     let line = log
         .lines()
@@ -325,9 +331,10 @@ async fn a_standby_without_pg_primary_url_is_refused_before_any_slot_is_created(
         line.contains("--pg-primary-url (WALRELAY_PG_PRIMARY_URL)"),
         "{line}"
     );
-    assert_eq!(walrelay_slot(&standby_client).await, None);
+    assert_eq!(walrelay_slot(&s.standby_client).await, None);
     // Nothing was written anywhere: no state table on the primary.
-    let state_table: Option<String> = primary_client
+    let state_table: Option<String> = s
+        .primary_client
         .query_one("SELECT to_regclass('public.walrelay_state')::text", &[])
         .await
         .unwrap()
@@ -340,13 +347,10 @@ async fn a_standby_without_the_publication_is_refused_with_the_statement_for_the
     if !decoding_on_a_standby_available() {
         return;
     }
-    let (primary, standby) = primary_and_standby().await;
-    let primary_client = primary.client().await;
-    let standby_client = standby.client().await;
-    let broker = Broker::start();
-    let mut relay = relay_on(&standby, &broker, Some(&primary));
+    let s = servers().await;
+    let mut relay = relay_on(&s.standby, &s.broker, Some(&s.primary));
     let log = relay.wait_for_failure(Duration::from_secs(60));
-    assert_eq!(walrelay_slot(&standby_client).await, None, "log:\n{log}");
+    assert_eq!(walrelay_slot(&s.standby_client).await, None, "log:\n{log}");
     // The statement as walrelay prints it, run on the primary as an operator would.
     let statement = log
         .split_once("which cannot create one: run ")
@@ -354,20 +358,13 @@ async fn a_standby_without_the_publication_is_refused_with_the_statement_for_the
         .map(|(statement, _)| statement.to_string())
         .unwrap_or_else(|| panic!("no statement in the log:\n{log}"));
     assert!(statement.starts_with("CREATE PUBLICATION"), "{statement}");
-    on_primary_then_replayed(&primary_client, &standby_client, &statement).await;
+    on_primary_then_replayed(&s.primary_client, &s.standby_client, &statement).await;
 
-    let relay = relay_on(&standby, &broker, Some(&primary));
+    let relay = relay_on(&s.standby, &s.broker, Some(&s.primary));
     relay.wait_ready(Duration::from_secs(60));
-    events("Published", 10).insert(&primary_client).await;
-    let reader = broker.consumer();
-    reader.subscribe(&["outbox.event.Published"]);
-    read_until_all_arrive(
-        &reader,
-        &committed_ids(&primary_client, "Published").await,
-        HashSet::new(),
-        &relay,
-        Duration::from_secs(60),
-    );
+    events("Published", 10).insert(&s.primary_client).await;
+    let published = committed_ids(&s.primary_client, "Published").await;
+    all_arrive(&s.broker, &["outbox.event.Published"], &published, &relay);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -377,12 +374,9 @@ async fn a_standby_older_than_16_is_refused_with_the_way_out() {
         eprintln!("SKIPPED: PostgreSQL {major} decodes on a standby; this test needs 15 or older");
         return;
     }
-    let (primary, standby) = primary_and_standby().await;
-    let primary_client = primary.client().await;
-    let standby_client = standby.client().await;
-    on_primary_then_replayed(&primary_client, &standby_client, PUBLICATION).await;
-    let broker = Broker::start();
-    let mut relay = relay_on(&standby, &broker, Some(&primary));
+    let s = servers().await;
+    on_primary_then_replayed(&s.primary_client, &s.standby_client, PUBLICATION).await;
+    let mut relay = relay_on(&s.standby, &s.broker, Some(&s.primary));
     let log = relay.wait_for_failure(Duration::from_secs(60));
     assert!(
         log.contains(&format!(
@@ -436,13 +430,10 @@ async fn walrelay_check_knows_a_standby_and_what_decoding_there_needs() {
     if !decoding_on_a_standby_available() {
         return;
     }
-    let (primary, standby) = primary_and_standby().await;
-    let primary_client = primary.client().await;
-    let standby_client = standby.client().await;
-    let broker = Broker::start();
+    let s = servers().await;
 
     // No publication, no --pg-primary-url: both named with their fix.
-    let doc = check(&standby, &broker, None);
+    let doc = check(&s.standby, &s.broker, None);
     assert_eq!(doc["ok"], false, "{doc:#}");
     let (status, text) = entry(&doc, "postgres.standby");
     assert_eq!(status, "pass");
@@ -465,8 +456,8 @@ async fn walrelay_check_knows_a_standby_and_what_decoding_there_needs() {
     );
 
     // With both, every standby check passes; nothing was created.
-    on_primary_then_replayed(&primary_client, &standby_client, PUBLICATION).await;
-    let doc = check(&standby, &broker, Some(&primary));
+    on_primary_then_replayed(&s.primary_client, &s.standby_client, PUBLICATION).await;
+    let doc = check(&s.standby, &s.broker, Some(&s.primary));
     for name in [
         "postgres.standby",
         "postgres.primary_url",
@@ -481,19 +472,20 @@ async fn walrelay_check_knows_a_standby_and_what_decoding_there_needs() {
         .contains("the standby's primary"));
     assert!(!doc.to_string().contains(PRIMARY_PASSWORD), "{doc:#}");
     assert_eq!(entry(&doc, "postgres.slot_failover").0, "skip");
-    assert_eq!(walrelay_slot(&standby_client).await, None);
+    assert_eq!(walrelay_slot(&s.standby_client).await, None);
 
     // Without feedback the slot would not last: a warning with the fix.
-    standby_client
+    s.standby_client
         .batch_execute("ALTER SYSTEM SET hot_standby_feedback = off")
         .await
         .unwrap();
-    standby_client
+    s.standby_client
         .batch_execute("SELECT pg_reload_conf()")
         .await
         .unwrap();
     eventually(Duration::from_secs(10), "the reload", || async {
-        let on: String = standby_client
+        let on: String = s
+            .standby_client
             .query_one("SHOW hot_standby_feedback", &[])
             .await
             .unwrap()
@@ -501,7 +493,7 @@ async fn walrelay_check_knows_a_standby_and_what_decoding_there_needs() {
         (on == "off").then_some(())
     })
     .await;
-    let doc = check(&standby, &broker, Some(&primary));
+    let doc = check(&s.standby, &s.broker, Some(&s.primary));
     let (status, text) = entry(&doc, "postgres.hot_standby_feedback");
     assert_eq!(status, "warn");
     assert!(
