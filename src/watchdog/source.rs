@@ -128,8 +128,8 @@ impl SourceWatch {
     /// Another instance recorded other settings for the slot (a deliberate
     /// change with --accept-config-change): it reads the slot from now on.
     async fn check_settings(&self, client: &Client, watched: &Watched) -> Result<()> {
-        let route = match watched.state.client(client).await {
-            Ok(route) => route,
+        let reader = match watched.state.client(client).await {
+            Ok(reader) => reader,
             // A primary (--pg-primary-url) out of reach records no other
             // settings either.
             Err(e) if e.is_transient() => {
@@ -140,7 +140,7 @@ impl SourceWatch {
         };
         let state = watched
             .state_table
-            .peek(&route, &watched.publication, &watched.slot)
+            .peek(&reader, &watched.publication, &watched.slot)
             .await?;
         let Some(recorded) = state.and_then(|s| s.settings) else {
             return Ok(());
