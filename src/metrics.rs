@@ -237,11 +237,11 @@ impl Metrics {
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
         let slot_lag_bytes = gauge(
             "walrelay_slot_lag_bytes",
-            "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn.",
+            "The WAL position (pg_current_wal_lsn(), on a standby pg_last_wal_replay_lsn()) minus the slot's confirmed_flush_lsn.",
         );
         let slot_retained_wal_bytes = gauge(
             "walrelay_slot_retained_wal_bytes",
-            "pg_current_wal_lsn() minus the slot's restart_lsn: WAL the slot keeps on disk.",
+            "The WAL position (on a standby, its replay position) minus the slot's restart_lsn: WAL the slot keeps on disk.",
         );
         let slot_safe_wal_size_bytes = gauge(
             "walrelay_slot_safe_wal_size_bytes",

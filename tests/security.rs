@@ -219,6 +219,10 @@ fn help_shows_no_secret_from_the_environment() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
         .args(["run", "--help"])
         .env("WALRELAY_PG_URL", "postgres://u:env-secret-77@h/db")
+        .env(
+            "WALRELAY_PG_PRIMARY_URL",
+            "postgres://u:primary-secret-66@h/db",
+        )
         .env("WALRELAY_KAFKA_PROPERTIES", "sasl.password=kafka-secret-88")
         .env(
             "WALRELAY_ALERT_WEBHOOK",
@@ -227,9 +231,13 @@ fn help_shows_no_secret_from_the_environment() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("--pg-url"), "{help}");
+    assert!(
+        help.contains("--pg-url") && help.contains("--pg-primary-url"),
+        "{help}"
+    );
     assert!(
         !help.contains("env-secret-77")
+            && !help.contains("primary-secret-66")
             && !help.contains("kafka-secret-88")
             && !help.contains("hook-secret-99"),
         "{help}"

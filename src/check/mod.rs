@@ -5,6 +5,7 @@
 mod durability;
 mod kafka;
 mod postgres;
+mod standby;
 mod state;
 
 use std::fmt::Write as _;

@@ -61,6 +61,8 @@ struct Probe<'a> {
     version: i32,
     user: String,
     database: String,
+    /// The server is a standby (in recovery).
+    standby: bool,
 }
 
 impl<'a> Probe<'a> {
@@ -71,7 +73,7 @@ impl<'a> Probe<'a> {
         let row = client
             .query_one(
                 "SELECT current_setting('server_version_num')::int, current_user::text, \
-                        current_database()::text",
+                        current_database()::text, pg_is_in_recovery()",
                 &[],
             )
             .await?;
@@ -82,6 +84,7 @@ impl<'a> Probe<'a> {
             version: row.get(0),
             user: row.get(1),
             database: row.get(2),
+            standby: row.get(3),
         })
     }
 
@@ -90,6 +93,7 @@ impl<'a> Probe<'a> {
             Ok(()) => Check::pass("postgres.wal_level", "wal_level = logical"),
             Err(e) => Check::from_error("postgres.wal_level", &e),
         });
+        out.extend(super::standby::checks(self.client, self.settings).await);
         out.push(self.or_fail("postgres.replication_slots", self.slots().await));
         out.push(self.or_fail("postgres.wal_senders", self.wal_senders().await));
         out.push(self.or_fail("postgres.max_slot_wal_keep_size", self.wal_keep().await));
@@ -413,6 +417,28 @@ impl<'a> Probe<'a> {
 
     fn publication_check(&self, table: Option<&TableInfo>, binding: &Binding) -> Check {
         let name = &self.settings.publication;
+        if binding.publication.is_none() && self.standby {
+            let tables = match self.settings.source {
+                Source::Table => &self.settings.tables[..],
+                Source::Messages => &[],
+            };
+            return Check::fail(
+                "postgres.publication",
+                format!(
+                    "publication {name:?} is absent, and a standby cannot create one: walrelay \
+                     run refuses to start"
+                ),
+                format!(
+                    "on the primary, as the table's owner: {};",
+                    publication::create_sql(
+                        name,
+                        tables,
+                        self.version,
+                        self.settings.on_update != crate::config::OnUpdate::Warn,
+                    )
+                ),
+            );
+        }
         if binding.publication.is_none() {
             // `run` creates it; that needs the table's owner (or, without a
             // table, CREATE on the database).
@@ -607,6 +633,13 @@ impl<'a> Probe<'a> {
     }
 
     async fn failover(&self) -> Result<Check, tokio_postgres::Error> {
+        if self.standby {
+            return Ok(Check::skip(
+                "postgres.slot_failover",
+                "a slot on a standby is never a failover slot (PostgreSQL refuses it there); it \
+                 survives the standby's promotion",
+            ));
+        }
         if self.version < 170000 {
             return Ok(Check::skip(
                 "postgres.slot_failover",

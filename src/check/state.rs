@@ -17,14 +17,20 @@ use crate::postgres::state::OutboxIdentity;
 pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotPlan>) {
     const NAME: &str = "postgres.state";
     let table = &settings.state_table;
+    // Where run reads and writes it: the primary, when --pg-url is a standby.
+    let route = settings.state_route();
+    let state = match route.client(client).await {
+        Ok(state) => state,
+        Err(e) => return (Check::from_error(NAME, &e), None),
+    };
     let stored = match table
-        .peek(client, &settings.publication, &settings.slot)
+        .peek(&state, &settings.publication, &settings.slot)
         .await
     {
         Ok(stored) => stored,
         Err(e) => return (Check::from_error(NAME, &e), None),
     };
-    let usable = match usable(client, settings).await {
+    let usable = match usable(&state, settings).await {
         Ok(usable) => usable,
         Err(e) => return (Check::from_error(NAME, &e), None),
     };
@@ -66,6 +72,9 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
                     settings.slot
                 ),
             };
+            if state.primary().is_some() {
+                detail.push_str(" (on the primary, --pg-primary-url)");
+            }
             for change in &verdict.accepted {
                 detail.push_str(&format!("; accepted by a flag: {change}"));
             }

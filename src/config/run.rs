@@ -21,6 +21,9 @@ use crate::postgres::names::TableName;
 pub struct RunArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
+    /// When --pg-url names a standby (PostgreSQL 16+): its primary, same database, where walrelay writes its state table and asks for the snapshot slot creation waits for.
+    #[arg(long, env = "WALRELAY_PG_PRIMARY_URL", hide_env_values = true)]
+    pub pg_primary_url: Option<String>,
     #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
@@ -369,6 +372,10 @@ impl fmt::Debug for RunArgs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunArgs")
             .field("pg_url", &"<redacted>")
+            .field(
+                "pg_primary_url",
+                &self.pg_primary_url.as_ref().map(|_| "<redacted>"),
+            )
             .field("kafka_brokers", &self.kafka.kafka_brokers)
             .field("table", &self.source.table)
             .field("slot", &self.conn.slot)

@@ -48,6 +48,10 @@ impl Command {
             secrets.push(crate::percent::decode(&password));
             secrets.push(password);
         }
+        let pg_primary_url = self
+            .run_args()
+            .and_then(|args| args.pg_primary_url.as_deref());
+        secrets.extend(pg_primary_url.into_iter().flat_map(pg_passwords));
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();
             if ["password", "secret", "jaas", "token", "pem", "credentials"]
@@ -122,6 +126,21 @@ mod tests {
         ]);
         assert!(found.contains(&"p@ss-word".to_string()), "{found:?}");
         assert!(found.contains(&"p%40ss-word".to_string()), "{found:?}");
+    }
+
+    #[test]
+    fn the_primarys_password_is_a_secret_too() {
+        let found = secrets(&[
+            "walrelay",
+            "check",
+            "--pg-url",
+            "postgres://u@standby/db",
+            "--pg-primary-url",
+            "postgres://u:pr%40mary-pass@primary/db",
+            "--kafka-brokers",
+            "k:9092",
+        ]);
+        assert_eq!(found, vec!["pr@mary-pass", "pr%40mary-pass"]);
     }
 
     #[test]

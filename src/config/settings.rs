@@ -19,7 +19,7 @@ use crate::outbox::placement::Target;
 use crate::outbox::routing::{validate_topic, Router};
 use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
-use crate::postgres::state::StateTable;
+use crate::postgres::state::{StateRoute, StateTable};
 use crate::postgres::PgTarget;
 use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
@@ -27,6 +27,9 @@ use crate::watchdog::{WatchdogSettings, Webhook};
 /// Everything a relay needs, derived once from the flags.
 pub struct Settings {
     pub pg: PgTarget,
+    /// `--pg-primary-url`: where the state table is written while `pg`
+    /// is a standby.
+    pub pg_primary: Option<PgTarget>,
     pub slot: String,
     pub publication: String,
     pub source: Source,
@@ -148,6 +151,11 @@ impl Settings {
             .map_err(Error::permanent)?;
         Ok(Settings {
             pg,
+            pg_primary: args
+                .pg_primary_url
+                .as_deref()
+                .map(primary_target)
+                .transpose()?,
             slot: args.conn.slot.clone(),
             publication: args.conn.publication.clone(),
             source: source.source,
@@ -204,10 +212,25 @@ impl Settings {
         })
     }
 
+    /// Where the state table is read and written (`postgres::state::route`).
+    pub fn state_route(&self) -> StateRoute {
+        StateRoute::new(self.state_table.0.clone(), self.pg_primary.clone())
+    }
+
     /// The dead-letter topic (--dead-letter-topic).
     pub fn dead_letter_topic(&self) -> &str {
         &self.topics.dead_letter_topic
     }
+}
+
+/// Parses `--pg-primary-url`; its errors name that flag, not `--pg-url`.
+fn primary_target(url: &str) -> Result<PgTarget> {
+    PgTarget::parse(url).map_err(|e| {
+        Error::permanent(format!(
+            "--pg-primary-url: {}",
+            e.report().replace("--pg-url ", "the URL ")
+        ))
+    })
 }
 
 /// What the Debezium formats and headers cannot do, told at start-up rather than per event.

@@ -64,8 +64,10 @@ pub async fn prepare(
     gap_from: Option<&str>,
 ) -> Result<Option<Job>> {
     let (state, slot) = (&settings.state_table, settings.slot.as_str());
-    state.ensure_snapshot_column(client).await?;
-    let record = state.read_snapshot(client, slot).await?;
+    // On a standby, the primary's (postgres::state::route).
+    let writer = settings.state_route().client(client).await?;
+    state.ensure_snapshot_column(&writer).await?;
+    let record = state.read_snapshot(&writer, slot).await?;
     match step(record.as_ref(), slot_exists) {
         Step::Take => {}
         Step::Refuse => return Err(slot_exists_error(settings, plan)),
@@ -107,16 +109,18 @@ pub async fn prepare(
         rows: 0,
         published: 0,
     };
-    state.record_snapshot(client, slot, &record).await?;
+    state.record_snapshot(&writer, slot, &record).await?;
     let version = server_version(client).await?;
     let (consistent_point, snapshot) = replication
         .create_slot_exporting(slot, version, settings.failover_slot)
         .await?;
     let reader = setup::connect(&settings.pg).await?;
     rows::begin(&reader, Some(&snapshot)).await?;
-    state.record_created(client, slot, consistent_point).await?;
+    state
+        .record_created(&writer, slot, consistent_point)
+        .await?;
     record.consistent_point = Some(consistent_point.to_string());
-    state.record_snapshot(client, slot, &record).await?;
+    state.record_snapshot(&writer, slot, &record).await?;
     match gap_from {
         Some(gap_from) => error!(
             slot,
@@ -238,7 +242,8 @@ pub async fn publish(
         order_by.join("; ")
     );
     let total = counted.rows();
-    let control = setup::connect(&settings.pg).await?;
+    let here = setup::connect(&settings.pg).await?;
+    let control = settings.state_route().client(&here).await?;
     let mut record = SnapshotRecord {
         state: SnapshotState::Taking,
         predicate: plan.predicate.clone(),

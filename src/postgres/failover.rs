@@ -45,6 +45,25 @@ pub async fn create_slot_statement(client: &Client, failover: bool) -> Result<&'
     Ok(CREATE_FAILOVER)
 }
 
+/// The statement that creates a slot on a standby: never a failover slot,
+/// which PostgreSQL 17 refuses there ("cannot enable failover for a
+/// replication slot created on the standby"): failover slots are copied
+/// from a primary to its standbys, not made on one. Says so once when
+/// `--failover-slot` asked for one.
+pub fn on_standby(failover: bool) -> &'static str {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if failover && !SAID.swap(true, Ordering::Relaxed) {
+        info!(
+            "the slot on the standby is not a failover slot, whatever --failover-slot says: \
+             PostgreSQL refuses failover = true for a slot on a standby (failover slots are \
+             copied from a primary to its standbys). The slot lives on this standby and \
+             survives its promotion; a failover to another server leaves it behind \
+             (docs/operations.md, \"Decoding on a standby\")"
+        );
+    }
+    CREATE
+}
+
 /// Warns once when `--failover-slot` is on but the existing slot (created by
 /// an older walrelay, or with `--failover-slot=false`) is not a failover slot:
 /// a promoted standby would not have it. Changing it needs a replication

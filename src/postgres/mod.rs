@@ -12,6 +12,7 @@ pub mod replication;
 pub mod setup;
 pub mod slot;
 pub mod socket;
+pub mod standby;
 pub mod state;
 pub mod tls;
 pub mod wire;

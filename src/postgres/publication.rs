@@ -8,6 +8,7 @@
 //! reading of the catalog ([`inspect`]) serves the start-up checks and the
 //! watchdog, and [`Binding::problem`] says what is wrong and how to fix it.
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 use tracing::info;
 
@@ -373,7 +374,7 @@ pub async fn ensure(
         if exists {
             info!(publication = name, "reusing publication");
         } else {
-            create(client, &format!("CREATE PUBLICATION {}", quote_ident(name))).await?;
+            create(client, name, &create_sql(name, &[], 0, false)).await?;
             info!(publication = name, "created publication");
         }
         return Ok(Vec::new());
@@ -405,21 +406,7 @@ pub async fn ensure(
                 version / 10000
             )));
         }
-        // Through the root, every partition's rows arrive under the outbox's
-        // name, including partitions attached later.
-        let publish = if updates { "insert, update" } else { "insert" };
-        let options = if version >= PARTITION_ROOT_VERSION {
-            format!("publish = '{publish}', publish_via_partition_root = true")
-        } else {
-            format!("publish = '{publish}'")
-        };
-        let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH ({options})",
-            quote_ident(name),
-            list.join(", ")
-        );
-        create(client, &sql).await?;
+        create(client, name, &create_sql(name, tables, version, updates)).await?;
         info!(publication = name, "created publication");
         // Read again what the new publication binds.
         bindings.clear();
@@ -439,8 +426,42 @@ pub async fn ensure(
     Ok(identities)
 }
 
-async fn create(client: &Client, sql: &str) -> Result<()> {
+/// The statement that creates the publication for the outbox tables (none
+/// for the table-less outbox) on a server of `version`: the one walrelay
+/// runs, and the one it names where it cannot (a standby, a role that does
+/// not own the table).
+pub fn create_sql(name: &str, tables: &[TableName], version: i32, updates: bool) -> String {
+    if tables.is_empty() {
+        return format!("CREATE PUBLICATION {}", quote_ident(name));
+    }
+    // Through the root, every partition's rows arrive under the outbox's
+    // name, including partitions attached later. UPDATEs only for
+    // --on-update error|fatal, which must see them.
+    let publish = if updates { "insert, update" } else { "insert" };
+    let options = if version >= PARTITION_ROOT_VERSION {
+        format!("publish = '{publish}', publish_via_partition_root = true")
+    } else {
+        format!("publish = '{publish}'")
+    };
+    let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
+    format!(
+        "CREATE PUBLICATION {} FOR TABLE {} WITH ({options})",
+        quote_ident(name),
+        list.join(", ")
+    )
+}
+
+async fn create(client: &Client, name: &str, sql: &str) -> Result<()> {
     client.batch_execute(sql).await.map_err(|e| {
+        // A standby is read-only, and replays the publication from its primary.
+        if e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+            return Error::permanent(format!(
+                "publication {name:?} does not exist, and --pg-url names a standby, which \
+                 cannot create one: run {sql}; on the primary (as the table's owner), then \
+                 start walrelay again"
+            ))
+            .with_source(e);
+        }
         sql_error(
             format!("cannot create the publication; create it as the table's owner: {sql}"),
             e,
@@ -600,6 +621,24 @@ mod tests {
         assert!(problem(&b, Some(42)).contains("no longer exists"));
         b.table = None;
         assert!(problem(&b, Some(42)).contains("no longer exists"));
+    }
+
+    #[test]
+    fn the_create_statement_publishes_inserts_through_the_partition_root() {
+        let tables = [table(), "shop.outbox".parse().unwrap()];
+        assert_eq!(
+            create_sql("walrelay", &tables, 170000, false),
+            "CREATE PUBLICATION \"walrelay\" FOR TABLE \"public\".\"outbox\", \"shop\".\"outbox\" \
+             WITH (publish = 'insert', publish_via_partition_root = true)"
+        );
+        assert_eq!(
+            create_sql("walrelay", &tables[..1], 120000, false),
+            "CREATE PUBLICATION \"walrelay\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert')"
+        );
+        assert_eq!(
+            create_sql("walrelay", &[], 170000, false),
+            "CREATE PUBLICATION \"walrelay\""
+        );
     }
 
     #[test]

@@ -98,14 +98,10 @@ pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -
     Ok(())
 }
 
-/// The server's WAL insert position now.
+/// The server's WAL position now: its insert position, or on a standby its
+/// replay position (`pg_current_wal_lsn()` fails during recovery).
 pub async fn current_wal_lsn(client: &Client) -> Result<Lsn> {
-    let row = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .map_err(|e| sql_error("cannot read pg_current_wal_lsn()", e))?;
-    let text: String = row.get(0);
-    text.parse().map_err(Error::permanent)
+    super::standby::wal_position(client).await
 }
 
 /// The server's `wal_sender_timeout`; None when it is 0 (disabled).
@@ -144,6 +140,9 @@ pub struct SlotOptions<'a> {
     pub existing: Option<Lsn>,
     /// Create a slot a standby can take over (PostgreSQL 17+).
     pub failover: bool,
+    /// Set when the server is a standby: its primary, asked for the
+    /// running-transactions record that slot creation there waits for.
+    pub primary: Option<&'a Client>,
 }
 
 /// The slot as a start found or made it.
@@ -160,13 +159,17 @@ pub struct SlotReady {
 pub async fn ensure_slot(client: &Client, options: &SlotOptions<'_>) -> Result<SlotReady> {
     let slot = options.slot;
     if let (SlotPlan::Reuse, Some(confirmed)) = (options.plan, options.existing) {
-        super::failover::check_existing_slot(client, slot, options.failover).await?;
+        if options.primary.is_some() {
+            let _said = super::failover::on_standby(options.failover);
+        } else {
+            super::failover::check_existing_slot(client, slot, options.failover).await?;
+        }
         return Ok(SlotReady {
             confirmed,
             created: false,
         });
     }
-    let Some(lsn) = create_slot(client, slot, options.failover).await? else {
+    let Some(lsn) = create_slot(client, slot, options).await? else {
         // Another walrelay created it a moment ago: use theirs.
         let confirmed = existing_slot(client, slot).await?.ok_or_else(|| {
             Error::transient(format!(
@@ -258,9 +261,24 @@ pub async fn drop_created_slot(target: &PgTarget, slot: &str) {
 }
 
 /// Creates the slot; None if another process created it first.
-async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Option<Lsn>> {
-    let statement = super::failover::create_slot_statement(client, failover).await?;
-    let created = client.query_one(statement, &[&slot]).await;
+async fn create_slot(
+    client: &Client,
+    slot: &str,
+    options: &SlotOptions<'_>,
+) -> Result<Option<Lsn>> {
+    let created = match options.primary {
+        Some(primary) => {
+            let statement = super::failover::on_standby(options.failover);
+            let name = [&slot as &(dyn tokio_postgres::types::ToSql + Sync)];
+            let creating = client.query_one(statement, &name);
+            super::standby::while_creating_slot(creating, primary).await
+        }
+        None => {
+            let statement =
+                super::failover::create_slot_statement(client, options.failover).await?;
+            client.query_one(statement, &[&slot]).await
+        }
+    };
     match created {
         Ok(row) => {
             let lsn: String = row.get(0);

@@ -6,6 +6,7 @@ use tokio_postgres::Client;
 
 use super::lsn::Lsn;
 use super::sql_error;
+use super::standby::WAL_POSITION;
 use crate::error::Result;
 
 #[derive(Debug, Clone)]
@@ -25,9 +26,10 @@ pub struct SlotReport {
     /// Bytes that can still be written before the slot is lost; None when unlimited.
     pub safe_wal_size: Option<i64>,
     pub current_wal: Lsn,
-    /// `pg_current_wal_lsn() - confirmed_flush_lsn`.
+    /// The WAL position now (on a standby, its replay position) minus
+    /// `confirmed_flush_lsn`.
     pub lag_bytes: i64,
-    /// `pg_current_wal_lsn() - restart_lsn`: WAL kept on disk for the slot.
+    /// The WAL position now minus `restart_lsn`: WAL kept on disk for the slot.
     pub retained_bytes: i64,
     /// `max_slot_wal_keep_size` in bytes; None when -1 (unlimited).
     pub wal_keep_limit: Option<i64>,
@@ -58,8 +60,8 @@ pub async fn read(client: &Client, slot: &str) -> Result<Option<SlotReport>> {
     // what has been replayed; pg_current_wal_lsn() fails during recovery.
     let row = client
         .query_opt(
-            "WITH w AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
-                                    ELSE pg_current_wal_lsn() END AS lsn) \
+            &format!(
+                "WITH w AS (SELECT {WAL_POSITION} AS lsn) \
              SELECT s.plugin, s.database, s.active, s.active_pid, \
                     s.confirmed_flush_lsn::text, s.restart_lsn::text, s.wal_status, \
                     s.safe_wal_size, w.lsn::text, \
@@ -68,7 +70,8 @@ pub async fn read(client: &Client, slot: &str) -> Result<Option<SlotReport>> {
                     (SELECT setting::bigint FROM pg_catalog.pg_settings \
                       WHERE name = 'max_slot_wal_keep_size'), \
                     s.slot_type, COALESCE(s.database = current_database(), false) \
-             FROM pg_catalog.pg_replication_slots s, w WHERE s.slot_name = $1",
+             FROM pg_catalog.pg_replication_slots s, w WHERE s.slot_name = $1"
+            ),
             &[&slot],
         )
         .await

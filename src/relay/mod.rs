@@ -33,6 +33,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
+use crate::postgres::standby::Standby;
 use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
 use crate::postgres::state::recovery::unpublished_since;
 use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId};
@@ -66,6 +67,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             slot: settings.slot.clone(),
             publication: settings.publication.clone(),
             state_table: settings.state_table.clone(),
+            state: settings.state_route(),
             settings: settings.published(),
             tables: match settings.source {
                 Source::Table => settings.tables.clone(),
@@ -101,6 +103,7 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         fatal: kafka_fatal,
         change_accepted: AtomicBool::new(false),
         guard_told: AtomicBool::new(false),
+        on_standby: AtomicBool::new(false),
     };
     let result = tokio::select! {
         result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
@@ -151,6 +154,9 @@ struct Shared {
     change_accepted: AtomicBool,
     /// Whether the guard is installed was said.
     guard_told: AtomicBool,
+    /// The last session started on a standby (`resume`: its positions are
+    /// not used on a primary).
+    on_standby: AtomicBool,
 }
 
 /// On a stop, the state table records the last delivered position, for a
@@ -162,10 +168,11 @@ async fn record_delivered(settings: &Settings, position: &watch::Receiver<Option
     };
     let record = async {
         let client = setup::connect(&settings.pg).await?;
+        let state = settings.state_route().client(&client).await?;
         settings
             .state_table
             .record_delivered(
-                &client,
+                &state,
                 &settings.slot,
                 confirmed.delivered,
                 &confirmed.server,
@@ -393,6 +400,10 @@ async fn open(
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
     setup::check_wal_level(&client).await?;
+    let standby = Standby::read(&client).await?;
+    if let Some(standby) = &standby {
+        standby.announce();
+    }
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
     let mut replication = replication::connect(&settings.pg).await?;
@@ -401,9 +412,11 @@ async fn open(
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
     let state_table = &settings.state_table;
+    // On a standby, the primary's: before anything is created.
+    let state = settings.state_route().client(&client).await?;
     let published = settings.published();
     let stored = state_table
-        .load(&client, &settings.publication, &settings.slot)
+        .load(&state, &settings.publication, &settings.slot)
         .await?;
     let allowed = settings.allowed;
     // Before the tables and the publication: new settings may need a table
@@ -412,7 +425,7 @@ async fn open(
     // publishes").
     if let Some(change) = settings_verdict(&settings.slot, stored.as_ref(), &published, allowed)? {
         state_table
-            .record_settings(&client, &settings.slot, &published)
+            .record_settings(&state, &settings.slot, &published)
             .await?;
         warn!(
             slot = %settings.slot,
@@ -488,7 +501,7 @@ async fn open(
         .is_some_and(|s| s.outbox == outbox && s.settings.as_ref() == Some(&published));
     if !unchanged {
         state_table
-            .record_start(&client, &settings.slot, &outbox, &published, wal_now)
+            .record_start(&state, &settings.slot, &outbox, &published, wal_now)
             .await?;
     }
     if accepting {
@@ -527,6 +540,7 @@ async fn open(
             plan: &verdict.slot,
             existing,
             failover: settings.failover_slot,
+            primary: state.primary(),
         },
     )
     .await;
@@ -553,8 +567,14 @@ async fn open(
     };
 
     let mut remembered: Vec<(ServerId, Lsn)> = Vec::new();
+    // A session on a standby outlives its promotion, so what it confirmed
+    // may lie on the new timeline under the old one's name: a primary that
+    // still reports the old one (the old primary) must not start there.
+    let was_on_standby = shared.on_standby.swap(standby.is_some(), Ordering::Relaxed);
     if let Some(c) = shared.position.borrow().as_ref() {
-        remembered.push((c.server.clone(), c.lsn));
+        if standby.is_some() || !was_on_standby {
+            remembered.push((c.server.clone(), c.lsn));
+        }
     }
     if let (Some(state), false) = (&stored, ready.created) {
         remembered.extend(
@@ -583,9 +603,10 @@ async fn open(
     // drops the slot it created, which must not then count as missing.
     if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
         state_table
-            .record_created(&client, &settings.slot, ready.confirmed)
+            .record_created(&state, &settings.slot, ready.confirmed)
             .await?;
     }
+    drop(state);
     let resolver = (settings.source == Source::Table).then(|| RelationResolver {
         client,
         publication: settings.publication.clone(),

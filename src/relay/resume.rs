@@ -17,6 +17,19 @@
 //! system identifier and timeline (a promoted standby's WAL reuses
 //! positions the old primary had used), and never past the server's WAL
 //! flush position.
+//!
+//! On a standby (decoding there is PostgreSQL 16+) a session goes on through
+//! the standby's promotion: the walsender keeps streaming, so positions
+//! confirmed after it lie on the new timeline but carry the one the session
+//! started on. They are never used on the promoted server, which reports
+//! the new timeline from its next session on (that session starts from the
+//! slot's own position: events may be sent again, none is skipped), nor on
+//! its standbys, which follow that timeline. The state table rows with them
+//! are written on the promoted server itself (`postgres::state::route`), so
+//! the old primary never reads them; and a position remembered in memory
+//! from a session on a standby is not used by a session on a primary
+//! (`relay::open`), so a walrelay given the old primary too (several hosts
+//! in `--pg-url`) cannot skip the old primary's own events there.
 
 use std::time::Duration;
 
@@ -90,6 +103,7 @@ pub async fn persist(settings: &Settings, mut position: watch::Receiver<Option<C
     let mut written: Option<Confirmed> = None;
     let mut warned = false;
     let mut client = None;
+    let route = settings.state_route();
     loop {
         if position.changed().await.is_err() {
             return;
@@ -110,11 +124,15 @@ pub async fn persist(settings: &Settings, mut position: watch::Receiver<Option<C
             tokio::time::sleep(PERSIST_EVERY).await;
             continue;
         };
-        match settings
-            .state_table
-            .record_delivered(c, &settings.slot, now.delivered, &now.server)
-            .await
-        {
+        let recorded = match route.client(c).await {
+            Ok(state) => settings
+                .state_table
+                .record_delivered(&state, &settings.slot, now.delivered, &now.server)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.report()),
+        };
+        match recorded {
             Ok(()) => {
                 written = Some(now);
                 warned = false;

@@ -20,7 +20,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
 use crate::postgres::state::decide::differences;
 use crate::postgres::state::recovery::missing_slot_error;
-use crate::postgres::state::{Accepted, StateTable};
+use crate::postgres::state::{Accepted, StateRoute, StateTable};
 use crate::postgres::{publication, setup, PgTarget};
 
 /// How often the state table records that the outbox was found intact: a
@@ -33,6 +33,9 @@ pub struct Watched {
     pub slot: String,
     pub publication: String,
     pub state_table: StateTable,
+    /// Where the state table is read and written (the primary, when
+    /// `pg` is a standby).
+    pub state: StateRoute,
     /// This instance's `Settings::published`.
     pub settings: serde_json::Value,
     /// The outbox tables (none for the table-less outbox).
@@ -108,11 +111,15 @@ impl SourceWatch {
         {
             return;
         }
-        if let Err(e) = watched
-            .state_table
-            .record_verified(client, &watched.slot, wal_now)
-            .await
-        {
+        let recorded = match watched.state.client(client).await {
+            Ok(state) => watched
+                .state_table
+                .record_verified(&state, &watched.slot, wal_now)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.report()),
+        };
+        if let Err(e) = recorded {
             debug!(error = %e, "watchdog cannot record the verified position");
         }
         self.verified_written = Some(Instant::now());
@@ -121,9 +128,19 @@ impl SourceWatch {
     /// Another instance recorded other settings for the slot (a deliberate
     /// change with --accept-config-change): it reads the slot from now on.
     async fn check_settings(&self, client: &Client, watched: &Watched) -> Result<()> {
+        let reader = match watched.state.client(client).await {
+            Ok(reader) => reader,
+            // A primary (--pg-primary-url) out of reach records no other
+            // settings either.
+            Err(e) if e.is_transient() => {
+                debug!(error = %e.report(), "watchdog cannot reach the state table");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         let state = watched
             .state_table
-            .peek(client, &watched.publication, &watched.slot)
+            .peek(&reader, &watched.publication, &watched.slot)
             .await?;
         let Some(recorded) = state.and_then(|s| s.settings) else {
             return Ok(());
@@ -149,11 +166,14 @@ impl SourceWatch {
         metrics: &Metrics,
         webhook: Option<&Webhook>,
     ) {
-        let state = match watched
-            .state_table
-            .peek(client, &watched.publication, &watched.slot)
-            .await
-        {
+        let read = async {
+            let state = watched.state.client(client).await?;
+            watched
+                .state_table
+                .peek(&state, &watched.publication, &watched.slot)
+                .await
+        };
+        let state = match read.await {
             Ok(state) => state,
             Err(e) => {
                 debug!(error = %e.report(), "watchdog cannot read the slot's state");

@@ -1,7 +1,9 @@
 //! A streaming standby of a test cluster, set up the way PostgreSQL 17 needs
-//! it to keep failover slots (docs/operations.md, "Failover"), and the crash
-//! and promotion of a failover. The npm server builds ship no pg_basebackup,
-//! so the standby starts from a copy of the cleanly stopped primary.
+//! it to keep failover slots (docs/operations.md, "Failover") or the way
+//! PostgreSQL 16+ needs it to decode on it ("Decoding on a standby"), and the
+//! crash and promotion of a failover. The npm server builds ship no
+//! pg_basebackup, so the standby starts from a copy of the cleanly stopped
+//! primary.
 
 use std::process::Command;
 use std::time::Duration;
@@ -14,6 +16,20 @@ impl Postgres {
     /// `slot` and synchronises failover slots; lists `slot` in this cluster's
     /// `synchronized_standby_slots`. Stops this cluster for a moment.
     pub async fn start_standby(&mut self, slot: &str) -> Postgres {
+        self.standby_through(slot, true).await
+    }
+
+    /// Makes a standby of this cluster to decode on (PostgreSQL 16+): it
+    /// streams through the physical slot `slot` with hot_standby_feedback, so
+    /// the primary keeps the catalog rows its logical slots need. Stops this
+    /// cluster for a moment.
+    pub async fn start_decoding_standby(&mut self, slot: &str) -> Postgres {
+        self.standby_through(slot, false).await
+    }
+
+    /// A standby streaming through the physical slot `slot`; with
+    /// `sync_slots`, set up to synchronise failover slots (PostgreSQL 17+).
+    async fn standby_through(&mut self, slot: &str, sync_slots: bool) -> Postgres {
         self.client()
             .await
             .execute(
@@ -34,9 +50,12 @@ impl Postgres {
         conf.push_str(&format!(
             "primary_conninfo = 'host=127.0.0.1 port={} user=postgres dbname=postgres \
              application_name={slot}'\nprimary_slot_name = '{slot}'\n\
-             sync_replication_slots = on\nhot_standby_feedback = on\n",
+             hot_standby_feedback = on\n",
             self.port
         ));
+        if sync_slots {
+            conf.push_str("sync_replication_slots = on\n");
+        }
         std::fs::write(data.join("postgresql.auto.conf"), conf).unwrap();
         std::fs::write(data.join("standby.signal"), "").unwrap();
         if is_root() {
@@ -44,12 +63,14 @@ impl Postgres {
         }
 
         self.start_server();
-        // Set after the copy: the promoted standby must not wait for a slot
-        // it does not have.
         let client = self.client().await;
-        client
-            .set_and_reload("synchronized_standby_slots", slot)
-            .await;
+        if sync_slots {
+            // Set after the copy: the promoted standby must not wait for a
+            // slot it does not have.
+            client
+                .set_and_reload("synchronized_standby_slots", slot)
+                .await;
+        }
         let mut standby = Postgres {
             port: free_port(),
             dir,

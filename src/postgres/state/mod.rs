@@ -25,13 +25,16 @@
 //! Every write at start-up must succeed: a role that cannot write the row
 //! is refused with the statements that fix it, because without the row a
 //! lost slot would look like a first start. The table is replicated to
-//! physical standbys like any other, so the memory survives a failover.
+//! physical standbys like any other, so the memory survives a failover. On
+//! a standby walrelay reads and writes it on the primary (`route`): each
+//! write takes a [`StateClient`], which only the route makes.
 //! Older walrelays kept the slot's history in the publication's comment;
 //! `legacy` reads it once when the table has no row.
 
 pub mod decide;
 mod legacy;
 pub mod recovery;
+pub mod route;
 pub mod snapshot;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +45,7 @@ use super::lsn::Lsn;
 use super::names::TableName;
 use super::sql_error;
 use crate::error::{Error, Result};
+pub use route::{StateClient, StateRoute};
 
 /// The default `--state-table`.
 pub const DEFAULT_TABLE: &str = "public.walrelay_state";
@@ -211,7 +215,7 @@ impl StateTable {
     /// importing an older walrelay's comment line when the row is.
     pub async fn load(
         &self,
-        client: &Client,
+        client: &StateClient<'_>,
         publication: &str,
         slot: &str,
     ) -> Result<Option<SlotState>> {
@@ -338,7 +342,7 @@ impl StateTable {
     /// on the first start), verified as of `verified`.
     pub async fn record_start(
         &self,
-        client: &Client,
+        client: &StateClient<'_>,
         slot: &str,
         outbox: &[OutboxIdentity],
         settings: &serde_json::Value,
@@ -366,7 +370,7 @@ impl StateTable {
     /// stop even while this one still waits for the database to match.
     pub async fn record_settings(
         &self,
-        client: &Client,
+        client: &StateClient<'_>,
         slot: &str,
         settings: &serde_json::Value,
     ) -> Result<()> {
@@ -382,7 +386,7 @@ impl StateTable {
     /// Records that the outbox tables were found as recorded at `lsn`.
     pub async fn record_verified(
         &self,
-        client: &Client,
+        client: &StateClient<'_>,
         slot: &str,
         lsn: Lsn,
     ) -> std::result::Result<(), tokio_postgres::Error> {
@@ -398,7 +402,12 @@ impl StateTable {
     }
 
     /// Records that walrelay created the slot at `lsn`.
-    pub async fn record_created(&self, client: &Client, slot: &str, lsn: Lsn) -> Result<()> {
+    pub async fn record_created(
+        &self,
+        client: &StateClient<'_>,
+        slot: &str,
+        lsn: Lsn,
+    ) -> Result<()> {
         let sql = format!(
             "UPDATE {} SET created_lsn = $2::text::pg_lsn, created_at = now(), \
                  delivered_lsn = NULL, delivered_system_id = NULL, delivered_timeline = NULL, \
@@ -413,7 +422,7 @@ impl StateTable {
     /// one of the same server history.
     pub async fn record_delivered(
         &self,
-        client: &Client,
+        client: &StateClient<'_>,
         slot: &str,
         lsn: Lsn,
         server: &ServerId,
