@@ -160,7 +160,8 @@ pub async fn debezium() {
     ] {
         client.batch_execute(sql).await.unwrap();
     }
-    for topic in ["Bench", "Drain"] {
+    // Every topic up front: each relay also routes the other's latency rows.
+    for topic in ["Bench", "Drain", "Latency0", "Latency1"] {
         for side in &SIDES {
             broker.create_topic(&format!("{}{topic}", side.topic_prefix), 3);
         }
@@ -243,12 +244,10 @@ pub async fn debezium() {
         // The rows of an earlier side's steady phase, read before this one's.
         if n > 0 {
             let earlier = format!("{}Latency{}", side.topic_prefix, n - 1);
-            broker.create_topic(&earlier, 3);
             wait_for_records(&consumer, &earlier, earlier_latency_rows, Instant::now());
         }
         let event_type = format!("Latency{n}");
         let topic = format!("{}{event_type}", side.topic_prefix);
-        broker.create_topic(&topic, 3);
         let brokers = broker.brokers();
         let reader = {
             let topic = topic.clone();
