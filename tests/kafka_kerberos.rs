@@ -16,13 +16,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::kerberos::{Kdc, REALM};
 use support::outbox::events;
-use support::{Broker, Postgres, Relay};
+use support::{check_entry as entry, check_json_with_env, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -84,6 +83,20 @@ fn assert_mentions(log: &str, words: &[&str]) {
     }
 }
 
+/// A walrelay logging in as `principal` with `keytab`, `env` and `extra`,
+/// run until it stops with a failure: its log.
+async fn halted(
+    principal: &str,
+    keytab: &Path,
+    env: Vec<(String, String)>,
+    extra: &[&str],
+) -> String {
+    let pg = Postgres::start();
+    let _client = pg.client_with_outbox().await;
+    let mut relay = relay(&pg, principal, keytab, env, "krb.halted.", extra);
+    relay.wait_for_failure(WAIT)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walrelay_logs_in_with_its_keytab_and_relays_events_over_kerberos() {
     let (kdc, broker) = realm();
@@ -120,12 +133,7 @@ async fn a_keytab_without_walrelays_key_stops_it_naming_the_keytab_and_principal
     let other = kdc.add_principal("someone-else");
     let principal = format!("wrongtab@{REALM}");
     kdc.add_principal("wrongtab");
-    let pg = Postgres::start();
-    let _client = pg.client_with_outbox().await;
-    let env = kdc.client_env("wrongtab");
-    let mut relay = relay(&pg, &principal, &other, env, "krb.wrongtab.", &[]);
-
-    let log = relay.wait_for_failure(WAIT);
+    let log = halted(&principal, &other, kdc.client_env("wrongtab"), &[]).await;
     assert_mentions(
         &log,
         &[
@@ -147,19 +155,14 @@ async fn a_service_name_that_is_not_the_brokers_stops_walrelay_naming_the_proper
     let (kdc, _) = realm();
     let keytab = kdc.add_principal("wrongservice");
     let principal = format!("wrongservice@{REALM}");
-    let pg = Postgres::start();
-    let _client = pg.client_with_outbox().await;
     // kinit succeeds; the ticket for kafak/localhost is what the realm lacks.
-    let mut relay = relay(
-        &pg,
+    let log = halted(
         &principal,
         &keytab,
         kdc.client_env("wrongservice"),
-        "krb.service.",
         &["-X", "sasl.kerberos.service.name=kafak"],
-    );
-
-    let log = relay.wait_for_failure(WAIT);
+    )
+    .await;
     assert_mentions(
         &log,
         &[
@@ -176,12 +179,8 @@ async fn a_kdc_that_does_not_answer_stops_walrelay_naming_the_krb5_conf_to_check
     let (kdc, _) = realm();
     let keytab = kdc.add_principal("nokdc");
     let principal = format!("nokdc@{REALM}");
-    let pg = Postgres::start();
-    let _client = pg.client_with_outbox().await;
     let env = kdc.client_env_without_kdc("nokdc");
-    let mut relay = relay(&pg, &principal, &keytab, env, "krb.nokdc.", &[]);
-
-    let log = relay.wait_for_failure(WAIT);
+    let log = halted(&principal, &keytab, env, &[]).await;
     assert_mentions(
         &log,
         &[
@@ -199,29 +198,16 @@ async fn a_kdc_that_does_not_answer_stops_walrelay_naming_the_krb5_conf_to_check
 /// (success, report, stdout and stderr).
 fn check(pg: &Postgres, principal: &str, keytab: &Path, cache: &str) -> (bool, Value, String) {
     let (kdc, broker) = realm();
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["check", "--json", "--pg-url", &pg.url()])
-        .args(["--kafka-brokers", &broker.brokers()])
-        .args(kerberos_flags(principal, keytab))
-        .args(["--topic-replacement", "krb.check.${routedByValue}"])
-        .env_remove("WALRELAY_PG_URL")
-        .envs(kdc.client_env(cache))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
-    (out.status.success(), doc, format!("{stdout}\n{stderr}"))
-}
-
-fn entry<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
+    let mut args = vec![
+        "--pg-url".to_string(),
+        pg.url(),
+        "--kafka-brokers".into(),
+        broker.brokers(),
+        "--topic-replacement".into(),
+        "krb.check.${routedByValue}".into(),
+    ];
+    args.extend(kerberos_flags(principal, keytab));
+    check_json_with_env(&args, &kdc.client_env(cache))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,16 +275,7 @@ impl Broker {
     /// kill -9 through `&self` and the directory removed, for the shared
     /// broker at exit (its `Child` is out of reach there).
     fn stop_from_exit(&self) {
-        if let Some(child) = &self.child {
-            let pid = child.id() as i32;
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-        if std::env::var_os("WALRELAY_KEEP_TEST_DIRS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir.0);
-        }
+        super::stop_from_exit(self.child.as_ref(), &self.dir);
     }
 
     /// The librdkafka properties that log in as `user` with `password` on
