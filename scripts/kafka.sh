@@ -21,6 +21,14 @@
 # NAME=PASSWORD, space-separated (default admin=admin-secret); admin must be
 # one. They are created when data/ is formatted, so they apply to a new DIR.
 #
+# WALRELAY_KAFKA_SECURITY=sasl-gssapi makes PORT a SASL_PLAINTEXT listener
+# that takes Kerberos (GSSAPI) logins. The broker is WALRELAY_KAFKA_PRINCIPAL
+# (SERVICE/HOST@REALM, e.g. kafka/localhost@WALRELAY.TEST; it advertises
+# HOST:PORT) with the key in WALRELAY_KAFKA_KEYTAB, and its JVM reads the
+# realm from WALRELAY_KAFKA_KRB5_CONF (never /etc/krb5.conf). A PLAINTEXT
+# listener on WALRELAY_KAFKA_PLAIN_PORT (CPORT+1 by default) serves the
+# broker itself and clients without a ticket. No ACLs.
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
@@ -73,7 +81,8 @@ users="${WALRELAY_KAFKA_USERS:-admin=admin-secret}"
 check_security() {
   case "$security" in
     "" | sasl-scram) ;;
-    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram, or leave it unset" >&2; exit 2 ;;
+    sasl-gssapi) check_gssapi; return ;;
+    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram or sasl-gssapi, or leave it unset" >&2; exit 2 ;;
   esac
   [ -z "$security" ] || admin_password >/dev/null \
     || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; }
@@ -87,9 +96,14 @@ admin_password() {
   return 1
 }
 
-# The listeners: PLAINTEXT, or SASL_PLAINTEXT with ACLs.
+# The listeners: PLAINTEXT, SASL_PLAINTEXT (SCRAM) with ACLs, or
+# SASL_PLAINTEXT (GSSAPI) beside a PLAINTEXT one.
 write_listeners() {
   local port="$1" cport="$2"
+  if [ "$security" = sasl-gssapi ]; then
+    write_gssapi_listeners "$port" "$cport"
+    return
+  fi
   if [ -z "$security" ]; then
     cat <<EOF
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
@@ -113,6 +127,40 @@ listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.com
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:ANONYMOUS
+EOF
+}
+
+krb5_conf="${WALRELAY_KAFKA_KRB5_CONF:-}"
+keytab="${WALRELAY_KAFKA_KEYTAB:-}"
+principal="${WALRELAY_KAFKA_PRINCIPAL:-}"
+
+# SERVICE/HOST@REALM, a keytab and a krb5.conf, all required: a broker
+# that fell back on the system's Kerberos set-up would test nothing.
+check_gssapi() {
+  [[ "$principal" =~ ^[^/@]+/[^/@]+@[^/@]+$ ]] \
+    || { echo "kafka.sh: sasl-gssapi needs WALRELAY_KAFKA_PRINCIPAL=SERVICE/HOST@REALM" >&2; exit 2; }
+  [ -f "$keytab" ] || { echo "kafka.sh: sasl-gssapi needs WALRELAY_KAFKA_KEYTAB, a keytab file" >&2; exit 2; }
+  [ -f "$krb5_conf" ] || { echo "kafka.sh: sasl-gssapi needs WALRELAY_KAFKA_KRB5_CONF, a krb5.conf" >&2; exit 2; }
+  # The JVM's replay cache in memory, not a file under /var/tmp.
+  jvm_flags+=("-Djava.security.krb5.conf=$krb5_conf" -Dsun.security.krb5.rcache=none)
+}
+
+write_gssapi_listeners() {
+  local port="$1" cport="$2" pport="${WALRELAY_KAFKA_PLAIN_PORT:-$(($2 + 1))}"
+  local service="${principal%%/*}" host="${principal#*/}"
+  host="${host%@*}"
+  cat <<EOF
+# Clients log in with Kerberos: a ticket for $principal, which the
+# broker accepts with its key from the keytab. A client asks for the ticket
+# of the host it connects to, so the listener is advertised as $host.
+# The broker's own connections use the PLAINTEXT listener INTERNAL.
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,INTERNAL://127.0.0.1:$pport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=SASL_PLAINTEXT://$host:$port,INTERNAL://127.0.0.1:$pport
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+sasl.enabled.mechanisms=GSSAPI
+sasl.kerberos.service.name=$service
+listener.name.sasl_plaintext.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$keytab" principal="$principal";
 EOF
 }
 
@@ -158,7 +206,7 @@ run() {
   write_config "$dir" "$port" "$cport"
   if [ ! -f "$dir/data/meta.properties" ]; then
     local id user scram=()
-    if [ -n "$security" ]; then
+    if [ "$security" = sasl-scram ]; then
       for user in $users; do
         scram+=(--add-scram "SCRAM-SHA-512=[name=${user%%=*},password=${user#*=}]")
       done

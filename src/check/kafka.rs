@@ -16,7 +16,6 @@ use rdkafka::types::RDKafkaRespErr;
 use super::Check;
 use crate::config::{OnPoison, Settings};
 use crate::kafka::client::LoginWatch;
-use crate::kafka::LOGIN_FIX;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -49,14 +48,14 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             // timeout, without its reason.
             let probe = config.clone();
             let refused = tokio::task::spawn_blocking(move || login_refusal(&probe)).await;
-            if let Ok(Some(reason)) = refused {
+            if let Ok(Some((reason, fix))) = refused {
                 out.push(Check::fail(
                     "kafka.brokers",
                     format!(
                         "{} refused walrelay's login (authentication failed: {reason})",
                         settings.kafka_brokers
                     ),
-                    LOGIN_FIX,
+                    fix,
                 ));
                 skip_after_brokers(&mut out);
                 return out;
@@ -119,17 +118,17 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
-/// librdkafka's reason for refusing a login with `config`, if it does: a
-/// producer that is polled (the admin client's errors reach no context)
-/// logs in at once to get its producer id.
-fn login_refusal(config: &ClientConfig) -> Option<String> {
+/// librdkafka's reason for refusing a login with `config`, if it does, and
+/// what to check: a producer that is polled (the admin client's errors
+/// reach no context) logs in at once to get its producer id.
+fn login_refusal(config: &ClientConfig) -> Option<(String, &'static str)> {
     let producer: BaseProducer<LoginWatch> =
-        config.create_with_context(LoginWatch::default()).ok()?;
+        config.create_with_context(LoginWatch::new(config)).ok()?;
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         producer.poll(Duration::from_millis(100));
         if let Some(reason) = producer.context().refused() {
-            return Some(reason);
+            return Some((reason, producer.context().fix()));
         }
     }
     None

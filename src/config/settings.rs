@@ -149,6 +149,12 @@ impl Settings {
             .map(Webhook::parse)
             .transpose()
             .map_err(Error::permanent)?;
+        let kafka_config = client_config(
+            &kafka.kafka_brokers,
+            &kafka.properties(),
+            poison.dead_letter_max_message_bytes,
+        );
+        crate::kafka::login::require_kerberos_support(&kafka_config)?;
         Ok(Settings {
             pg,
             pg_primary: args
@@ -172,11 +178,7 @@ impl Settings {
             mapping: mapping_config(args),
             router,
             kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
-            kafka: client_config(
-                &kafka.kafka_brokers,
-                &kafka.properties(),
-                poison.dead_letter_max_message_bytes,
-            ),
+            kafka: kafka_config,
             event_max_bytes: event_max_bytes(&kafka.properties()),
             topics: topic_policy(
                 kafka,

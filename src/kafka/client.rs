@@ -4,29 +4,43 @@
 
 use std::sync::Mutex;
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use tracing::warn;
 
-use super::is_login_refusal;
+use super::{is_login_refusal, LoginAdvice};
 
 /// A client context that remembers why the broker refused the login, if it
 /// did: a request then only fails with a transport error or a timeout
 /// (`walrelay check`).
-#[derive(Default)]
 pub struct LoginWatch {
     refused: Mutex<Option<String>>,
+    advice: LoginAdvice,
 }
 
 impl LoginWatch {
-    /// librdkafka's reason for the last refused login.
+    /// A watch on a client made from `config`.
+    pub fn new(config: &ClientConfig) -> Self {
+        LoginWatch {
+            refused: Mutex::new(None),
+            advice: LoginAdvice::new(config),
+        }
+    }
+
+    /// librdkafka's reason for the last refused login, with a failed kinit
+    /// before it.
     pub fn refused(&self) -> Option<String> {
         self.refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The properties to check when the login is refused.
+    pub fn fix(&self) -> &'static str {
+        self.advice.fix()
     }
 }
 
@@ -38,9 +52,15 @@ impl ProducerContext for LoginWatch {
 impl ClientContext for LoginWatch {
     fn error(&self, error: KafkaError, reason: &str) {
         if is_login_refusal(&error) {
-            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(self.advice.reason(reason));
         }
         warn!(error = %error, reason, "Kafka client error");
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.advice.observe_log(level, fac, log_message);
+        DefaultClientContext.log(level, fac, log_message);
     }
 }
 

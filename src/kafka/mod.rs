@@ -3,6 +3,7 @@
 //! the admin API, and reading a topic back over a time range (the audit).
 
 pub mod client;
+pub mod login;
 pub mod producer;
 pub mod reachability;
 pub mod reader;
@@ -11,13 +12,23 @@ pub mod topics;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::error::Error;
+pub use self::login::{is_login_refusal, LoginAdvice};
 use crate::sink::{Refusal, Rejection};
 
 /// The principal a broker sees walrelay as, for the ACL commands in its
 /// messages: `User:` and -X sasl.username, or a placeholder (a TLS
-/// certificate's principal is the broker's to derive).
+/// certificate's principal is the broker's to derive). With Kerberos it is
+/// the short name of -X sasl.kerberos.principal (librdkafka's default,
+/// `kafkaclient`, if none), as the broker's default
+/// `sasl.kerberos.principal.to.local.rules` maps `NAME/HOST@REALM` to `NAME`.
 pub fn principal(config: &ClientConfig) -> String {
+    if login::is_kerberos(config) {
+        let kerberos = config
+            .get("sasl.kerberos.principal")
+            .unwrap_or("kafkaclient");
+        let short = kerberos.split(['/', '@']).next().unwrap_or(kerberos);
+        return format!("User:{short}");
+    }
     config.get("sasl.username").map_or_else(
         || "User:WALRELAY_PRINCIPAL".into(),
         |user| format!("User:{user}"),
@@ -31,28 +42,6 @@ pub fn grant_command(principal: &str, operation: &str, resource: &str) -> String
         "kafka-acls --bootstrap-server BROKER --add --allow-principal {principal} \
          --operation {operation} {resource}"
     )
-}
-
-/// What to check when the broker refuses walrelay's login.
-pub const LOGIN_FIX: &str = "check -X sasl.username and -X sasl.password (a user the broker \
-     knows, with its current password), and that -X security.protocol (SASL_PLAINTEXT or \
-     SASL_SSL) and -X sasl.mechanism (e.g. SCRAM-SHA-512) match the broker's listener";
-
-/// Whether a client error is the broker refusing the login (SASL): a wrong
-/// user or password, or a mechanism the listener does not enable.
-/// librdkafka retries it forever, and says so only to the client context.
-pub fn is_login_refusal(error: &KafkaError) -> bool {
-    error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
-}
-
-/// A refused login as the permanent error it is: retrying cannot fix
-/// credentials. `reason` is librdkafka's, which names the mechanism, never
-/// the password.
-pub fn login_refused(reason: &str) -> Error {
-    Error::permanent(format!(
-        "Kafka refused walrelay's login (authentication failed: {reason}); walrelay stopped: \
-         {LOGIN_FIX}"
-    ))
 }
 
 /// Sorts a produce or delivery error. An unknown topic is retriable: the next
@@ -111,7 +100,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn acl_commands_name_the_sasl_user_or_a_placeholder() {
+    fn acl_commands_name_the_sasl_user_the_kerberos_short_name_or_a_placeholder() {
         let mut config = ClientConfig::new();
         assert_eq!(principal(&config), "User:WALRELAY_PRINCIPAL");
         config.set("sasl.username", "relay");
@@ -120,25 +109,14 @@ mod tests {
             command.contains("--allow-principal User:relay --operation Write --topic t"),
             "{command}"
         );
-    }
-
-    #[test]
-    fn a_refused_login_is_permanent_and_names_the_properties_to_check() {
-        let refused = KafkaError::Global(RDKafkaErrorCode::Authentication);
-        assert!(is_login_refusal(&refused));
-        assert!(!is_login_refusal(&KafkaError::Global(
-            RDKafkaErrorCode::AllBrokersDown
-        )));
-        let error = login_refused("SASL authentication error");
-        assert!(!error.is_transient());
-        for property in [
-            "-X sasl.username",
-            "-X sasl.password",
-            "-X security.protocol",
-            "-X sasl.mechanism",
-        ] {
-            assert!(error.report().contains(property), "{}", error.report());
-        }
+        config.set("security.protocol", "SASL_SSL");
+        config.set("sasl.mechanism", "GSSAPI");
+        assert_eq!(principal(&config), "User:kafkaclient");
+        config.set(
+            "sasl.kerberos.principal",
+            "walrelay/relay-1.internal@EXAMPLE.COM",
+        );
+        assert_eq!(principal(&config), "User:walrelay");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 
 use super::reachability;
 use super::topics::{TopicManager, TopicPolicy};
-use super::{error_reason, is_login_refusal, login_refused, refusal};
+use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::sink::{
@@ -42,6 +42,8 @@ struct DeliveryContext<T> {
     /// Stops walrelay: a refused login would otherwise be retried forever,
     /// each event waiting out a metadata timeout.
     fatal: mpsc::Sender<Error>,
+    /// What a refused login names: its properties, and a failed kinit.
+    login: LoginAdvice,
     /// Why the broker refused the producer an id, if it did: librdkafka
     /// then fails every record with a fatal error, which says nothing of
     /// the permission missing.
@@ -97,7 +99,7 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         }
         if is_login_refusal(&error) {
             // Full when an error already stops walrelay: one is enough.
-            let _ = self.fatal.try_send(login_refused(reason));
+            let _ = self.fatal.try_send(self.login.refused(reason));
         }
         // librdkafka reports it before it purges the queued records.
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
@@ -107,6 +109,7 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
 
     // A failed connection also reaches `error` above: logged there, once.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.login.observe_log(level, fac, log_message);
         if fac == "FAIL" {
             debug!(target: "librdkafka", "{fac}: {log_message}");
         } else {
@@ -218,6 +221,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
                 metrics: metrics.clone(),
                 repeats: Mutex::default(),
                 fatal,
+                login: LoginAdvice::new(&config),
                 refused_id: Mutex::new(None),
             })
             .map_err(|e| {

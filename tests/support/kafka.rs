@@ -9,7 +9,9 @@
 //! `Broker::apache_secure(users)` is an Apache Kafka broker whose clients
 //! log in with SASL/SCRAM-SHA-512 and are held to ACLs (StandardAuthorizer);
 //! the tests' own clients log in as its super user, `admin`, and
-//! `Broker::grant` adds ACLs.
+//! `Broker::grant` adds ACLs. `Broker::apache_kerberos` is one whose
+//! clients log in with Kerberos (GSSAPI) in a realm of the test's; the
+//! tests' own clients use a PLAINTEXT listener of its own.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,6 +23,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::kerberos::{Kdc, REALM};
 use super::{free_port, signal, TempDir};
 
 /// Which broker a test runs on.
@@ -58,7 +61,22 @@ pub struct Broker {
     dir: TempDir,
     /// SCRAM users (name, password) of a secure Apache Kafka broker, admin first.
     sasl: Option<Vec<(String, String)>>,
+    /// The Kerberos listener of an Apache Kafka broker, if it has one.
+    kerberos: Option<KerberosListener>,
 }
+
+/// A SASL_PLAINTEXT listener that takes Kerberos (GSSAPI) logins.
+struct KerberosListener {
+    /// `kafka.sh`'s settings: the realm's krb5.conf, the broker's
+    /// principal and its keytab.
+    env: Vec<(String, String)>,
+    /// The PLAINTEXT listener of the broker itself and the tests' clients.
+    plain_port: u16,
+}
+
+/// The broker's Kerberos principal: clients ask for the ticket of the host
+/// they connect to, so the broker is advertised as `localhost`.
+pub const KAFKA_PRINCIPAL: &str = "kafka/localhost";
 
 /// The super user of a secure broker, as whom the tests' own clients log in.
 pub const ADMIN_USER: &str = "admin";
@@ -164,53 +182,100 @@ impl Broker {
     /// that asks, started by the first: a JVM per test would cost seconds
     /// each. It is killed, and its directory removed, when the binary exits.
     pub fn shared_apache_secure(users: &[(&str, &str)]) -> &'static Broker {
-        static SHARED: std::sync::OnceLock<Broker> = std::sync::OnceLock::new();
-        extern "C" fn stop_shared() {
-            if let Some(broker) = SHARED.get() {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache_secure(users).until_exit())
+    }
+
+    /// One Kerberos broker (`apache_kerberos(kdc)`) for every test of a
+    /// binary that asks, started by the first, stopped when it exits.
+    pub fn shared_apache_kerberos(kdc: &Kdc) -> &'static Broker {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache_kerberos(kdc).until_exit())
+    }
+
+    /// This broker for the rest of the test binary: a static is never
+    /// dropped, so the JVM is killed, and its directory removed, at exit.
+    fn until_exit(self) -> &'static Broker {
+        static ALL: std::sync::Mutex<Vec<&'static Broker>> = std::sync::Mutex::new(Vec::new());
+        extern "C" fn stop_all() {
+            for broker in ALL.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                 broker.stop_from_exit();
             }
         }
-        SHARED.get_or_init(|| {
-            let broker = Self::apache_secure(users);
-            // A static is never dropped: stop the JVM when the process exits.
-            unsafe { libc::atexit(stop_shared) };
-            broker
-        })
+        let broker: &'static Broker = Box::leak(Box::new(self));
+        let mut all = ALL.lock().unwrap();
+        if all.is_empty() {
+            unsafe { libc::atexit(stop_all) };
+        }
+        all.push(broker);
+        broker
+    }
+
+    /// An Apache Kafka broker whose SASL_PLAINTEXT listener takes Kerberos
+    /// (GSSAPI) logins in `kdc`'s realm, the broker being KAFKA_PRINCIPAL
+    /// (added to the realm here); `brokers()` names that listener. No ACLs.
+    pub fn apache_kerberos(kdc: &Kdc) -> Self {
+        let keytab = kdc.add_principal(KAFKA_PRINCIPAL);
+        let env = vec![
+            ("WALRELAY_KAFKA_SECURITY".into(), "sasl-gssapi".into()),
+            (
+                "WALRELAY_KAFKA_KRB5_CONF".into(),
+                kdc.krb5_conf().display().to_string(),
+            ),
+            ("WALRELAY_KAFKA_KEYTAB".into(), keytab.display().to_string()),
+            (
+                "WALRELAY_KAFKA_PRINCIPAL".into(),
+                format!("{KAFKA_PRINCIPAL}@{REALM}"),
+            ),
+        ];
+        // free_port hands out each port once: not the broker's two.
+        let plain_port = free_port();
+        let mut broker = Self::apache_unstarted(None);
+        broker.kerberos = Some(KerberosListener { env, plain_port });
+        broker.spawn();
+        broker
     }
 
     fn start_apache_with(sasl: Option<Vec<(String, String)>>) -> Self {
+        let mut broker = Self::apache_unstarted(sasl);
+        broker.spawn();
+        broker
+    }
+
+    fn apache_unstarted(sasl: Option<Vec<(String, String)>>) -> Self {
         let port = free_port();
         let controller_port = std::iter::repeat_with(free_port)
             .find(|&p| p != port)
             .unwrap();
-        Self::launch("kafka", port, Engine::Apache { controller_port }, sasl)
+        Self::unstarted("kafka", port, Engine::Apache { controller_port }, sasl)
     }
 
     fn launch(tag: &str, port: u16, engine: Engine, sasl: Option<Vec<(String, String)>>) -> Self {
-        let mut broker = Broker {
+        let mut broker = Self::unstarted(tag, port, engine, sasl);
+        broker.spawn();
+        broker
+    }
+
+    fn unstarted(
+        tag: &str,
+        port: u16,
+        engine: Engine,
+        sasl: Option<Vec<(String, String)>>,
+    ) -> Self {
+        Broker {
             port,
             engine,
             child: None,
             dir: TempDir::new(tag),
             sasl,
-        };
-        broker.spawn();
-        broker
+            kerberos: None,
+        }
     }
 
     /// kill -9 through `&self` and the directory removed, for the shared
     /// broker at exit (its `Child` is out of reach there).
     fn stop_from_exit(&self) {
-        if let Some(child) = &self.child {
-            let pid = child.id() as i32;
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-        if std::env::var_os("WALRELAY_KEEP_TEST_DIRS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir.0);
-        }
+        super::stop_from_exit(self.child.as_ref(), &self.dir);
     }
 
     /// The librdkafka properties that log in as `user` with `password` on
@@ -242,7 +307,13 @@ impl Broker {
     /// secure one.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", self.brokers());
+        match &self.kerberos {
+            Some(listener) => config.set(
+                "bootstrap.servers",
+                format!("127.0.0.1:{}", listener.plain_port),
+            ),
+            None => config.set("bootstrap.servers", self.brokers()),
+        };
         for (key, value) in self.login_properties(ADMIN_USER, ADMIN_PASSWORD) {
             config.set(key, value);
         }
@@ -305,6 +376,11 @@ impl Broker {
                         .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
                         .env("WALRELAY_KAFKA_USERS", users.join(" "));
                 }
+                if let Some(listener) = &self.kerberos {
+                    command
+                        .envs(listener.env.iter().map(|(k, v)| (k, v)))
+                        .env("WALRELAY_KAFKA_PLAIN_PORT", listener.plain_port.to_string());
+                }
                 command
             }
         };
@@ -358,7 +434,10 @@ impl Broker {
     }
 
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        match self.kerberos {
+            Some(_) => format!("localhost:{}", self.port),
+            None => format!("127.0.0.1:{}", self.port),
+        }
     }
 
     pub fn pid(&self) -> u32 {

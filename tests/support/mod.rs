@@ -8,6 +8,7 @@ pub mod debezium;
 pub mod doctest;
 pub mod guarantees;
 pub mod kafka;
+pub mod kerberos;
 pub mod outbox;
 pub mod pg;
 pub mod relay;
@@ -68,6 +69,22 @@ impl TempDir {
     }
 }
 
+/// kill -9 through `&` and the child reaped, then `dir` removed (unless
+/// WALRELAY_KEEP_TEST_DIRS): a process a static holds, stopped when the
+/// test binary exits, where its `Child` is out of reach.
+pub fn stop_from_exit(child: Option<&std::process::Child>, dir: &TempDir) {
+    if let Some(child) = child {
+        let pid = child.id() as i32;
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    if std::env::var_os("WALRELAY_KEEP_TEST_DIRS").is_none() {
+        let _ = std::fs::remove_dir_all(&dir.0);
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         if std::env::var_os("WALRELAY_KEEP_TEST_DIRS").is_none() {
@@ -87,6 +104,41 @@ pub fn walrelay(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `walrelay check --json ARGS`, with no WALRELAY_PG_URL from the
+/// environment: (success, the report, stdout and stderr).
+pub fn check_json(args: &[String]) -> (bool, serde_json::Value, String) {
+    check_json_with_env(args, &[])
+}
+
+/// `check_json` with `env` set for walrelay besides.
+pub fn check_json_with_env(
+    args: &[String],
+    env: &[(String, String)],
+) -> (bool, serde_json::Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["check", "--json"])
+        .args(args)
+        .env_remove("WALRELAY_PG_URL")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
+    (out.status.success(), doc, format!("{stdout}\n{stderr}"))
+}
+
+/// The check `name` of a `walrelay check --json` report.
+pub fn check_entry<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
 }
 
 /// Every metric the Metrics section of docs/operations.md lists.

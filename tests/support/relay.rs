@@ -14,6 +14,8 @@ pub struct Relay {
     /// A command line for bash to run instead of `args`, with walrelay on
     /// its PATH and these variables set.
     shell: Option<(String, Vec<(String, String)>)>,
+    /// Variables set for walrelay besides the test's own.
+    env: Vec<(String, String)>,
 }
 
 impl Relay {
@@ -25,8 +27,22 @@ impl Relay {
         Self::start_raw(&pg.url(), &broker.brokers(), extra)
     }
 
+    /// `start_with`, walrelay's environment having `env` besides.
+    pub fn start_with_env(
+        pg: &Postgres,
+        broker: &Broker,
+        extra: &[&str],
+        env: Vec<(String, String)>,
+    ) -> Self {
+        Self::launch(&pg.url(), &broker.brokers(), extra, env)
+    }
+
     /// Any URL and broker list, for start-up errors.
     pub fn start_raw(pg_url: &str, brokers: &str, extra: &[&str]) -> Self {
+        Self::launch(pg_url, brokers, extra, Vec::new())
+    }
+
+    fn launch(pg_url: &str, brokers: &str, extra: &[&str], env: Vec<(String, String)>) -> Self {
         let metrics_port = free_port();
         let mut args: Vec<String> = vec![
             "run".into(),
@@ -47,6 +63,7 @@ impl Relay {
             metrics_port,
             args,
             shell: None,
+            env,
         };
         relay.spawn();
         relay
@@ -72,6 +89,7 @@ impl Relay {
             metrics_port,
             args: Vec::new(),
             shell: Some((command.to_string(), env)),
+            env: Vec::new(),
         };
         relay.spawn();
         relay
@@ -97,6 +115,7 @@ impl Relay {
             }
         };
         let child = command
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("WALRELAY_LOG", "info,walrelay=debug")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))

@@ -1,0 +1,242 @@
+//! Why the broker refused walrelay's login, and what to check, by SASL
+//! mechanism: the user and password of SCRAM or PLAIN, or for Kerberos
+//! (GSSAPI) the principal, the keytab and the realm, with the `kinit` that
+//! librdkafka ran and that failed, if one did.
+
+use std::sync::Mutex;
+
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::error::Error;
+
+/// What to check when the broker refuses a login with a user and password.
+pub const LOGIN_FIX: &str = "check -X sasl.username and -X sasl.password (a user the broker \
+     knows, with its current password), and that -X security.protocol (SASL_PLAINTEXT or \
+     SASL_SSL) and -X sasl.mechanism (e.g. SCRAM-SHA-512) match the broker's listener";
+
+/// What to check when a Kerberos login fails. librdkafka gets the ticket
+/// with `kinit -t KEYTAB -k PRINCIPAL` (its sasl.kerberos.kinit.cmd), and
+/// asks the realm for SERVICE/HOST, HOST being the broker's name as its
+/// listener advertises it.
+pub const KERBEROS_LOGIN_FIX: &str = "check -X sasl.kerberos.principal and -X \
+     sasl.kerberos.keytab (the keytab must hold that principal's current key: `klist -kt \
+     KEYTAB` lists what it holds, and kinit's own message above says what it missed), that the \
+     krb5.conf walrelay reads (KRB5_CONFIG, else /etc/krb5.conf) names the realm's KDC and that \
+     walrelay reaches it, that -X sasl.kerberos.service.name (kafka by default) and the broker's \
+     advertised host name the broker's principal (SERVICE/HOST@REALM), and that -X \
+     security.protocol (SASL_PLAINTEXT or SASL_SSL) matches the broker's listener";
+
+/// Whether a client error is the broker refusing the login (SASL): a wrong
+/// user or password, a mechanism the listener does not enable, or a
+/// Kerberos ticket that could not be had. librdkafka retries it forever,
+/// and says so only to the client context.
+pub fn is_login_refusal(error: &KafkaError) -> bool {
+    error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
+}
+
+/// Whether `config` logs in with Kerberos: a SASL security protocol whose
+/// mechanism is GSSAPI, librdkafka's default when none is named.
+pub fn is_kerberos(config: &ClientConfig) -> bool {
+    let sasl = config
+        .get("security.protocol")
+        .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"));
+    let mechanism = config
+        .get("sasl.mechanism")
+        .or_else(|| config.get("sasl.mechanisms"))
+        .unwrap_or("GSSAPI");
+    sasl && mechanism.eq_ignore_ascii_case("GSSAPI")
+}
+
+/// Refuses a Kerberos login in a walrelay built without the `gssapi`
+/// feature (`--no-default-features`), whose librdkafka has no GSSAPI and
+/// would say "recompile librdkafka".
+pub fn require_kerberos_support(config: &ClientConfig) -> Result<(), Error> {
+    kerberos_support(config, cfg!(feature = "gssapi"))
+}
+
+fn kerberos_support(config: &ClientConfig, built_in: bool) -> Result<(), Error> {
+    if built_in || !is_kerberos(config) {
+        return Ok(());
+    }
+    Err(Error::permanent(
+        "-X security.protocol is SASL with the mechanism GSSAPI (Kerberos; librdkafka's default \
+         sasl.mechanism), but this walrelay was built without Kerberos: build it with the \
+         `gssapi` cargo feature (on by default; it needs libsasl2-dev), or name another \
+         -X sasl.mechanism",
+    ))
+}
+
+/// What a client knows of its login while librdkafka tries it: which
+/// properties to name when it fails, and the last `kinit` that failed
+/// (librdkafka logs it, then tries the broker all the same, since a ticket
+/// may still be in the cache).
+pub struct LoginAdvice {
+    fix: &'static str,
+    kinit_failure: Mutex<Option<String>>,
+}
+
+impl LoginAdvice {
+    pub fn new(config: &ClientConfig) -> Self {
+        LoginAdvice {
+            fix: if is_kerberos(config) {
+                KERBEROS_LOGIN_FIX
+            } else {
+                LOGIN_FIX
+            },
+            kinit_failure: Mutex::new(None),
+        }
+    }
+
+    /// The properties to check.
+    pub fn fix(&self) -> &'static str {
+        self.fix
+    }
+
+    /// Notes a log line of librdkafka's: a failed ticket refresh (facility
+    /// SASLREFRESH, at error level) names the kinit command and its exit
+    /// code. A later success does not clear it: the failure then explains
+    /// nothing, and no login fails.
+    pub fn observe_log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel::{Alert, Critical, Emerg, Error};
+        if fac == "SASLREFRESH" && matches!(level, Emerg | Alert | Critical | Error) {
+            // Without librdkafka's thread tag: "[thrd:main]: ".
+            let message = match message.split_once("]: ") {
+                Some((tag, rest)) if tag.starts_with("[thrd:") => rest,
+                _ => message,
+            };
+            *self.lock() = Some(message.to_string());
+        }
+    }
+
+    /// librdkafka's reason for a refused login, with the failed kinit that
+    /// led to it, if one did.
+    pub fn reason(&self, reason: &str) -> String {
+        match self.lock().as_deref() {
+            Some(kinit) => format!("{reason}; before it, {kinit}"),
+            None => reason.to_string(),
+        }
+    }
+
+    /// A refused login as the permanent error it is: retrying cannot fix
+    /// credentials. `reason` is librdkafka's, which names the mechanism,
+    /// never the password.
+    pub fn refused(&self, reason: &str) -> Error {
+        Error::permanent(format!(
+            "Kafka refused walrelay's login (authentication failed: {}); walrelay stopped: {}",
+            self.reason(reason),
+            self.fix
+        ))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.kinit_failure.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (k, v) in pairs {
+            config.set(*k, *v);
+        }
+        config
+    }
+
+    #[test]
+    fn a_refused_login_is_permanent_and_names_the_properties_to_check() {
+        let refused = KafkaError::Global(RDKafkaErrorCode::Authentication);
+        assert!(is_login_refusal(&refused));
+        assert!(!is_login_refusal(&KafkaError::Global(
+            RDKafkaErrorCode::AllBrokersDown
+        )));
+        let scram = config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+        ]);
+        let error = LoginAdvice::new(&scram).refused("SASL authentication error");
+        assert!(!error.is_transient());
+        for property in [
+            "-X sasl.username",
+            "-X sasl.password",
+            "-X security.protocol",
+            "-X sasl.mechanism",
+        ] {
+            assert!(error.report().contains(property), "{}", error.report());
+        }
+    }
+
+    #[test]
+    fn gssapi_is_kerberos_and_so_is_a_sasl_protocol_without_a_mechanism() {
+        assert!(is_kerberos(&config(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "GSSAPI"),
+        ])));
+        assert!(is_kerberos(&config(&[
+            ("security.protocol", "sasl_ssl"),
+            ("sasl.mechanisms", "gssapi"),
+        ])));
+        // librdkafka's default sasl.mechanisms is GSSAPI.
+        assert!(is_kerberos(&config(&[("security.protocol", "SASL_SSL")])));
+        assert!(!is_kerberos(&config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "PLAIN"),
+        ])));
+        assert!(!is_kerberos(&config(&[("sasl.mechanism", "GSSAPI")])));
+        assert!(!is_kerberos(&config(&[])));
+    }
+
+    #[test]
+    fn a_build_without_the_gssapi_feature_refuses_kerberos_naming_the_feature() {
+        let kerberos = config(&[("security.protocol", "SASL_SSL")]);
+        let error = kerberos_support(&kerberos, false).unwrap_err();
+        assert!(!error.is_transient());
+        assert!(
+            error.report().contains("`gssapi` cargo feature"),
+            "{}",
+            error.report()
+        );
+        assert!(kerberos_support(&kerberos, true).is_ok());
+        let scram = config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-256"),
+        ]);
+        assert!(kerberos_support(&scram, false).is_ok());
+    }
+
+    #[test]
+    fn a_refused_kerberos_login_names_the_principal_the_keytab_and_the_failed_kinit() {
+        let advice = LoginAdvice::new(&config(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "GSSAPI"),
+        ]));
+        // A debug line of the same facility is no failure.
+        advice.observe_log(
+            RDKafkaLogLevel::Debug,
+            "SASLREFRESH",
+            "Refreshing Kerberos ticket with command: kinit …",
+        );
+        assert_eq!(advice.reason("no credentials"), "no credentials");
+        advice.observe_log(
+            RDKafkaLogLevel::Error,
+            "SASLREFRESH",
+            "[thrd:main]: Kerberos ticket refresh failed: kinit -t \"/k\" -k relay@R: exited \
+             with code 1",
+        );
+        let report = advice.refused("GSSAPI Error: No credentials").report();
+        for words in [
+            "GSSAPI Error: No credentials; before it, Kerberos ticket refresh failed: kinit",
+            "-X sasl.kerberos.principal",
+            "-X sasl.kerberos.keytab",
+            "klist -kt",
+            "KRB5_CONFIG",
+            "-X sasl.kerberos.service.name",
+        ] {
+            assert!(report.contains(words), "{words:?} in {report}");
+        }
+        assert!(!report.contains("sasl.password"), "{report}");
+    }
+}
