@@ -1,6 +1,7 @@
 # Builds walrelay and runs it as a non-root user.
 FROM rust:1-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends cmake libssl-dev pkg-config zlib1g-dev \
+# libcurl4-openssl-dev: librdkafka's OAUTHBEARER OIDC (the default `oidc` feature).
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev libssl-dev pkg-config zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -10,7 +11,7 @@ COPY benches ./benches
 RUN cargo build --release --locked --bin walrelay
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g \
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libcurl4 libssl3 zlib1g \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home walrelay
 COPY --from=build /src/target/release/walrelay /usr/local/bin/walrelay
