@@ -3,15 +3,18 @@
 //! through the admin API.
 
 pub mod client;
+pub mod login;
 pub mod producer;
 pub mod reachability;
+pub mod secrets;
 pub mod topics;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::error::Error;
 use crate::sink::{Refusal, Rejection};
+
+pub use login::{is_login_refusal, login_refused, LOGIN_FIX};
 
 /// The principal a broker sees walrelay as, for the ACL commands in its
 /// messages: `User:` and -X sasl.username, or a placeholder (a TLS
@@ -30,28 +33,6 @@ pub fn grant_command(principal: &str, operation: &str, resource: &str) -> String
         "kafka-acls --bootstrap-server BROKER --add --allow-principal {principal} \
          --operation {operation} {resource}"
     )
-}
-
-/// What to check when the broker refuses walrelay's login.
-pub const LOGIN_FIX: &str = "check -X sasl.username and -X sasl.password (a user the broker \
-     knows, with its current password), and that -X security.protocol (SASL_PLAINTEXT or \
-     SASL_SSL) and -X sasl.mechanism (e.g. SCRAM-SHA-512) match the broker's listener";
-
-/// Whether a client error is the broker refusing the login (SASL): a wrong
-/// user or password, or a mechanism the listener does not enable.
-/// librdkafka retries it forever, and says so only to the client context.
-pub fn is_login_refusal(error: &KafkaError) -> bool {
-    error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
-}
-
-/// A refused login as the permanent error it is: retrying cannot fix
-/// credentials. `reason` is librdkafka's, which names the mechanism, never
-/// the password.
-pub fn login_refused(reason: &str) -> Error {
-    Error::permanent(format!(
-        "Kafka refused walrelay's login (authentication failed: {reason}); walrelay stopped: \
-         {LOGIN_FIX}"
-    ))
 }
 
 /// Sorts a produce or delivery error. An unknown topic is retriable: the next
@@ -119,25 +100,6 @@ mod tests {
             command.contains("--allow-principal User:relay --operation Write --topic t"),
             "{command}"
         );
-    }
-
-    #[test]
-    fn a_refused_login_is_permanent_and_names_the_properties_to_check() {
-        let refused = KafkaError::Global(RDKafkaErrorCode::Authentication);
-        assert!(is_login_refusal(&refused));
-        assert!(!is_login_refusal(&KafkaError::Global(
-            RDKafkaErrorCode::AllBrokersDown
-        )));
-        let error = login_refused("SASL authentication error");
-        assert!(!error.is_transient());
-        for property in [
-            "-X sasl.username",
-            "-X sasl.password",
-            "-X security.protocol",
-            "-X sasl.mechanism",
-        ] {
-            assert!(error.report().contains(property), "{}", error.report());
-        }
     }
 
     #[test]
