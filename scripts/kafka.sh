@@ -21,6 +21,14 @@
 # NAME=PASSWORD, space-separated (default admin=admin-secret); admin must be
 # one. They are created when data/ is formatted, so they apply to a new DIR.
 #
+# WALRELAY_KAFKA_SECURITY=oauthbearer makes PORT a SASL_PLAINTEXT listener
+# that takes OAUTHBEARER tokens, checked by OAuthBearerValidatorCallbackHandler
+# against the JWKS at WALRELAY_KAFKA_JWKS_URL (required; the JVM is allowed
+# that URL and no other, as Kafka 4 wants), with the issuer and audience in
+# WALRELAY_KAFKA_OAUTH_ISSUER and WALRELAY_KAFKA_OAUTH_AUDIENCE when set. A
+# PLAINTEXT listener on WALRELAY_KAFKA_PLAIN_PORT (CPORT+1 by default) serves
+# the broker itself and clients without a token. No ACLs.
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
@@ -69,14 +77,21 @@ jvm_flags=(
 
 security="${WALRELAY_KAFKA_SECURITY:-}"
 users="${WALRELAY_KAFKA_USERS:-admin=admin-secret}"
+jwks_url="${WALRELAY_KAFKA_JWKS_URL:-}"
 
 check_security() {
   case "$security" in
-    "" | sasl-scram) ;;
-    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram, or leave it unset" >&2; exit 2 ;;
+    "") ;;
+    sasl-scram)
+      admin_password >/dev/null \
+        || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; } ;;
+    oauthbearer)
+      [ -n "$jwks_url" ] \
+        || { echo "kafka.sh: oauthbearer needs WALRELAY_KAFKA_JWKS_URL" >&2; exit 2; }
+      # Since Kafka 4.0 the JVM fetches no token or JWKS URL it was not allowed.
+      jvm_flags+=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$jwks_url") ;;
+    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram or oauthbearer, or leave it unset" >&2; exit 2 ;;
   esac
-  [ -z "$security" ] || admin_password >/dev/null \
-    || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; }
 }
 
 admin_password() {
@@ -87,9 +102,14 @@ admin_password() {
   return 1
 }
 
-# The listeners: PLAINTEXT, or SASL_PLAINTEXT with ACLs.
+# The listeners: PLAINTEXT, SASL_PLAINTEXT (SCRAM) with ACLs, or
+# SASL_PLAINTEXT (OAUTHBEARER) beside a PLAINTEXT one.
 write_listeners() {
   local port="$1" cport="$2"
+  if [ "$security" = oauthbearer ]; then
+    write_oauthbearer_listeners "$port" "$cport"
+    return
+  fi
   if [ -z "$security" ]; then
     cat <<EOF
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
@@ -114,6 +134,25 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:ANONYMOUS
 EOF
+}
+
+write_oauthbearer_listeners() {
+  local port="$1" cport="$2" pport="${WALRELAY_KAFKA_PLAIN_PORT:-$(($2 + 1))}"
+  cat <<EOF
+# Clients log in with an OAUTHBEARER token (a JWT) that the broker checks
+# against the identity provider's JWKS: its signature, expiry, issuer and
+# audience. The broker's own connections use the PLAINTEXT listener INTERNAL.
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,INTERNAL://127.0.0.1:$pport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port,INTERNAL://127.0.0.1:$pport
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$jwks_url
+EOF
+  [ -z "${WALRELAY_KAFKA_OAUTH_ISSUER:-}" ] || echo "sasl.oauthbearer.expected.issuer=$WALRELAY_KAFKA_OAUTH_ISSUER"
+  [ -z "${WALRELAY_KAFKA_OAUTH_AUDIENCE:-}" ] || echo "sasl.oauthbearer.expected.audience=$WALRELAY_KAFKA_OAUTH_AUDIENCE"
 }
 
 write_config() {
@@ -158,7 +197,7 @@ run() {
   write_config "$dir" "$port" "$cport"
   if [ ! -f "$dir/data/meta.properties" ]; then
     local id user scram=()
-    if [ -n "$security" ]; then
+    if [ "$security" = sasl-scram ]; then
       for user in $users; do
         scram+=(--add-scram "SCRAM-SHA-512=[name=${user%%=*},password=${user#*=}]")
       done

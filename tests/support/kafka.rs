@@ -9,7 +9,9 @@
 //! `Broker::apache_secure(users)` is an Apache Kafka broker whose clients
 //! log in with SASL/SCRAM-SHA-512 and are held to ACLs (StandardAuthorizer);
 //! the tests' own clients log in as its super user, `admin`, and
-//! `Broker::grant` adds ACLs.
+//! `Broker::grant` adds ACLs. `Broker::apache_oauthbearer` is one whose
+//! clients log in with OAUTHBEARER tokens it checks against a JWKS; the
+//! tests' own clients use a PLAINTEXT listener of its own.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -56,8 +58,25 @@ pub struct Broker {
     engine: Engine,
     child: Option<Child>,
     dir: TempDir,
-    /// SCRAM users (name, password) of a secure Apache Kafka broker, admin first.
-    sasl: Option<Vec<(String, String)>>,
+    security: Security,
+}
+
+/// How the clients of an Apache Kafka broker log in.
+enum Security {
+    /// PLAINTEXT, no login.
+    None,
+    /// SASL/SCRAM-SHA-512 with these users (name, password), admin first,
+    /// and ACLs.
+    Scram(Vec<(String, String)>),
+    /// SASL/OAUTHBEARER with tokens (RS256 JWTs) checked against a JWKS;
+    /// `plain_port` is a PLAINTEXT listener for the broker itself and the
+    /// tests' own clients, which have no token.
+    OAuthBearer {
+        jwks_url: String,
+        issuer: String,
+        audience: String,
+        plain_port: u16,
+    },
 }
 
 /// The super user of a secure broker, as whom the tests' own clients log in.
@@ -143,11 +162,16 @@ impl Broker {
 
     fn start_tansu(storage: &str) -> Self {
         let storage = storage.to_string();
-        Self::launch("tansu", free_port(), Engine::Tansu { storage }, None)
+        Self::launch(
+            "tansu",
+            free_port(),
+            Engine::Tansu { storage },
+            Security::None,
+        )
     }
 
     fn start_apache() -> Self {
-        Self::start_apache_with(None)
+        Self::start_apache_with(Security::None)
     }
 
     /// An Apache Kafka broker with a SASL_PLAINTEXT listener (SCRAM-SHA-512)
@@ -157,42 +181,74 @@ impl Broker {
     pub fn apache_secure(users: &[(&str, &str)]) -> Self {
         let mut all = vec![(ADMIN_USER.to_string(), ADMIN_PASSWORD.to_string())];
         all.extend(users.iter().map(|(u, p)| (u.to_string(), p.to_string())));
-        Self::start_apache_with(Some(all))
+        Self::start_apache_with(Security::Scram(all))
+    }
+
+    /// An Apache Kafka broker whose SASL_PLAINTEXT listener takes
+    /// OAUTHBEARER tokens only, validated by OAuthBearerValidatorCallbackHandler
+    /// against the JWKS at `jwks_url`, with that `issuer` and `audience`.
+    pub fn apache_oauthbearer(jwks_url: &str, issuer: &str, audience: &str) -> Self {
+        let plain_port = free_port();
+        Self::start_apache_with(Security::OAuthBearer {
+            jwks_url: jwks_url.to_string(),
+            issuer: issuer.to_string(),
+            audience: audience.to_string(),
+            plain_port,
+        })
     }
 
     /// One secure broker (`apache_secure(users)`) for every test of a binary
     /// that asks, started by the first: a JVM per test would cost seconds
     /// each. It is killed, and its directory removed, when the binary exits.
     pub fn shared_apache_secure(users: &[(&str, &str)]) -> &'static Broker {
-        static SHARED: std::sync::OnceLock<Broker> = std::sync::OnceLock::new();
-        extern "C" fn stop_shared() {
-            if let Some(broker) = SHARED.get() {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache_secure(users).until_exit())
+    }
+
+    /// One OAUTHBEARER broker (`apache_oauthbearer`) for every test of a
+    /// binary that asks, started by the first, stopped when it exits.
+    pub fn shared_apache_oauthbearer(
+        jwks_url: &str,
+        issuer: &str,
+        audience: &str,
+    ) -> &'static Broker {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache_oauthbearer(jwks_url, issuer, audience).until_exit())
+    }
+
+    /// This broker for the rest of the test binary: a static is never
+    /// dropped, so the JVM is killed, and its directory removed, at exit.
+    fn until_exit(self) -> &'static Broker {
+        static ALL: std::sync::Mutex<Vec<&'static Broker>> = std::sync::Mutex::new(Vec::new());
+        extern "C" fn stop_all() {
+            for broker in ALL.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                 broker.stop_from_exit();
             }
         }
-        SHARED.get_or_init(|| {
-            let broker = Self::apache_secure(users);
-            // A static is never dropped: stop the JVM when the process exits.
-            unsafe { libc::atexit(stop_shared) };
-            broker
-        })
+        let broker: &'static Broker = Box::leak(Box::new(self));
+        let mut all = ALL.lock().unwrap();
+        if all.is_empty() {
+            unsafe { libc::atexit(stop_all) };
+        }
+        all.push(broker);
+        broker
     }
 
-    fn start_apache_with(sasl: Option<Vec<(String, String)>>) -> Self {
+    fn start_apache_with(security: Security) -> Self {
         let port = free_port();
         let controller_port = std::iter::repeat_with(free_port)
             .find(|&p| p != port)
             .unwrap();
-        Self::launch("kafka", port, Engine::Apache { controller_port }, sasl)
+        Self::launch("kafka", port, Engine::Apache { controller_port }, security)
     }
 
-    fn launch(tag: &str, port: u16, engine: Engine, sasl: Option<Vec<(String, String)>>) -> Self {
+    fn launch(tag: &str, port: u16, engine: Engine, security: Security) -> Self {
         let mut broker = Broker {
             port,
             engine,
             child: None,
             dir: TempDir::new(tag),
-            sasl,
+            security,
         };
         broker.spawn();
         broker
@@ -214,9 +270,9 @@ impl Broker {
     }
 
     /// The librdkafka properties that log in as `user` with `password` on
-    /// a secure broker, as `-X` takes them (none on a plain one).
+    /// a SCRAM broker, as `-X` takes them (none on another).
     pub fn login_properties(&self, user: &str, password: &str) -> Vec<(String, String)> {
-        if self.sasl.is_none() {
+        if !matches!(self.security, Security::Scram(_)) {
             return Vec::new();
         }
         [
@@ -239,10 +295,15 @@ impl Broker {
     }
 
     /// A client configuration for this broker: as the super user on a
-    /// secure one.
+    /// SCRAM one, through the PLAINTEXT listener of an OAUTHBEARER one.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", self.brokers());
+        match self.security {
+            Security::OAuthBearer { plain_port, .. } => {
+                config.set("bootstrap.servers", format!("127.0.0.1:{plain_port}"))
+            }
+            _ => config.set("bootstrap.servers", self.brokers()),
+        };
         for (key, value) in self.login_properties(ADMIN_USER, ADMIN_PASSWORD) {
             config.set(key, value);
         }
@@ -252,7 +313,10 @@ impl Broker {
     /// Allows `principal` (`User:name`) each of `operations` on `resource`,
     /// through the admin API's CreateAcls, as the super user.
     pub fn grant(&self, principal: &str, resource: AclResource<'_>, operations: &[AclOperation]) {
-        assert!(self.sasl.is_some(), "ACLs need Broker::apache_secure");
+        assert!(
+            matches!(self.security, Security::Scram(_)),
+            "ACLs need Broker::apache_secure"
+        );
         acl::create(&self.client_config(), principal, resource, operations);
     }
 
@@ -298,12 +362,28 @@ impl Broker {
                     .arg(&self.dir.0)
                     .arg(self.port.to_string())
                     .arg(controller_port.to_string());
-                if let Some(users) = &self.sasl {
-                    let users: Vec<String> =
-                        users.iter().map(|(u, p)| format!("{u}={p}")).collect();
-                    command
-                        .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
-                        .env("WALRELAY_KAFKA_USERS", users.join(" "));
+                match &self.security {
+                    Security::None => {}
+                    Security::Scram(users) => {
+                        let users: Vec<String> =
+                            users.iter().map(|(u, p)| format!("{u}={p}")).collect();
+                        command
+                            .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
+                            .env("WALRELAY_KAFKA_USERS", users.join(" "));
+                    }
+                    Security::OAuthBearer {
+                        jwks_url,
+                        issuer,
+                        audience,
+                        plain_port,
+                    } => {
+                        command
+                            .env("WALRELAY_KAFKA_SECURITY", "oauthbearer")
+                            .env("WALRELAY_KAFKA_JWKS_URL", jwks_url)
+                            .env("WALRELAY_KAFKA_OAUTH_ISSUER", issuer)
+                            .env("WALRELAY_KAFKA_OAUTH_AUDIENCE", audience)
+                            .env("WALRELAY_KAFKA_PLAIN_PORT", plain_port.to_string());
+                    }
                 }
                 command
             }

@@ -8,6 +8,7 @@ pub mod debezium;
 pub mod doctest;
 pub mod guarantees;
 pub mod kafka;
+pub mod oidc;
 pub mod outbox;
 pub mod pg;
 pub mod relay;
