@@ -14,7 +14,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ use serde_json::Value;
 use support::oidc::{IdentityProvider, AUDIENCE, ISSUER};
 use support::outbox::events;
 use support::pg::slot_still_holds;
-use support::{Broker, Postgres, Relay};
+use support::{check_entry, check_json, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 const CLIENT_ID: &str = "walrelay-relay";
@@ -180,31 +179,16 @@ async fn a_token_for_another_audience_is_refused_by_the_broker_and_stops_walrela
 /// `walrelay check --json` logging in with `secret` and `scope`: (success,
 /// report, stdout and stderr).
 fn check(pg: &Postgres, secret: &str, scope: &str, prefix: &str) -> (bool, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["check", "--json", "--pg-url", &pg.url()])
-        .args(["--kafka-brokers", &broker().brokers()])
-        .args(provider().login_flags(secret, scope))
-        .args([
-            "--topic-replacement",
-            &format!("{prefix}${{routedByValue}}"),
-        ])
-        .env_remove("WALRELAY_PG_URL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
-    (out.status.success(), doc, format!("{stdout}\n{stderr}"))
-}
-
-fn entry<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
+    let mut args: Vec<String> = vec![
+        "--pg-url".into(),
+        pg.url(),
+        "--kafka-brokers".into(),
+        broker().brokers(),
+        "--topic-replacement".into(),
+        format!("{prefix}${{routedByValue}}"),
+    ];
+    args.extend(provider().login_flags(secret, scope));
+    check_json(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,7 +197,7 @@ async fn walrelay_check_reports_a_token_endpoint_that_refuses_the_client_with_th
     let _client = pg.client_with_outbox().await;
     let (ok, doc, output) = check(&pg, WRONG_SECRET, "check wrong-secret", "oidc.check.");
     assert!(!ok, "{doc:#}");
-    let brokers = entry(&doc, "kafka.brokers");
+    let brokers = check_entry(&doc, "kafka.brokers");
     assert_eq!(brokers["status"], "fail", "{brokers:#}");
     let detail = brokers["detail"].as_str().unwrap();
     let fix = brokers["fix"].as_str().unwrap();
@@ -240,7 +224,7 @@ async fn walrelay_check_passes_its_kafka_checks_with_an_oidc_login() {
         "kafka.create_topics",
         "kafka.idempotent_write",
     ] {
-        let entry = entry(&doc, name);
+        let entry = check_entry(&doc, name);
         assert_eq!(entry["status"], "pass", "{name}: {entry:#}");
     }
     assert_no_secret(&output);

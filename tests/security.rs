@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::outbox::events;
 use support::pg::drop_slot;
-use support::{Broker, Postgres, Relay};
+use support::{check_entry, check_json, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -308,44 +308,31 @@ async fn walrelay_check_never_prints_a_misspelt_secret_propertys_value() {
     let pg = Postgres::start();
     let _client = pg.client_with_outbox().await;
     let broker = Broker::start();
+    let base = [
+        "--pg-url".to_string(),
+        pg.url(),
+        "--kafka-brokers".into(),
+        broker.brokers(),
+    ];
     for (key, secret, _) in MISSPELT {
-        let property = format!("{key}={secret}");
-        let flags = [
-            "check",
-            "--pg-url",
-            &pg.url(),
-            "--kafka-brokers",
-            &broker.brokers(),
-            "-X",
-            &property,
-        ];
-        let (ok, text, text_log) = support::walrelay(&flags);
+        let mut args = base.to_vec();
+        args.extend(["-X".into(), format!("{key}={secret}")]);
+        let mut text_args: Vec<&str> = vec!["check"];
+        text_args.extend(args.iter().map(String::as_str));
+        let (ok, text, text_log) = support::walrelay(&text_args);
         assert!(!ok, "{text}");
         assert!(text.contains(&format!("-X {key}=<redacted>")), "{text}");
-        let mut json_flags = flags.to_vec();
-        json_flags.push("--json");
-        let (_, json, json_log) = support::walrelay(&json_flags);
-        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let brokers = doc["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "kafka.brokers")
-            .unwrap();
+        let (_, doc, json_output) = check_json(&args);
+        let brokers = check_entry(&doc, "kafka.brokers");
         assert_eq!(brokers["status"], "fail", "{brokers:#}");
-        assert_no_misspelt_secret(&format!("{text}\n{text_log}\n{json}\n{json_log}"));
+        assert_no_misspelt_secret(&format!("{text}\n{text_log}\n{json_output}"));
     }
     // A value that is not key=value at all is refused by the flag parser,
     // which names the flag and not what was given.
-    let (ok, stdout, stderr) = support::walrelay(&[
-        "check",
-        "--pg-url",
-        &pg.url(),
-        "--kafka-brokers",
-        &broker.brokers(),
-        "-X",
-        "sasl.password:typo-secret-sasl-1",
-    ]);
+    let mut args: Vec<&str> = vec!["check"];
+    args.extend(base.iter().map(String::as_str));
+    args.extend(["-X", "sasl.password:typo-secret-sasl-1"]);
+    let (ok, stdout, stderr) = support::walrelay(&args);
     assert!(!ok);
     assert!(stderr.contains("--kafka-property"), "{stderr}");
     assert_no_misspelt_secret(&format!("{stdout}\n{stderr}"));

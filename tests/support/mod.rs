@@ -90,6 +90,32 @@ pub fn walrelay(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `walrelay check --json ARGS`, with no WALRELAY_PG_URL from the
+/// environment: (success, the report, stdout and stderr).
+pub fn check_json(args: &[String]) -> (bool, serde_json::Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["check", "--json"])
+        .args(args)
+        .env_remove("WALRELAY_PG_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
+    (out.status.success(), doc, format!("{stdout}\n{stderr}"))
+}
+
+/// The check `name` of a `walrelay check --json` report.
+pub fn check_entry<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
+}
+
 /// Every metric the Metrics section of docs/operations.md lists.
 pub fn documented_metrics() -> std::collections::BTreeSet<String> {
     let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
