@@ -63,6 +63,9 @@ pub fn init(format: LogFormat, secrets: Vec<String>, kafka_debug: bool) {
     }
 }
 
+/// Shown in place of a secret.
+pub const MASK: &str = "<redacted>";
+
 /// Replaces each secret, in its raw and its JSON-escaped spelling: in log
 /// lines, and in what `walrelay check` prints.
 pub struct Redactor {
@@ -93,7 +96,7 @@ impl Redactor {
     pub fn redact(&self, line: String) -> String {
         self.needles.iter().fold(line, |line, needle| {
             if line.contains(needle.as_str()) {
-                line.replace(needle.as_str(), "<redacted>")
+                line.replace(needle.as_str(), MASK)
             } else {
                 line
             }

@@ -78,7 +78,7 @@ fn hide_secret_value(e: &mut clap::Error) {
     if secret {
         e.insert(
             ContextKind::InvalidValue,
-            ContextValue::String("<redacted>".into()),
+            ContextValue::String(crate::logging::MASK.into()),
         );
     }
 }

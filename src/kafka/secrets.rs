@@ -11,7 +11,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
 use crate::error::Error;
-use crate::logging::Redactor;
+use crate::logging::{Redactor, MASK};
 use crate::percent::url_password;
 
 /// librdkafka's properties that hold no secret: every property of
@@ -194,9 +194,6 @@ const SECRET: &[&str] = &[
     "sasl.oauthbearer.assertion.private.key.passphrase",
     "sasl.oauthbearer.assertion.private.key.pem",
 ];
-
-/// Shown in place of a value that may be a secret.
-pub const MASK: &str = "<redacted>";
 
 /// Whether walrelay knows `key`'s value to hold no secret.
 pub fn is_public(key: &str) -> bool {
