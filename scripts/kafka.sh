@@ -29,6 +29,14 @@
 # listener on WALRELAY_KAFKA_PLAIN_PORT (CPORT+1 by default) serves the
 # broker itself and clients without a ticket. No ACLs.
 #
+# WALRELAY_KAFKA_SECURITY=oauthbearer makes PORT a SASL_PLAINTEXT listener
+# that takes OAUTHBEARER tokens, checked by OAuthBearerValidatorCallbackHandler
+# against the JWKS at WALRELAY_KAFKA_JWKS_URL (required; the JVM is allowed
+# that URL and no other, as Kafka 4 wants), with the issuer and audience in
+# WALRELAY_KAFKA_OAUTH_ISSUER and WALRELAY_KAFKA_OAUTH_AUDIENCE when set. A
+# PLAINTEXT listener on WALRELAY_KAFKA_PLAIN_PORT (CPORT+1 by default) serves
+# the broker itself and clients without a token. No ACLs.
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
@@ -77,15 +85,22 @@ jvm_flags=(
 
 security="${WALRELAY_KAFKA_SECURITY:-}"
 users="${WALRELAY_KAFKA_USERS:-admin=admin-secret}"
+jwks_url="${WALRELAY_KAFKA_JWKS_URL:-}"
 
 check_security() {
   case "$security" in
-    "" | sasl-scram) ;;
-    sasl-gssapi) check_gssapi; return ;;
-    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram or sasl-gssapi, or leave it unset" >&2; exit 2 ;;
+    "") ;;
+    sasl-scram)
+      admin_password >/dev/null \
+        || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; } ;;
+    sasl-gssapi) check_gssapi ;;
+    oauthbearer)
+      [ -n "$jwks_url" ] \
+        || { echo "kafka.sh: oauthbearer needs WALRELAY_KAFKA_JWKS_URL" >&2; exit 2; }
+      # Since Kafka 4.0 the JVM fetches no token or JWKS URL it was not allowed.
+      jvm_flags+=("-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$jwks_url") ;;
+    *) echo "kafka.sh: WALRELAY_KAFKA_SECURITY=$security: say sasl-scram, sasl-gssapi or oauthbearer, or leave it unset" >&2; exit 2 ;;
   esac
-  [ -z "$security" ] || admin_password >/dev/null \
-    || { echo "kafka.sh: WALRELAY_KAFKA_USERS has no admin=PASSWORD" >&2; exit 2; }
 }
 
 admin_password() {
@@ -97,11 +112,15 @@ admin_password() {
 }
 
 # The listeners: PLAINTEXT, SASL_PLAINTEXT (SCRAM) with ACLs, or
-# SASL_PLAINTEXT (GSSAPI) beside a PLAINTEXT one.
+# SASL_PLAINTEXT (GSSAPI or OAUTHBEARER) beside a PLAINTEXT one.
 write_listeners() {
   local port="$1" cport="$2"
   if [ "$security" = sasl-gssapi ]; then
     write_gssapi_listeners "$port" "$cport"
+    return
+  fi
+  if [ "$security" = oauthbearer ]; then
+    write_oauthbearer_listeners "$port" "$cport"
     return
   fi
   if [ -z "$security" ]; then
@@ -162,6 +181,25 @@ sasl.enabled.mechanisms=GSSAPI
 sasl.kerberos.service.name=$service
 listener.name.sasl_plaintext.gssapi.sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true keyTab="$keytab" principal="$principal";
 EOF
+}
+
+write_oauthbearer_listeners() {
+  local port="$1" cport="$2" pport="${WALRELAY_KAFKA_PLAIN_PORT:-$(($2 + 1))}"
+  cat <<EOF
+# Clients log in with an OAUTHBEARER token (a JWT) that the broker checks
+# against the identity provider's JWKS: its signature, expiry, issuer and
+# audience. The broker's own connections use the PLAINTEXT listener INTERNAL.
+listeners=SASL_PLAINTEXT://127.0.0.1:$port,INTERNAL://127.0.0.1:$pport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$port,INTERNAL://127.0.0.1:$pport
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
+sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$jwks_url
+EOF
+  [ -z "${WALRELAY_KAFKA_OAUTH_ISSUER:-}" ] || echo "sasl.oauthbearer.expected.issuer=$WALRELAY_KAFKA_OAUTH_ISSUER"
+  [ -z "${WALRELAY_KAFKA_OAUTH_AUDIENCE:-}" ] || echo "sasl.oauthbearer.expected.audience=$WALRELAY_KAFKA_OAUTH_AUDIENCE"
 }
 
 write_config() {

@@ -63,8 +63,12 @@ pub fn init(format: LogFormat, secrets: Vec<String>, kafka_debug: bool) {
     }
 }
 
-/// Replaces each secret, in its raw and its JSON-escaped spelling.
-struct Redactor {
+/// Shown in place of a secret.
+pub const MASK: &str = "<redacted>";
+
+/// Replaces each secret, in its raw and its JSON-escaped spelling: in log
+/// lines, and in what `walrelay check` prints.
+pub struct Redactor {
     needles: Vec<String>,
 }
 
@@ -73,7 +77,7 @@ impl Redactor {
     // garble ordinary words in every line.
     const MIN_LEN: usize = 3;
 
-    fn new(secrets: Vec<String>) -> Self {
+    pub fn new(secrets: Vec<String>) -> Self {
         let mut needles = Vec::new();
         for s in secrets.into_iter().filter(|s| s.len() >= Self::MIN_LEN) {
             let escaped = Value::String(s.clone()).to_string();
@@ -89,10 +93,10 @@ impl Redactor {
         Redactor { needles }
     }
 
-    fn redact(&self, line: String) -> String {
+    pub fn redact(&self, line: String) -> String {
         self.needles.iter().fold(line, |line, needle| {
             if line.contains(needle.as_str()) {
-                line.replace(needle.as_str(), "<redacted>")
+                line.replace(needle.as_str(), MASK)
             } else {
                 line
             }

@@ -1,7 +1,7 @@
 //! RFC 3986 percent-decoding, for the parts of walrelay's URLs that carry
 //! text a person wrote: `--pg-url`'s query (`sslrootcert`) and the user and
 //! password of `--alert-webhook`. An escape that is not two hex digits is
-//! kept as written.
+//! kept as written. And the password of a URL's user info, a secret to mask.
 
 /// Decodes `%XX` escapes; never fails, never panics.
 pub fn decode(text: &str) -> String {
@@ -25,6 +25,15 @@ pub fn decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The password in a URL's user info (scheme://user:password@host/…), as written.
+pub fn url_password(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then(|| password.to_string())
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use serde_json::Value;
 use support::pg::{drop_slot, slots_and_publications};
-use support::{free_port, Broker, Postgres, Relay};
+use support::{check_entry as entry, free_port, Broker, Postgres, Relay};
 
 /// `walrelay check --json` with `run`'s connection flags: (success, report).
 fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
@@ -38,15 +38,6 @@ fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
     });
     assert_eq!(doc["ok"].as_bool(), Some(out.status.success()), "{doc:#}");
     (out.status.success(), doc)
-}
-
-fn entry<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
 }
 
 /// Asserts a check's status, and that a failure or warning names `fix`

@@ -10,14 +10,13 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::kafka::{AclOperation::*, AclResource};
 use support::outbox::events;
 use support::pg::slot_still_holds;
-use support::{eventually, Broker, Postgres, Relay};
+use support::{check_entry, check_json, eventually, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -167,31 +166,16 @@ async fn a_sasl_mechanism_the_listener_does_not_enable_stops_walrelay_with_the_s
 /// `walrelay check --json` logging in as `user`: (success, report, stderr).
 fn check(pg: &Postgres, user: &str, password: &str, prefix: &str) -> (bool, Value, String) {
     let broker = broker();
-    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
-        .args(["check", "--json", "--pg-url", &pg.url()])
-        .args(["--kafka-brokers", &broker.brokers()])
-        .args(broker.login_flags(user, password))
-        .args([
-            "--topic-replacement",
-            &format!("{prefix}${{routedByValue}}"),
-        ])
-        .env_remove("WALRELAY_PG_URL")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\n{stderr}"));
-    (out.status.success(), doc, format!("{stdout}\n{stderr}"))
-}
-
-fn entry<'a>(doc: &'a Value, name: &str) -> &'a Value {
-    doc["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name} in {doc:#}"))
+    let mut args: Vec<String> = vec![
+        "--pg-url".into(),
+        pg.url(),
+        "--kafka-brokers".into(),
+        broker.brokers(),
+        "--topic-replacement".into(),
+        format!("{prefix}${{routedByValue}}"),
+    ];
+    args.extend(broker.login_flags(user, password));
+    check_json(&args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,7 +184,7 @@ async fn walrelay_check_with_a_wrong_password_fails_its_kafka_check_with_the_pro
     let _client = pg.client_with_outbox().await;
     let (ok, doc, output) = check(&pg, "relay", WRONG_PASSWORD, "sasl.check.");
     assert!(!ok, "{doc:#}");
-    let brokers = entry(&doc, "kafka.brokers");
+    let brokers = check_entry(&doc, "kafka.brokers");
     assert_eq!(brokers["status"], "fail", "{brokers:#}");
     let text = format!("{} {}", brokers["detail"], brokers["fix"]);
     assert_mentions(
@@ -238,10 +222,10 @@ async fn walrelay_check_passes_its_kafka_checks_with_the_acls_docs_security_md_l
         "kafka.idempotent_write",
         "kafka.topics",
     ] {
-        let entry = entry(&doc, name);
+        let entry = check_entry(&doc, name);
         assert_eq!(entry["status"], "pass", "{name}: {entry:#}");
     }
-    assert!(entry(&doc, "kafka.topics")["detail"]
+    assert!(check_entry(&doc, "kafka.topics")["detail"]
         .as_str()
         .unwrap()
         .contains("sasl.checked.Placed"));

@@ -1,6 +1,10 @@
 //! Password authentication and least privilege: walrelay runs as a
 //! `LOGIN REPLICATION` role that is not a superuser, and its password never
-//! shows in logs or metrics.
+//! shows in logs or metrics. Nor does the value of a Kafka property
+//! librdkafka refuses, a misspelt password being one (issue 19): not in
+//! `run`'s log, not in what `walrelay check` prints. (walrelay makes its
+//! producer first, so such a property stops it before anything else; no
+//! metric carries a property's value.)
 
 mod support;
 
@@ -8,7 +12,7 @@ use std::time::Duration;
 
 use support::outbox::events;
 use support::pg::drop_slot;
-use support::{Broker, Postgres, Relay};
+use support::{check_entry, check_json, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -242,4 +246,102 @@ fn help_shows_no_secret_from_the_environment() {
             && !help.contains("hook-secret-99"),
         "{help}"
     );
+}
+
+/// A misspelling of each librdkafka property that holds a secret (and
+/// Java's sasl.jaas.config, which librdkafka does not know at all), each
+/// with a value of its own, and the property walrelay suggests.
+const MISSPELT: &[(&str, &str, Option<&str>)] = &[
+    ("sasl.pasword", "typo-secret-sasl-1", Some("sasl.password")),
+    (
+        "ssl.key.pasword",
+        "typo-secret-sslkey-2",
+        Some("ssl.key.password"),
+    ),
+    (
+        "sasl.oauthbearer.client.secert",
+        "typo-secret-oidc-3",
+        Some("sasl.oauthbearer.client.secret"),
+    ),
+    ("sasl.jaas.config", "typo-secret-jaas-4", None),
+    (
+        "ssl.keystore.passwd",
+        "typo-secret-keystore-5",
+        Some("ssl.keystore.password"),
+    ),
+    ("ssl.key.pme", "typo-secret-pem-6", Some("ssl.key.pem")),
+    (
+        "sasl.oauthbearer.cofig",
+        "typo-secret-unsecured-jwt-7",
+        Some("sasl.oauthbearer.config"),
+    ),
+    (
+        "SASL.PASSWORD",
+        "typo-secret-cased-8",
+        Some("sasl.password"),
+    ),
+];
+
+fn assert_no_misspelt_secret(output: &str) {
+    for (_, secret, _) in MISSPELT {
+        assert!(!output.contains(secret), "{secret} leaked:\n{output}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_secret_property_stops_run_naming_the_property_meant_and_never_its_value() {
+    let pg = Postgres::start();
+    let _client = pg.client_with_outbox().await;
+    let broker = Broker::start();
+    for (i, (key, secret, meant)) in MISSPELT.iter().enumerate() {
+        let property = format!("{key}={secret}");
+        // Every other line as JSON: its escaping must not unmask a value.
+        let format = if i % 2 == 0 { "text" } else { "json" };
+        let mut relay = Relay::start_with(&pg, &broker, &["-X", &property, "--log-format", format]);
+        let log = relay.wait_for_failure(WAIT);
+        assert!(
+            log.contains("cannot create the Kafka producer"),
+            "{key}:\n{log}"
+        );
+        assert!(log.contains(&format!("-X {key}=<redacted>")), "{log}");
+        if let Some(meant) = meant {
+            assert!(log.contains(&format!("did you mean {meant}?")), "{log}");
+        }
+        assert_no_misspelt_secret(&log);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_never_prints_a_misspelt_secret_propertys_value() {
+    let pg = Postgres::start();
+    let _client = pg.client_with_outbox().await;
+    let broker = Broker::start();
+    let base = [
+        "--pg-url".to_string(),
+        pg.url(),
+        "--kafka-brokers".into(),
+        broker.brokers(),
+    ];
+    for (key, secret, _) in MISSPELT {
+        let mut args = base.to_vec();
+        args.extend(["-X".into(), format!("{key}={secret}")]);
+        let mut text_args: Vec<&str> = vec!["check"];
+        text_args.extend(args.iter().map(String::as_str));
+        let (ok, text, text_log) = support::walrelay(&text_args);
+        assert!(!ok, "{text}");
+        assert!(text.contains(&format!("-X {key}=<redacted>")), "{text}");
+        let (_, doc, json_output) = check_json(&args);
+        let brokers = check_entry(&doc, "kafka.brokers");
+        assert_eq!(brokers["status"], "fail", "{brokers:#}");
+        assert_no_misspelt_secret(&format!("{text}\n{text_log}\n{json_output}"));
+    }
+    // A value that is not key=value at all is refused by the flag parser,
+    // which names the flag and not what was given.
+    let mut args: Vec<&str> = vec!["check"];
+    args.extend(base.iter().map(String::as_str));
+    args.extend(["-X", "sasl.password:typo-secret-sasl-1"]);
+    let (ok, stdout, stderr) = support::walrelay(&args);
+    assert!(!ok);
+    assert!(stderr.contains("--kafka-property"), "{stderr}");
+    assert_no_misspelt_secret(&format!("{stdout}\n{stderr}"));
 }

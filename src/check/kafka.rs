@@ -16,6 +16,8 @@ use rdkafka::types::RDKafkaRespErr;
 use super::Check;
 use crate::config::{OnPoison, Settings};
 use crate::kafka::client::LoginWatch;
+use crate::kafka::login::LoginFailure;
+use crate::kafka::secrets;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,7 +31,10 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
         Err(e) => {
             out.push(Check::fail(
                 "kafka.brokers",
-                format!("cannot create a Kafka client: {e}"),
+                format!(
+                    "cannot create a Kafka client: {}",
+                    secrets::describe(&e, &config)
+                ),
                 "fix the -X properties (names and values as in librdkafka's CONFIGURATION.md)",
             ));
             return out;
@@ -48,30 +53,38 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             // timeout, without its reason.
             let probe = config.clone();
             let refused = tokio::task::spawn_blocking(move || login_refusal(&probe)).await;
-            if let Ok(Some((reason, fix))) = refused {
-                out.push(Check::fail(
-                    "kafka.brokers",
-                    format!(
-                        "{} refused walrelay's login (authentication failed: {reason})",
-                        settings.kafka_brokers
-                    ),
-                    fix,
+            if let Ok(Some((reason, failure))) = refused {
+                out.push(login_check(
+                    &config,
+                    &settings.kafka_brokers,
+                    &reason,
+                    failure,
                 ));
                 skip_after_brokers(&mut out);
                 return out;
             }
             let reason = match metadata {
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => secrets::describe(&e, &config),
                 _ => "no broker answered".into(),
             };
+            let mut fix = String::from(
+                "check --kafka-brokers, the network path, and -X security.protocol / sasl.* / \
+                 ssl.* against the listener's settings",
+            );
+            if let Some(url) = token_endpoint(&config) {
+                // A provider that answers 5xx is asked again for about a
+                // minute before librdkafka gives up: longer than the check waits.
+                fix.push_str(&format!(
+                    "; walrelay gets its OAUTHBEARER token from {url}: check that it answers"
+                ));
+            }
             out.push(Check::fail(
                 "kafka.brokers",
                 format!(
                     "no metadata from {} within {TIMEOUT:?}: {reason}",
                     settings.kafka_brokers
                 ),
-                "check --kafka-brokers, the network path, and -X security.protocol / sasl.* / \
-                 ssl.* against the listener's settings",
+                fix,
             ));
             skip_after_brokers(&mut out);
             return out;
@@ -118,17 +131,41 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
+/// A failed login: the broker refused it, or with OAUTHBEARER OIDC the
+/// identity provider gave no token, named by its token endpoint.
+fn login_check(config: &ClientConfig, brokers: &str, reason: &str, failure: LoginFailure) -> Check {
+    let reason = secrets::mask(reason, config);
+    let detail = match token_endpoint(config) {
+        Some(url) if failure == LoginFailure::NoToken => {
+            format!("the token endpoint {url} gave walrelay no OAUTHBEARER token ({reason})")
+        }
+        _ => failure.describe(brokers, &reason),
+    };
+    Check::fail("kafka.brokers", detail, failure.fix())
+}
+
+/// The identity provider's token endpoint, with OAUTHBEARER OIDC; without
+/// the password of its user info.
+fn token_endpoint(config: &ClientConfig) -> Option<String> {
+    let method = config.get("sasl.oauthbearer.method")?;
+    let url = config.get("sasl.oauthbearer.token.endpoint.url")?;
+    method
+        .eq_ignore_ascii_case("oidc")
+        .then(|| secrets::mask(url, config))
+}
+
 /// librdkafka's reason for refusing a login with `config`, if it does, and
-/// what to check: a producer that is polled (the admin client's errors
-/// reach no context) logs in at once to get its producer id.
-fn login_refusal(config: &ClientConfig) -> Option<(String, &'static str)> {
+/// which failure it is: a producer that is polled (the admin client's
+/// errors reach no context) logs in at once to get its producer id.
+fn login_refusal(config: &ClientConfig) -> Option<(String, LoginFailure)> {
     let producer: BaseProducer<LoginWatch> =
         config.create_with_context(LoginWatch::new(config)).ok()?;
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         producer.poll(Duration::from_millis(100));
         if let Some(reason) = producer.context().refused() {
-            return Some((reason, producer.context().fix()));
+            let failure = producer.context().failure(&reason);
+            return Some((reason, failure));
         }
     }
     None
@@ -343,7 +380,10 @@ fn idempotent_write(config: &ClientConfig) -> Check {
             Err(e) => {
                 return Check::fail(
                     "kafka.idempotent_write",
-                    format!("cannot create the idempotent producer: {e}"),
+                    format!(
+                        "cannot create the idempotent producer: {}",
+                        secrets::describe(&e, &config)
+                    ),
                     "fix the -X properties",
                 )
             }

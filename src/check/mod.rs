@@ -12,8 +12,9 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::config::{CheckArgs, Settings};
+use crate::config::{CheckArgs, Command, Settings};
 use crate::error::{Error, Result};
+use crate::logging::Redactor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -101,6 +102,13 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let settings = Settings::from_args(&args.run)?;
     let mut checks = postgres::checks(&settings).await;
     checks.extend(kafka::checks(&settings).await);
+    // The report goes to stdout, past the log's masking: mask it the same
+    // way, whatever a check quoted from a server or a client library.
+    let redactor = Redactor::new(Command::Check(Box::new(args.clone())).secrets());
+    for check in &mut checks {
+        check.detail = redactor.redact(std::mem::take(&mut check.detail));
+        check.fix = check.fix.take().map(|fix| redactor.redact(fix));
+    }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     if args.json {
         let doc = json!({

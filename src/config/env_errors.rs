@@ -1,9 +1,10 @@
 //! Flag errors that name the environment variable a bad value came from:
 //! clap names the flag alone, and an operator who never typed it looks for
-//! it on the command line in vain.
+//! it on the command line in vain. And that never show the value refused
+//! for a flag that may carry a secret (`-X sasl.password:…`, a typo).
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{CommandFactory, Parser};
+use clap::{Arg, CommandFactory, Parser};
 
 use super::Cli;
 
@@ -14,7 +15,8 @@ impl Cli {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
         match Cli::try_parse_from(&argv) {
             Ok(cli) => cli,
-            Err(e) => {
+            Err(mut e) => {
+                hide_secret_value(&mut e);
                 let typed: Vec<String> = argv
                     .iter()
                     .map(|a| a.to_string_lossy().into_owned())
@@ -35,9 +37,8 @@ impl Cli {
     }
 }
 
-/// The variable behind a refused value: the flag's env var, when it is set
-/// and the flag was not typed.
-fn from_environment(e: &clap::Error, typed: &[String]) -> Option<String> {
+/// The long name (without `--`) of the flag whose value `e` refuses.
+fn refused_flag(e: &clap::Error) -> Option<String> {
     if !matches!(
         e.kind(),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation
@@ -47,22 +48,78 @@ fn from_environment(e: &clap::Error, typed: &[String]) -> Option<String> {
     let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
         return None;
     };
-    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
-    let flag = format!("--{long}");
-    if typed
-        .iter()
-        .any(|a| a == &flag || a.starts_with(&format!("{flag}=")))
-    {
-        return None;
-    }
+    Some(
+        arg.split_whitespace()
+            .next()?
+            .strip_prefix("--")?
+            .to_string(),
+    )
+}
+
+/// The flag `--long` of any subcommand.
+fn flag(long: &str) -> Option<Arg> {
     let command = Cli::command();
-    let env = command
+    let found = command
         .get_subcommands()
         .chain(std::iter::once(&command))
         .flat_map(|c| c.get_arguments())
-        .find(|a| a.get_long() == Some(long))?
-        .get_env()?
-        .to_string_lossy()
-        .into_owned();
+        .find(|a| a.get_long() == Some(long))
+        .cloned();
+    found
+}
+
+/// The refused value left out, for a flag whose environment value is
+/// hidden from --help (`--pg-url`, `-X`, `--alert-webhook`): such a value
+/// may hold a password, misspelt or not.
+fn hide_secret_value(e: &mut clap::Error) {
+    let secret = refused_flag(e)
+        .and_then(|long| flag(&long))
+        .is_some_and(|arg| arg.is_hide_env_values_set());
+    if secret {
+        e.insert(
+            ContextKind::InvalidValue,
+            ContextValue::String(crate::logging::MASK.into()),
+        );
+    }
+}
+
+/// The variable behind a refused value: the flag's env var, when it is set
+/// and the flag was not typed.
+fn from_environment(e: &clap::Error, typed: &[String]) -> Option<String> {
+    let long = refused_flag(e)?;
+    let flag_name = format!("--{long}");
+    if typed
+        .iter()
+        .any(|a| a == &flag_name || a.starts_with(&format!("{flag_name}=")))
+    {
+        return None;
+    }
+    let env = flag(&long)?.get_env()?.to_string_lossy().into_owned();
     std::env::var_os(&env).is_some().then_some(env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_value_of_a_flag_that_may_hold_a_secret_is_not_shown() {
+        let mut e = Cli::try_parse_from([
+            "walrelay",
+            "check",
+            "--pg-url",
+            "postgres://h/db",
+            "--kafka-brokers",
+            "k:9092",
+            "-X",
+            "sasl.password:hunter5",
+        ])
+        .err()
+        .unwrap();
+        hide_secret_value(&mut e);
+        let text = e.render().to_string();
+        assert!(!text.contains("hunter5"), "{text}");
+        assert!(text.contains("--kafka-property"), "{text}");
+        assert!(text.contains("expected key=value"), "{text}");
+    }
 }

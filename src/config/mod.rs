@@ -213,9 +213,12 @@ fn parse_properties(s: &str) -> std::result::Result<Properties, String> {
                     value.push_str(segment);
                 }
                 None => {
-                    return Err(format!(
-                        "expected key=value, e.g. -X linger.ms=5, got {segment:?}"
-                    ))
+                    // Not shown: it may be a password with a typo in it.
+                    return Err(
+                        "expected key=value, e.g. -X linger.ms=5 (what was given is not \
+                                shown: it may hold a secret)"
+                            .to_string(),
+                    );
                 }
             },
         }

@@ -1,6 +1,7 @@
 //! Which values on a command line are secrets.
 
 use super::Command;
+use crate::percent::url_password;
 
 impl Command {
     /// The flags of `run`, for the commands that take them all.
@@ -27,8 +28,8 @@ impl Command {
 
     /// The secrets this command line carries, for the logs to mask: the
     /// Postgres password (as typed and decoded, or from PGPASSWORD), the
-    /// alert webhook's and the values of librdkafka properties that hold
-    /// credentials.
+    /// alert webhook's and the value of every librdkafka property not known
+    /// to hold no secret (`kafka::secrets`): a misspelt `sasl.password` too.
     pub fn secrets(&self) -> Vec<String> {
         let pg_url = match self {
             Command::Status(args) => Some(&args.conn.pg_url),
@@ -52,15 +53,9 @@ impl Command {
             .run_args()
             .and_then(|args| args.pg_primary_url.as_deref());
         secrets.extend(pg_primary_url.into_iter().flat_map(pg_passwords));
-        for (key, value) in properties {
-            let key = key.to_ascii_lowercase();
-            if ["password", "secret", "jaas", "token", "pem", "credentials"]
-                .iter()
-                .any(|word| key.contains(word))
-            {
-                secrets.push(value);
-            }
-        }
+        secrets.extend(crate::kafka::secrets::secret_values(
+            properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ));
         secrets
     }
 }
@@ -75,15 +70,6 @@ fn pg_passwords(url: &str) -> Vec<String> {
     // The percent-encoded form, as it appears in the URL itself.
     found.extend(url_password(url));
     found
-}
-
-/// The password in a URL's userinfo (scheme://user:password@host/…), as written.
-fn url_password(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?']).next().unwrap_or("");
-    let (userinfo, _) = authority.rsplit_once('@')?;
-    let (_, password) = userinfo.split_once(':')?;
-    (!password.is_empty()).then(|| password.to_string())
 }
 
 #[cfg(test)]
@@ -163,7 +149,9 @@ mod tests {
             "sasl.password=kafka-secret",
             "-X",
             "linger.ms=50",
+            "-X",
+            "sasl.pasword=typo-secret",
         ]);
-        assert_eq!(found, vec!["kafka-secret".to_string()]);
+        assert_eq!(found, ["kafka-secret", "typo-secret"]);
     }
 }

@@ -38,9 +38,9 @@ impl LoginWatch {
             .clone()
     }
 
-    /// The properties to check when the login is refused.
-    pub fn fix(&self) -> &'static str {
-        self.advice.fix()
+    /// Which failure a refused login's `reason` describes.
+    pub fn failure(&self, reason: &str) -> super::login::LoginFailure {
+        self.advice.failure(reason)
     }
 }
 

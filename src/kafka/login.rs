@@ -1,7 +1,10 @@
-//! Why the broker refused walrelay's login, and what to check, by SASL
-//! mechanism: the user and password of SCRAM or PLAIN, or for Kerberos
-//! (GSSAPI) the principal, the keytab and the realm, with the `kinit` that
-//! librdkafka ran and that failed, if one did.
+//! A login Kafka refuses, and what to check. librdkafka retries a refused
+//! login forever and tells only the client context, so walrelay stops with
+//! the settings behind it, by SASL mechanism: the user and password of
+//! SCRAM or PLAIN; for Kerberos (GSSAPI) the principal, the keytab and the
+//! realm, with the `kinit` that librdkafka ran and that failed, if one did;
+//! with OAUTHBEARER OIDC the identity provider's (no token from it) or the
+//! token's (a token the broker does not take).
 
 use std::sync::Mutex;
 
@@ -27,9 +30,84 @@ pub const KERBEROS_LOGIN_FIX: &str = "check -X sasl.kerberos.principal and -X \
      advertised host name the broker's principal (SERVICE/HOST@REALM), and that -X \
      security.protocol (SASL_PLAINTEXT or SASL_SSL) matches the broker's listener";
 
-/// Whether a client error is the broker refusing the login (SASL): a wrong
-/// user or password, a mechanism the listener does not enable, or a
-/// Kerberos ticket that could not be had. librdkafka retries it forever,
+/// What to check when walrelay gets no OAUTHBEARER token from the identity
+/// provider (`-X sasl.oauthbearer.method=oidc`).
+pub const TOKEN_FIX: &str = "check -X sasl.oauthbearer.token.endpoint.url (the identity \
+     provider's token endpoint, reachable from walrelay; for https, -X https.ca.location if \
+     its certificate is not signed by a public CA), -X sasl.oauthbearer.client.id and -X \
+     sasl.oauthbearer.client.secret (a client the provider knows, with its current secret) and \
+     -X sasl.oauthbearer.scope (a scope that client may ask for)";
+
+/// What to check when the broker does not take walrelay's OAUTHBEARER token.
+pub const TOKEN_REFUSED_FIX: &str = "check that -X sasl.oauthbearer.scope asks the identity \
+     provider for a token for this broker (its audience: the broker's \
+     sasl.oauthbearer.expected.audience), and that the broker trusts that provider (its \
+     sasl.oauthbearer.jwks.endpoint.url and sasl.oauthbearer.expected.issuer); the broker's log \
+     says which check failed";
+
+/// Why a login failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoginFailure {
+    /// The broker refused the user and password, or the mechanism.
+    Refused,
+    /// A Kerberos login failed: no ticket, or one the broker does not take.
+    Kerberos,
+    /// No OAUTHBEARER token from the identity provider: it refused the
+    /// client's credentials, or did not answer with a token.
+    NoToken,
+    /// The broker did not take the OAUTHBEARER token.
+    TokenRefused,
+}
+
+impl LoginFailure {
+    /// Which failure librdkafka's `reason` describes, for a login that is
+    /// not Kerberos (`LoginAdvice::failure` knows). Without a token
+    /// librdkafka says "Failed to acquire SASL OAUTHBEARER token: <the
+    /// token endpoint's answer>" (rd_kafka_oauthbearer_set_token_failure0,
+    /// librdkafka 2.12.1, src/rdkafka_sasl_oauthbearer.c). A broker that
+    /// does not take a token answers with RFC 7628's error (section
+    /// 3.2.2), a JSON object with a `status`, `invalid_token` from Apache
+    /// Kafka, which librdkafka quotes.
+    pub fn of(reason: &str) -> Self {
+        if reason.contains("Failed to acquire SASL OAUTHBEARER token") {
+            LoginFailure::NoToken
+        } else if reason.contains("{\"status\":") {
+            LoginFailure::TokenRefused
+        } else {
+            LoginFailure::Refused
+        }
+    }
+
+    /// What to check.
+    pub fn fix(self) -> &'static str {
+        match self {
+            LoginFailure::Refused => LOGIN_FIX,
+            LoginFailure::Kerberos => KERBEROS_LOGIN_FIX,
+            LoginFailure::NoToken => TOKEN_FIX,
+            LoginFailure::TokenRefused => TOKEN_REFUSED_FIX,
+        }
+    }
+
+    /// What happened, with librdkafka's `reason`; `brokers` refused it.
+    pub fn describe(self, brokers: &str, reason: &str) -> String {
+        match self {
+            LoginFailure::Refused | LoginFailure::Kerberos => {
+                format!("{brokers} refused walrelay's login (authentication failed: {reason})")
+            }
+            LoginFailure::NoToken => format!(
+                "walrelay could not get an OAUTHBEARER token from the identity provider ({reason})"
+            ),
+            LoginFailure::TokenRefused => format!(
+                "{brokers} refused walrelay's login: it did not take walrelay's OAUTHBEARER \
+                 token ({reason})"
+            ),
+        }
+    }
+}
+
+/// Whether a client error is a failed login (SASL): a wrong user or
+/// password, a mechanism the listener does not enable, a Kerberos ticket
+/// that could not be had, or with OAUTHBEARER OIDC no token to log in with. librdkafka retries it forever,
 /// and says so only to the client context.
 pub fn is_login_refusal(error: &KafkaError) -> bool {
     error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication)
@@ -72,25 +150,25 @@ fn kerberos_support(config: &ClientConfig, built_in: bool) -> Result<(), Error> 
 /// (librdkafka logs it, then tries the broker all the same, since a ticket
 /// may still be in the cache).
 pub struct LoginAdvice {
-    fix: &'static str,
+    kerberos: bool,
     kinit_failure: Mutex<Option<String>>,
 }
 
 impl LoginAdvice {
     pub fn new(config: &ClientConfig) -> Self {
         LoginAdvice {
-            fix: if is_kerberos(config) {
-                KERBEROS_LOGIN_FIX
-            } else {
-                LOGIN_FIX
-            },
+            kerberos: is_kerberos(config),
             kinit_failure: Mutex::new(None),
         }
     }
 
-    /// The properties to check.
-    pub fn fix(&self) -> &'static str {
-        self.fix
+    /// Which failure librdkafka's `reason` describes.
+    pub fn failure(&self, reason: &str) -> LoginFailure {
+        if self.kerberos {
+            LoginFailure::Kerberos
+        } else {
+            LoginFailure::of(reason)
+        }
     }
 
     /// Notes a log line of librdkafka's: a failed ticket refresh (facility
@@ -118,14 +196,17 @@ impl LoginAdvice {
         }
     }
 
-    /// A refused login as the permanent error it is: retrying cannot fix
+    /// A failed login as the permanent error it is: retrying cannot fix
     /// credentials. `reason` is librdkafka's, which names the mechanism,
-    /// never the password.
+    /// never the password (and the log masks every secret of the command
+    /// line).
     pub fn refused(&self, reason: &str) -> Error {
+        let reason = self.reason(reason);
+        let failure = self.failure(&reason);
         Error::permanent(format!(
-            "Kafka refused walrelay's login (authentication failed: {}); walrelay stopped: {}",
-            self.reason(reason),
-            self.fix
+            "{}; walrelay stopped: {}",
+            failure.describe("Kafka", &reason),
+            failure.fix()
         ))
     }
 
@@ -159,6 +240,7 @@ mod tests {
         ]);
         let error = LoginAdvice::new(&scram).refused("SASL authentication error");
         assert!(!error.is_transient());
+        assert!(error.report().starts_with("Kafka refused walrelay's login"));
         for property in [
             "-X sasl.username",
             "-X sasl.password",
@@ -238,5 +320,49 @@ mod tests {
             assert!(report.contains(words), "{words:?} in {report}");
         }
         assert!(!report.contains("sasl.password"), "{report}");
+    }
+
+    fn oauthbearer() -> LoginAdvice {
+        LoginAdvice::new(&config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+        ]))
+    }
+
+    #[test]
+    fn no_token_from_the_identity_provider_names_the_token_endpoint_settings() {
+        // As librdkafka 2.12.1 words it, with the provider's RFC 6749 answer.
+        let error = oauthbearer()
+            .refused("Failed to acquire SASL OAUTHBEARER token: {\"error\":\"invalid_client\"}");
+        assert!(!error.is_transient());
+        for property in [
+            "-X sasl.oauthbearer.token.endpoint.url",
+            "-X sasl.oauthbearer.client.id",
+            "-X sasl.oauthbearer.client.secret",
+            "invalid_client",
+        ] {
+            assert!(error.report().contains(property), "{}", error.report());
+        }
+        assert!(!error.report().contains("-X sasl.password"));
+    }
+
+    #[test]
+    fn a_token_the_broker_does_not_take_names_the_scope_and_the_brokers_trust() {
+        // As librdkafka 2.12.1 quotes Apache Kafka 4.4's answer.
+        let error = oauthbearer().refused(
+            "sasl_ssl://b:9093/bootstrap: SASL authentication error: \
+             {\"status\":\"invalid_token\"} (after 661ms in state AUTH_REQ)",
+        );
+        for words in [
+            "OAUTHBEARER token",
+            "invalid_token",
+            "-X sasl.oauthbearer.scope",
+            "sasl.oauthbearer.expected.audience",
+            "sasl.oauthbearer.jwks.endpoint.url",
+        ] {
+            assert!(error.report().contains(words), "{}", error.report());
+        }
+        assert!(!error.report().contains("-X sasl.password"));
     }
 }

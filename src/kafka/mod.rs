@@ -7,6 +7,7 @@ pub mod login;
 pub mod producer;
 pub mod reachability;
 pub mod reader;
+pub mod secrets;
 pub mod topics;
 
 use rdkafka::config::ClientConfig;

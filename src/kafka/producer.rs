@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::reachability;
+use super::secrets;
 use super::topics::{TopicManager, TopicPolicy};
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
@@ -224,10 +225,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
                 login: LoginAdvice::new(&config),
                 refused_id: Mutex::new(None),
             })
-            .map_err(|e| {
-                Error::permanent("cannot create the Kafka producer; check the -X properties")
-                    .with_source(e)
-            })?;
+            .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))?;
         warm_up(producer.clone());
         let topics = TopicManager::new(&config, policy, metrics.clone(), batch_size)?;
         let brokers = config

@@ -131,10 +131,10 @@ impl<'a> TopicManager<'a> {
         // An admin client is a producer to librdkafka, which asks brokers to
         // auto-create topics it looks up: a lookup must not create one.
         config.set("allow.auto.create.topics", "false");
-        let admin = Arc::new(config.create().map_err(|e| {
-            Error::permanent("cannot create the Kafka admin client; check the -X properties")
-                .with_source(e)
-        })?);
+        let admin =
+            Arc::new(config.create().map_err(|e| {
+                super::secrets::client_refused("the Kafka admin client", &e, &config)
+            })?);
         Ok(TopicManager {
             admin,
             policy,

@@ -23,6 +23,7 @@ use tracing::debug;
 use super::record::DeadLetter;
 use crate::config::RedriveSettings;
 use crate::error::{Error, Result};
+use crate::kafka::secrets;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a read waits before checking whether a quiet partition is at
@@ -50,10 +51,10 @@ pub struct DeadLetterReader {
 impl DeadLetterReader {
     /// The reader, or None when the dead-letter topic does not exist.
     pub async fn open(settings: &RedriveSettings) -> Result<Option<Self>> {
-        let consumer: StreamConsumer = settings.consumer.create().map_err(|e| {
-            Error::permanent("cannot create the Kafka consumer; check the -X properties")
-                .with_source(e)
-        })?;
+        let consumer: StreamConsumer = settings
+            .consumer
+            .create()
+            .map_err(|e| secrets::client_refused("the Kafka consumer", &e, &settings.consumer))?;
         let consumer = Arc::new(consumer);
         let topic = settings.dead_letter_topic.clone();
         let group = settings.group.clone();

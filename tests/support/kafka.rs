@@ -10,8 +10,10 @@
 //! log in with SASL/SCRAM-SHA-512 and are held to ACLs (StandardAuthorizer);
 //! the tests' own clients log in as its super user, `admin`, and
 //! `Broker::grant` adds ACLs. `Broker::apache_kerberos` is one whose
-//! clients log in with Kerberos (GSSAPI) in a realm of the test's; the
-//! tests' own clients use a PLAINTEXT listener of its own.
+//! clients log in with Kerberos (GSSAPI) in a realm of the test's, and
+//! `Broker::apache_oauthbearer` one whose clients log in with OAUTHBEARER
+//! tokens it checks against a JWKS; on both the tests' own clients use a
+//! PLAINTEXT listener of its own.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,19 +61,32 @@ pub struct Broker {
     engine: Engine,
     child: Option<Child>,
     dir: TempDir,
-    /// SCRAM users (name, password) of a secure Apache Kafka broker, admin first.
-    sasl: Option<Vec<(String, String)>>,
-    /// The Kerberos listener of an Apache Kafka broker, if it has one.
-    kerberos: Option<KerberosListener>,
+    security: Security,
 }
 
-/// A SASL_PLAINTEXT listener that takes Kerberos (GSSAPI) logins.
-struct KerberosListener {
-    /// `kafka.sh`'s settings: the realm's krb5.conf, the broker's
-    /// principal and its keytab.
-    env: Vec<(String, String)>,
-    /// The PLAINTEXT listener of the broker itself and the tests' clients.
-    plain_port: u16,
+/// How the clients of an Apache Kafka broker log in.
+enum Security {
+    /// PLAINTEXT, no login.
+    None,
+    /// SASL/SCRAM-SHA-512 with these users (name, password), admin first,
+    /// and ACLs.
+    Scram(Vec<(String, String)>),
+    /// SASL/OAUTHBEARER with tokens (RS256 JWTs) checked against a JWKS;
+    /// `plain_port` is a PLAINTEXT listener for the broker itself and the
+    /// tests' own clients, which have no token.
+    OAuthBearer {
+        jwks_url: String,
+        issuer: String,
+        audience: String,
+        plain_port: u16,
+    },
+    /// SASL/GSSAPI (Kerberos): `env` is kafka.sh's settings (the realm's
+    /// krb5.conf, the broker's principal and its keytab); `plain_port` as
+    /// for OAUTHBEARER.
+    Kerberos {
+        env: Vec<(String, String)>,
+        plain_port: u16,
+    },
 }
 
 /// The broker's Kerberos principal: clients ask for the ticket of the host
@@ -161,11 +176,16 @@ impl Broker {
 
     fn start_tansu(storage: &str) -> Self {
         let storage = storage.to_string();
-        Self::launch("tansu", free_port(), Engine::Tansu { storage }, None)
+        Self::launch(
+            "tansu",
+            free_port(),
+            Engine::Tansu { storage },
+            Security::None,
+        )
     }
 
     fn start_apache() -> Self {
-        Self::start_apache_with(None)
+        Self::start_apache_with(Security::None)
     }
 
     /// An Apache Kafka broker with a SASL_PLAINTEXT listener (SCRAM-SHA-512)
@@ -175,7 +195,41 @@ impl Broker {
     pub fn apache_secure(users: &[(&str, &str)]) -> Self {
         let mut all = vec![(ADMIN_USER.to_string(), ADMIN_PASSWORD.to_string())];
         all.extend(users.iter().map(|(u, p)| (u.to_string(), p.to_string())));
-        Self::start_apache_with(Some(all))
+        Self::start_apache_with(Security::Scram(all))
+    }
+
+    /// An Apache Kafka broker whose SASL_PLAINTEXT listener takes
+    /// OAUTHBEARER tokens only, validated by OAuthBearerValidatorCallbackHandler
+    /// against the JWKS at `jwks_url`, with that `issuer` and `audience`.
+    pub fn apache_oauthbearer(jwks_url: &str, issuer: &str, audience: &str) -> Self {
+        let plain_port = free_port();
+        Self::start_apache_with(Security::OAuthBearer {
+            jwks_url: jwks_url.to_string(),
+            issuer: issuer.to_string(),
+            audience: audience.to_string(),
+            plain_port,
+        })
+    }
+
+    /// An Apache Kafka broker whose SASL_PLAINTEXT listener takes Kerberos
+    /// (GSSAPI) logins in `kdc`'s realm, the broker being KAFKA_PRINCIPAL
+    /// (added to the realm here); `brokers()` names that listener. No ACLs.
+    pub fn apache_kerberos(kdc: &Kdc) -> Self {
+        let keytab = kdc.add_principal(KAFKA_PRINCIPAL);
+        let env = vec![
+            ("WALRELAY_KAFKA_SECURITY".into(), "sasl-gssapi".into()),
+            (
+                "WALRELAY_KAFKA_KRB5_CONF".into(),
+                kdc.krb5_conf().display().to_string(),
+            ),
+            ("WALRELAY_KAFKA_KEYTAB".into(), keytab.display().to_string()),
+            (
+                "WALRELAY_KAFKA_PRINCIPAL".into(),
+                format!("{KAFKA_PRINCIPAL}@{REALM}"),
+            ),
+        ];
+        let plain_port = free_port();
+        Self::start_apache_with(Security::Kerberos { env, plain_port })
     }
 
     /// One secure broker (`apache_secure(users)`) for every test of a binary
@@ -191,6 +245,17 @@ impl Broker {
     pub fn shared_apache_kerberos(kdc: &Kdc) -> &'static Broker {
         static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
         SHARED.get_or_init(|| Self::apache_kerberos(kdc).until_exit())
+    }
+
+    /// One OAUTHBEARER broker (`apache_oauthbearer`) for every test of a
+    /// binary that asks, started by the first, stopped when it exits.
+    pub fn shared_apache_oauthbearer(
+        jwks_url: &str,
+        issuer: &str,
+        audience: &str,
+    ) -> &'static Broker {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache_oauthbearer(jwks_url, issuer, audience).until_exit())
     }
 
     /// This broker for the rest of the test binary: a static is never
@@ -211,65 +276,24 @@ impl Broker {
         broker
     }
 
-    /// An Apache Kafka broker whose SASL_PLAINTEXT listener takes Kerberos
-    /// (GSSAPI) logins in `kdc`'s realm, the broker being KAFKA_PRINCIPAL
-    /// (added to the realm here); `brokers()` names that listener. No ACLs.
-    pub fn apache_kerberos(kdc: &Kdc) -> Self {
-        let keytab = kdc.add_principal(KAFKA_PRINCIPAL);
-        let env = vec![
-            ("WALRELAY_KAFKA_SECURITY".into(), "sasl-gssapi".into()),
-            (
-                "WALRELAY_KAFKA_KRB5_CONF".into(),
-                kdc.krb5_conf().display().to_string(),
-            ),
-            ("WALRELAY_KAFKA_KEYTAB".into(), keytab.display().to_string()),
-            (
-                "WALRELAY_KAFKA_PRINCIPAL".into(),
-                format!("{KAFKA_PRINCIPAL}@{REALM}"),
-            ),
-        ];
-        // free_port hands out each port once: not the broker's two.
-        let plain_port = free_port();
-        let mut broker = Self::apache_unstarted(None);
-        broker.kerberos = Some(KerberosListener { env, plain_port });
-        broker.spawn();
-        broker
-    }
-
-    fn start_apache_with(sasl: Option<Vec<(String, String)>>) -> Self {
-        let mut broker = Self::apache_unstarted(sasl);
-        broker.spawn();
-        broker
-    }
-
-    fn apache_unstarted(sasl: Option<Vec<(String, String)>>) -> Self {
+    fn start_apache_with(security: Security) -> Self {
         let port = free_port();
         let controller_port = std::iter::repeat_with(free_port)
             .find(|&p| p != port)
             .unwrap();
-        Self::unstarted("kafka", port, Engine::Apache { controller_port }, sasl)
+        Self::launch("kafka", port, Engine::Apache { controller_port }, security)
     }
 
-    fn launch(tag: &str, port: u16, engine: Engine, sasl: Option<Vec<(String, String)>>) -> Self {
-        let mut broker = Self::unstarted(tag, port, engine, sasl);
-        broker.spawn();
-        broker
-    }
-
-    fn unstarted(
-        tag: &str,
-        port: u16,
-        engine: Engine,
-        sasl: Option<Vec<(String, String)>>,
-    ) -> Self {
-        Broker {
+    fn launch(tag: &str, port: u16, engine: Engine, security: Security) -> Self {
+        let mut broker = Broker {
             port,
             engine,
             child: None,
             dir: TempDir::new(tag),
-            sasl,
-            kerberos: None,
-        }
+            security,
+        };
+        broker.spawn();
+        broker
     }
 
     /// kill -9 through `&self` and the directory removed, for the shared
@@ -279,9 +303,9 @@ impl Broker {
     }
 
     /// The librdkafka properties that log in as `user` with `password` on
-    /// a secure broker, as `-X` takes them (none on a plain one).
+    /// a SCRAM broker, as `-X` takes them (none on another).
     pub fn login_properties(&self, user: &str, password: &str) -> Vec<(String, String)> {
-        if self.sasl.is_none() {
+        if !matches!(self.security, Security::Scram(_)) {
             return Vec::new();
         }
         [
@@ -304,15 +328,14 @@ impl Broker {
     }
 
     /// A client configuration for this broker: as the super user on a
-    /// secure one.
+    /// SCRAM one, through the PLAINTEXT listener of an OAUTHBEARER one.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
-        match &self.kerberos {
-            Some(listener) => config.set(
-                "bootstrap.servers",
-                format!("127.0.0.1:{}", listener.plain_port),
-            ),
-            None => config.set("bootstrap.servers", self.brokers()),
+        match self.security {
+            Security::OAuthBearer { plain_port, .. } | Security::Kerberos { plain_port, .. } => {
+                config.set("bootstrap.servers", format!("127.0.0.1:{plain_port}"))
+            }
+            _ => config.set("bootstrap.servers", self.brokers()),
         };
         for (key, value) in self.login_properties(ADMIN_USER, ADMIN_PASSWORD) {
             config.set(key, value);
@@ -323,7 +346,10 @@ impl Broker {
     /// Allows `principal` (`User:name`) each of `operations` on `resource`,
     /// through the admin API's CreateAcls, as the super user.
     pub fn grant(&self, principal: &str, resource: AclResource<'_>, operations: &[AclOperation]) {
-        assert!(self.sasl.is_some(), "ACLs need Broker::apache_secure");
+        assert!(
+            matches!(self.security, Security::Scram(_)),
+            "ACLs need Broker::apache_secure"
+        );
         acl::create(&self.client_config(), principal, resource, operations);
     }
 
@@ -369,17 +395,33 @@ impl Broker {
                     .arg(&self.dir.0)
                     .arg(self.port.to_string())
                     .arg(controller_port.to_string());
-                if let Some(users) = &self.sasl {
-                    let users: Vec<String> =
-                        users.iter().map(|(u, p)| format!("{u}={p}")).collect();
-                    command
-                        .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
-                        .env("WALRELAY_KAFKA_USERS", users.join(" "));
-                }
-                if let Some(listener) = &self.kerberos {
-                    command
-                        .envs(listener.env.iter().map(|(k, v)| (k, v)))
-                        .env("WALRELAY_KAFKA_PLAIN_PORT", listener.plain_port.to_string());
+                match &self.security {
+                    Security::None => {}
+                    Security::Scram(users) => {
+                        let users: Vec<String> =
+                            users.iter().map(|(u, p)| format!("{u}={p}")).collect();
+                        command
+                            .env("WALRELAY_KAFKA_SECURITY", "sasl-scram")
+                            .env("WALRELAY_KAFKA_USERS", users.join(" "));
+                    }
+                    Security::OAuthBearer {
+                        jwks_url,
+                        issuer,
+                        audience,
+                        plain_port,
+                    } => {
+                        command
+                            .env("WALRELAY_KAFKA_SECURITY", "oauthbearer")
+                            .env("WALRELAY_KAFKA_JWKS_URL", jwks_url)
+                            .env("WALRELAY_KAFKA_OAUTH_ISSUER", issuer)
+                            .env("WALRELAY_KAFKA_OAUTH_AUDIENCE", audience)
+                            .env("WALRELAY_KAFKA_PLAIN_PORT", plain_port.to_string());
+                    }
+                    Security::Kerberos { env, plain_port } => {
+                        command
+                            .envs(env.iter().map(|(k, v)| (k, v)))
+                            .env("WALRELAY_KAFKA_PLAIN_PORT", plain_port.to_string());
+                    }
                 }
                 command
             }
@@ -434,9 +476,9 @@ impl Broker {
     }
 
     pub fn brokers(&self) -> String {
-        match self.kerberos {
-            Some(_) => format!("localhost:{}", self.port),
-            None => format!("127.0.0.1:{}", self.port),
+        match self.security {
+            Security::Kerberos { .. } => format!("localhost:{}", self.port),
+            _ => format!("127.0.0.1:{}", self.port),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod doctest;
 pub mod guarantees;
 pub mod kafka;
 pub mod kerberos;
+pub mod oidc;
 pub mod outbox;
 pub mod pg;
 pub mod relay;
