@@ -90,12 +90,37 @@ pub struct ConnArgs {
     /// The table where walrelay remembers each slot (created if absent; sql/walrelay_state.sql for a least-privilege role).
     #[arg(long, env = "WALRELAY_STATE_TABLE", default_value = crate::postgres::state::DEFAULT_TABLE)]
     pub state_table: crate::postgres::names::TableName,
+
+    /// How walrelay logs in to Postgres: the password of --pg-url (or PGPASSWORD), or an RDS/Aurora IAM token signed for each connection and sent over TLS.
+    #[arg(long, env = "WALRELAY_PG_AUTH", value_enum, default_value_t = PgAuthMode::Password)]
+    pub pg_auth: PgAuthMode,
+}
+
+/// How walrelay logs in to Postgres (`--pg-auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PgAuthMode {
+    /// The password of --pg-url, or PGPASSWORD.
+    Password,
+    /// An RDS/Aurora IAM token from the AWS credential chain.
+    RdsIam,
+}
+
+/// The AWS region tokens are signed for: shared by `--pg-auth rds-iam` and `--kafka-auth msk-iam`.
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "AWS")]
+pub struct AwsArgs {
+    /// The AWS region of the database and the MSK cluster, for --pg-auth rds-iam and --kafka-auth msk-iam [default: AWS_REGION, else AWS_DEFAULT_REGION].
+    #[arg(long, env = "WALRELAY_AWS_REGION")]
+    pub aws_region: Option<String>,
 }
 
 #[derive(Args, Clone)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
+
+    #[command(flatten)]
+    pub aws: AwsArgs,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -113,13 +138,16 @@ pub struct CheckArgs {
 }
 
 impl ConnArgs {
-    /// Parses the Postgres URL and checks the slot name.
-    pub fn validate(&self) -> Result<PgTarget> {
+    /// Parses the Postgres URL, with how to log in, and checks the slot name.
+    pub fn validate(&self, aws: &AwsArgs) -> Result<PgTarget> {
         let mut pg = PgTarget::parse(&self.pg_url)?;
-        // libpq's rule: PGPASSWORD when the connection string has no
-        // password, so that a command line (or a printed one) can name the
-        // database without its secret.
-        if pg.config.get_password().is_none() {
+        if self.pg_auth == PgAuthMode::RdsIam {
+            let region = crate::postgres::auth::aws_region(aws.aws_region.as_deref())?;
+            pg = pg.with_rds_iam(region)?;
+        } else if pg.config.get_password().is_none() {
+            // libpq's rule: PGPASSWORD when the connection string has no
+            // password, so that a command line (or a printed one) can name the
+            // database without its secret.
             if let Some(password) = pg_password_from_env() {
                 pg.config.password(password);
             }

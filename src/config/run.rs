@@ -22,6 +22,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
     #[command(flatten)]
+    pub aws: super::AwsArgs,
+    #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
     pub mapping: MappingArgs,

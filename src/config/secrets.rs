@@ -48,6 +48,18 @@ impl Command {
             secrets.push(crate::percent::decode(&password));
             secrets.push(password);
         }
+        if self.uses_aws() {
+            // The AWS credential chain's first link.
+            secrets.extend(
+                [
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN",
+                    "AWS_ACCESS_KEY_ID",
+                ]
+                .iter()
+                .filter_map(|name| std::env::var(name).ok()),
+            );
+        }
         for (key, value) in properties {
             let key = key.to_ascii_lowercase();
             if ["password", "secret", "jaas", "token", "pem", "credentials"]
@@ -58,6 +70,17 @@ impl Command {
             }
         }
         secrets
+    }
+}
+
+impl Command {
+    /// `--pg-auth rds-iam` or `--kafka-auth msk-iam`: AWS credentials in play.
+    fn uses_aws(&self) -> bool {
+        let pg = match self {
+            Command::Status(args) => Some(args.conn.pg_auth),
+            other => other.run_args().map(|args| args.conn.pg_auth),
+        };
+        pg == Some(super::PgAuthMode::RdsIam)
     }
 }
 
@@ -122,6 +145,25 @@ mod tests {
         ]);
         assert!(found.contains(&"p@ss-word".to_string()), "{found:?}");
         assert!(found.contains(&"p%40ss-word".to_string()), "{found:?}");
+    }
+
+    #[test]
+    fn aws_credentials_in_the_environment_are_secrets_when_walrelay_signs_with_them() {
+        // Set for this test alone: no other test reads it.
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "aws-secret-in-env");
+        let argv = |auth| {
+            secrets(&[
+                "walrelay",
+                "status",
+                "--pg-url",
+                "postgres://u@h/db",
+                "--pg-auth",
+                auth,
+            ])
+        };
+        assert!(argv("rds-iam").contains(&"aws-secret-in-env".to_string()));
+        assert!(!argv("password").contains(&"aws-secret-in-env".to_string()));
+        std::env::remove_var("AWS_SECRET_ACCESS_KEY");
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub struct Timeouts {
 
 impl Settings {
     pub fn from_args(args: &RunArgs) -> Result<Settings> {
-        let pg = args.conn.validate()?;
+        let pg = args.conn.validate(&args.aws)?;
         let (source, mapping, kafka, poison, flow, watch) = (
             &args.source,
             &args.mapping,
