@@ -241,3 +241,105 @@ fn rds_iam_refuses_sslmode_disable_and_a_missing_region_with_the_fix() {
         relay.log()
     );
 }
+
+/// Each token a broker received is the signed URL AWS's MSK signer makes at
+/// the token's own X-Amz-Date, with walrelay's User-Agent appended after
+/// signing.
+fn assert_msk_tokens_are_awss(tokens: &[String]) {
+    for token in tokens {
+        let url = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(token)
+                .expect("base64url without padding"),
+        )
+        .unwrap();
+        let (signed, user_agent) = url.rsplit_once("&User-Agent=").expect("a User-Agent last");
+        assert_eq!(user_agent, walrelay::percent::encode(msk::USER_AGENT));
+        let signed_at = support::aws::signing_time(signed);
+        let mut req = request(
+            "msk",
+            &Credentials::new(support::aws::ACCESS_KEY, SECRET_KEY, None, None, "t"),
+            Some(SESSION_TOKEN),
+            support::aws::REGION,
+            signed_at as f64,
+        );
+        req["access_key"] = json!(support::aws::ACCESS_KEY);
+        let theirs = oracle(req)["token"].as_str().unwrap().to_string();
+        let theirs = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(theirs)
+                .unwrap(),
+        )
+        .unwrap();
+        let (their_signed, _) = theirs.rsplit_once("&User-Agent=").unwrap();
+        assert_eq!(signed, their_signed);
+        let age = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - signed_at;
+        assert!(age.abs() < 60, "a token signed {age}s before it was sent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_tokens_reach_the_broker_from_check_s_admin_client_and_producer() {
+    let pg = Postgres::start();
+    pg.client_with_outbox().await;
+    let broker = support::aws::SaslCapture::start();
+    // The stand-in has no TLS: -X overrides the protocol --kafka-auth sets.
+    let line = format!(
+        "walrelay check --pg-url '{}' --kafka-brokers 127.0.0.1:{} --kafka-auth msk-iam \
+         -X security.protocol=SASL_PLAINTEXT",
+        pg.url(),
+        broker.port
+    );
+    let out = support::relay::shell(&line)
+        .envs(aws_env())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stdout.contains("refused walrelay's login"),
+        "{stdout}\n{stderr}"
+    );
+    // The admin client's token (set by walrelay itself) and the probing
+    // producer's (through librdkafka's refresh hook): two connections.
+    let tokens = broker.tokens();
+    assert!(
+        tokens.len() >= 2,
+        "{} token(s) reached the broker\n{stderr}",
+        tokens.len()
+    );
+    assert_msk_tokens_are_awss(&tokens);
+    for token in &tokens {
+        assert!(!stdout.contains(token.as_str()) && !stderr.contains(token.as_str()));
+    }
+    assert!(!stderr.contains(SECRET_KEY) && !stderr.contains(SESSION_TOKEN));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_run_sends_the_token_from_its_producer_and_stops_when_the_login_is_refused() {
+    let pg = Postgres::start();
+    pg.client_with_outbox().await;
+    let broker = support::aws::SaslCapture::start();
+    let line = format!(
+        "walrelay run --pg-url '{}' --kafka-brokers 127.0.0.1:{} --kafka-auth msk-iam \
+         -X security.protocol=SASL_PLAINTEXT --startup-timeout 20s",
+        pg.url(),
+        broker.port
+    );
+    let mut relay = Relay::start_shell(&line, &aws_env());
+    let status = relay.wait(Duration::from_secs(40)).expect("walrelay stops");
+    let log = relay.log();
+    assert!(!status.success());
+    assert!(log.contains("Kafka refused walrelay's login"), "{log}");
+    let tokens = broker.tokens();
+    assert!(!tokens.is_empty(), "no token reached the broker:\n{log}");
+    assert_msk_tokens_are_awss(&tokens);
+    for token in &tokens {
+        assert!(!log.contains(token.as_str()), "a token in the log");
+    }
+}

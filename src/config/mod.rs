@@ -16,7 +16,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{
-    FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs, WatchdogArgs,
+    FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,
+    WatchdogArgs,
 };
 pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 

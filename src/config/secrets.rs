@@ -80,7 +80,11 @@ impl Command {
             Command::Status(args) => Some(args.conn.pg_auth),
             other => other.run_args().map(|args| args.conn.pg_auth),
         };
-        pg == Some(super::PgAuthMode::RdsIam)
+        let kafka = match self {
+            Command::Redrive(args) => Some(args.kafka.kafka_auth),
+            other => other.run_args().map(|args| args.kafka.kafka_auth),
+        };
+        pg == Some(super::PgAuthMode::RdsIam) || kafka == Some(super::KafkaAuthMode::MskIam)
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Settings {
     /// For logs: where Kafka is.
     pub kafka_brokers: String,
     pub kafka: ClientConfig,
+    /// What every Kafka client is made with: `--kafka-auth`'s properties, then -X.
+    pub kafka_properties: Vec<(String, String)>,
     /// The largest event record the producer sends (its message.max.bytes
     /// unless the dead-letter topic raised it).
     pub event_max_bytes: usize,
@@ -139,6 +141,7 @@ impl Settings {
                 "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
             ));
         }
+        let kafka_properties = kafka.client_properties(&args.aws)?;
         let webhook = watch
             .alert_webhook
             .as_deref()
@@ -165,10 +168,11 @@ impl Settings {
             kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
             kafka: client_config(
                 &kafka.kafka_brokers,
-                &kafka.properties(),
+                &kafka_properties,
                 poison.dead_letter_max_message_bytes,
             ),
-            event_max_bytes: event_max_bytes(&kafka.properties()),
+            event_max_bytes: event_max_bytes(&kafka_properties),
+            kafka_properties,
             topics: topic_policy(
                 kafka,
                 &poison.dead_letter_topic,

@@ -135,6 +135,7 @@ impl<'a> TopicManager<'a> {
             Error::permanent("cannot create the Kafka admin client; check the -X properties")
                 .with_source(e)
         })?);
+        super::msk_iam::keep_admin_token(&config, &admin);
         Ok(TopicManager {
             admin,
             policy,

@@ -296,3 +296,99 @@ async fn serve(
     server.write_all(&startup).await.unwrap();
     let _ = tokio::io::copy_bidirectional(&mut tls, &mut server).await;
 }
+
+/// A stand-in Kafka broker on `127.0.0.1:port` that captures SASL
+/// OAUTHBEARER logins: it answers ApiVersions and SaslHandshake (offering
+/// OAUTHBEARER only), keeps the token of each SaslAuthenticate, and refuses
+/// it (SASL_AUTHENTICATION_FAILED), since only AWS can check a SigV4
+/// signature with the secret key it holds.
+pub struct SaslCapture {
+    pub port: u16,
+    pub tokens: Arc<Mutex<Vec<String>>>,
+}
+
+impl SaslCapture {
+    pub fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tokens = Arc::new(Mutex::new(Vec::new()));
+        let captured = tokens.clone();
+        std::thread::spawn(move || {
+            for socket in listener.incoming().flatten() {
+                let captured = captured.clone();
+                std::thread::spawn(move || {
+                    let _ = kafka_conversation(socket, &captured);
+                });
+            }
+        });
+        SaslCapture { port, tokens }
+    }
+
+    pub fn tokens(&self) -> Vec<String> {
+        self.tokens.lock().unwrap().clone()
+    }
+}
+
+fn kafka_conversation(
+    mut socket: std::net::TcpStream,
+    tokens: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    loop {
+        let mut size = [0u8; 4];
+        socket.read_exact(&mut size)?;
+        let mut request = vec![0u8; i32::from_be_bytes(size) as usize];
+        socket.read_exact(&mut request)?;
+        let api_key = i16::from_be_bytes([request[0], request[1]]);
+        let correlation = &request[4..8];
+        let client_id_len = i16::from_be_bytes([request[8], request[9]]).max(0) as usize;
+        let body = &request[10 + client_id_len..];
+        let mut response = correlation.to_vec();
+        match api_key {
+            // ApiVersions v3 (flexible body; its response header stays v0).
+            18 => {
+                response.extend_from_slice(&0i16.to_be_bytes());
+                let apis: [(i16, i16, i16); 3] = [(18, 0, 3), (17, 0, 1), (36, 0, 1)];
+                response.push(apis.len() as u8 + 1);
+                for (key, min, max) in apis {
+                    for v in [key, min, max] {
+                        response.extend_from_slice(&v.to_be_bytes());
+                    }
+                    response.push(0);
+                }
+                response.extend_from_slice(&0i32.to_be_bytes());
+                response.push(0);
+            }
+            // SaslHandshake v1: OAUTHBEARER is all there is.
+            17 => {
+                response.extend_from_slice(&0i16.to_be_bytes());
+                response.extend_from_slice(&1i32.to_be_bytes());
+                response.extend_from_slice(&11i16.to_be_bytes());
+                response.extend_from_slice(b"OAUTHBEARER");
+            }
+            // SaslAuthenticate v0/v1: RFC 7628's initial response,
+            // "n,,\x01auth=Bearer TOKEN\x01\x01".
+            36 => {
+                let len = i32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                let message = String::from_utf8_lossy(&body[4..4 + len]).into_owned();
+                if let Some(token) = message
+                    .split('\x01')
+                    .find_map(|kv| kv.strip_prefix("auth=Bearer "))
+                {
+                    tokens.lock().unwrap().push(token.to_string());
+                }
+                let text = b"stand-in broker: token captured, not checked";
+                response.extend_from_slice(&58i16.to_be_bytes());
+                response.extend_from_slice(&(text.len() as i16).to_be_bytes());
+                response.extend_from_slice(text);
+                response.extend_from_slice(&0i32.to_be_bytes());
+                response.extend_from_slice(&0i64.to_be_bytes());
+            }
+            _ => return Ok(()),
+        }
+        let mut framed = (response.len() as i32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&response);
+        socket.write_all(&framed)?;
+    }
+}

@@ -168,7 +168,7 @@ pub async fn run(args: AuditArgs) -> Result<()> {
     let topics = census(&client, &settings, &tables, &window, &mut found).await?;
     let out = Output { json: flags.json };
     out.window(&window, &topics, found.rows);
-    let reader = TopicReader::new(&settings.kafka_brokers, &args.run.kafka.properties())?;
+    let reader = TopicReader::new(&settings.kafka_brokers, &settings.kafka_properties)?;
     let earliest = topics.values().map(|t| t.earliest_ms).min().unwrap_or(0);
     let parked = dead_lettered(
         &reader,
