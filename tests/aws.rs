@@ -282,18 +282,26 @@ fn assert_msk_tokens_are_awss(tokens: &[String]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn msk_iam_tokens_reach_the_broker_from_check_s_admin_client_and_producer() {
+/// A database with the outbox, a stand-in broker that captures SASL
+/// OAUTHBEARER tokens, and `walrelay SUBCOMMAND` pointed at both with
+/// `--kafka-auth msk-iam`. The stand-in has no TLS: -X overrides the
+/// protocol --kafka-auth sets.
+async fn msk_stand_in(subcommand: &str) -> (Postgres, support::aws::SaslCapture, String) {
     let pg = Postgres::start();
     pg.client_with_outbox().await;
     let broker = support::aws::SaslCapture::start();
-    // The stand-in has no TLS: -X overrides the protocol --kafka-auth sets.
     let line = format!(
-        "walrelay check --pg-url '{}' --kafka-brokers 127.0.0.1:{} --kafka-auth msk-iam \
+        "walrelay {subcommand} --pg-url '{}' --kafka-brokers 127.0.0.1:{} --kafka-auth msk-iam \
          -X security.protocol=SASL_PLAINTEXT",
         pg.url(),
         broker.port
     );
+    (pg, broker, line)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_tokens_reach_the_broker_from_check_s_admin_client_and_producer() {
+    let (_pg, broker, line) = msk_stand_in("check").await;
     let out = support::relay::shell(&line)
         .envs(aws_env())
         .output()
@@ -322,20 +330,17 @@ async fn msk_iam_tokens_reach_the_broker_from_check_s_admin_client_and_producer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msk_iam_run_sends_the_token_from_its_producer_and_stops_when_the_login_is_refused() {
-    let pg = Postgres::start();
-    pg.client_with_outbox().await;
-    let broker = support::aws::SaslCapture::start();
-    let line = format!(
-        "walrelay run --pg-url '{}' --kafka-brokers 127.0.0.1:{} --kafka-auth msk-iam \
-         -X security.protocol=SASL_PLAINTEXT --startup-timeout 20s",
-        pg.url(),
-        broker.port
-    );
+    let (_pg, broker, line) = msk_stand_in("run").await;
+    let line = format!("{line} --startup-timeout 20s");
     let mut relay = Relay::start_shell(&line, &aws_env());
     let status = relay.wait(Duration::from_secs(40)).expect("walrelay stops");
     let log = relay.log();
     assert!(!status.success());
     assert!(log.contains("Kafka refused walrelay's login"), "{log}");
+    assert!(
+        log.contains("may kafka-cluster:Connect"),
+        "no MSK IAM fix in:\n{log}"
+    );
     let tokens = broker.tokens();
     assert!(!tokens.is_empty(), "no token reached the broker:\n{log}");
     assert_msk_tokens_are_awss(&tokens);

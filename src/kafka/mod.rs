@@ -37,7 +37,9 @@ pub fn grant_command(principal: &str, operation: &str, resource: &str) -> String
 /// What to check when the broker refuses walrelay's login.
 pub const LOGIN_FIX: &str = "check -X sasl.username and -X sasl.password (a user the broker \
      knows, with its current password), and that -X security.protocol (SASL_PLAINTEXT or \
-     SASL_SSL) and -X sasl.mechanism (e.g. SCRAM-SHA-512) match the broker's listener";
+     SASL_SSL) and -X sasl.mechanism (e.g. SCRAM-SHA-512) match the broker's listener; with \
+     --kafka-auth msk-iam, that the IAM identity may kafka-cluster:Connect, that --aws-region \
+     is the cluster's, and that the brokers are the IAM listener's (port 9098, public 9198)";
 
 /// Whether a client error is the broker refusing the login (SASL): a wrong
 /// user or password, or a mechanism the listener does not enable.
