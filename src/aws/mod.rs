@@ -39,11 +39,10 @@ const REFRESH_MARGIN: Duration = Duration::from_secs(300);
 /// The region a token is signed for: `--aws-region`, else `AWS_REGION`, else
 /// `AWS_DEFAULT_REGION`. None when none is set.
 pub fn region(flag: Option<&str>) -> Option<String> {
-    flag.map(str::to_string)
-        .or_else(|| std::env::var("AWS_REGION").ok())
-        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty())
+    let set = |r: String| Some(r.trim().to_string()).filter(|r| !r.is_empty());
+    flag.and_then(|r| set(r.to_string()))
+        .or_else(|| std::env::var("AWS_REGION").ok().and_then(set))
+        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok().and_then(set))
 }
 
 /// The region for `what` (a flag that needs it), or the error that says how to give one.
@@ -211,9 +210,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_region_flag_wins_and_an_empty_one_is_none() {
-        assert_eq!(region(Some("eu-west-1")).as_deref(), Some("eu-west-1"));
-        assert_eq!(region(Some(" ")), None.or_else(|| region(None)));
+    fn the_region_flag_wins_and_an_empty_one_is_not_set() {
+        assert_eq!(region(Some(" eu-west-1 ")).as_deref(), Some("eu-west-1"));
+        // An empty flag (WALRELAY_AWS_REGION="") leaves it to the environment.
+        assert_eq!(region(Some(" ")), region(None));
     }
 
     #[test]
