@@ -6,6 +6,8 @@
 //! library holds everything else, so the apply path can be tested without a
 //! broker (see `relay` and `sink`).
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod check;
 pub mod checkpoint;
 pub mod clock;

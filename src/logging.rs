@@ -94,15 +94,42 @@ impl Redactor {
     }
 
     pub fn redact(&self, line: String) -> String {
-        self.needles.iter().fold(line, |line, needle| {
+        let line = self.needles.iter().fold(line, |line, needle| {
             if line.contains(needle.as_str()) {
                 line.replace(needle.as_str(), MASK)
             } else {
                 line
             }
-        })
+        });
+        redact_aws_tokens(line)
     }
 }
+
+/// AWS tokens are signed for each connection, long after the command line
+/// was read, so they are masked by their shape: an RDS IAM password's
+/// signature, session token and key id, and an MSK IAM token (base64url of
+/// `https://kafka.…`), wherever some library's message might quote one.
+fn redact_aws_tokens(line: String) -> String {
+    static TOKENS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    if !line.contains("X-Amz-") && !line.contains(MSK_TOKEN_START) {
+        return line;
+    }
+    let tokens = TOKENS.get_or_init(|| {
+        regex::Regex::new(&format!(
+            r"(X-Amz-(?:Signature|Security-Token|Credential)=)[^&\s\x22']+|{MSK_TOKEN_START}[A-Za-z0-9_-]*"
+        ))
+        .expect("a valid regex")
+    });
+    tokens
+        .replace_all(&line, |c: &regex::Captures<'_>| {
+            format!("{}{MASK}", c.get(1).map_or("", |m| m.as_str()))
+        })
+        .into_owned()
+}
+
+/// "https://kafka." in base64url, as far as it does not depend on what
+/// follows: how every MSK IAM token starts.
+const MSK_TOKEN_START: &str = "aHR0cHM6Ly9rYWZrYS";
 
 /// Stderr behind the redactor: the text formatter writes each event into
 /// one writer, which masks and writes the whole line when dropped.
@@ -295,6 +322,21 @@ mod tests {
         assert_eq!(line["lsn"], "0/16B3748");
         assert_eq!(line["field_level"], "critical");
         assert!(text.starts_with(r#"{"time":""#), "{text}");
+    }
+
+    #[test]
+    fn aws_tokens_are_masked_by_their_shape() {
+        let r = Redactor::new(vec![]);
+        let rds = "db:5432/?Action=connect&DBUser=app&X-Amz-Credential=AKID%2F20231114&\
+                   X-Amz-Security-Token=IQo%2Fx&X-Amz-Signature=5a87 failed";
+        let masked = r.redact(rds.into());
+        assert!(!masked.contains("AKID") && !masked.contains("IQo") && !masked.contains("5a87"));
+        assert!(
+            masked.ends_with("X-Amz-Signature=<redacted> failed"),
+            "{masked}"
+        );
+        let msk = "token aHR0cHM6Ly9rYWZrYS5ldS13ZXN0LTEuYW1hem9u-_x refused";
+        assert_eq!(r.redact(msk.into()), "token <redacted> refused");
     }
 
     #[test]

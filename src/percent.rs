@@ -1,7 +1,22 @@
 //! RFC 3986 percent-decoding, for the parts of walrelay's URLs that carry
 //! text a person wrote: `--pg-url`'s query (`sslrootcert`) and the user and
 //! password of `--alert-webhook`. An escape that is not two hex digits is
-//! kept as written. And the password of a URL's user info, a secret to mask.
+//! kept as written. And the password of a URL's user info, a secret to mask;
+//! and encoding, for the query values of a signed AWS token.
+
+/// Encodes every byte but RFC 3986's unreserved characters (letters, digits,
+/// `-._~`), as SigV4 and botocore encode query values.
+pub fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
 
 /// Decodes `%XX` escapes; never fails, never panics.
 pub fn decode(text: &str) -> String {
@@ -39,6 +54,13 @@ pub fn url_password(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::decode;
+
+    #[test]
+    fn encoding_keeps_only_unreserved_characters_and_decodes_back() {
+        let text = "app user/ü:1~a";
+        assert_eq!(super::encode(text), "app%20user%2F%C3%BC%3A1~a");
+        assert_eq!(decode(&super::encode(text)), text);
+    }
 
     #[test]
     fn escapes_are_decoded_and_anything_else_is_kept() {

@@ -12,7 +12,7 @@ use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
 pub async fn run(args: StatusArgs) -> Result<()> {
-    let pg = args.conn.validate()?;
+    let pg = args.conn.validate(&args.aws)?;
     let client = setup::connect(&pg).await?;
     let slot_name = &args.conn.slot;
     let report = slot::read(&client, slot_name).await?;

@@ -41,6 +41,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
         }
     };
     let admin = Arc::new(admin);
+    crate::kafka::msk_iam::keep_admin_token(&config, &admin);
 
     let metadata = {
         let admin = admin.clone();
@@ -355,6 +356,8 @@ struct IdempotenceWatch {
 }
 
 impl ClientContext for IdempotenceWatch {
+    crate::kafka::msk_iam::oauth_token_hook!();
+
     fn stats(&self, statistics: Statistics) {
         if let Some(eos) = statistics.eos {
             self.state.lock().expect("not poisoned").0 = Some(eos.idemp_state);

@@ -16,7 +16,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{
-    FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs, WatchdogArgs,
+    FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,
+    WatchdogArgs,
 };
 pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 
@@ -90,12 +91,37 @@ pub struct ConnArgs {
     /// The table where walrelay remembers each slot (created if absent; sql/walrelay_state.sql for a least-privilege role).
     #[arg(long, env = "WALRELAY_STATE_TABLE", default_value = crate::postgres::state::DEFAULT_TABLE)]
     pub state_table: crate::postgres::names::TableName,
+
+    /// How walrelay logs in to Postgres: the password of --pg-url (or PGPASSWORD), or an RDS/Aurora IAM token signed for each connection and sent over TLS.
+    #[arg(long, env = "WALRELAY_PG_AUTH", value_enum, default_value_t = PgAuthMode::Password)]
+    pub pg_auth: PgAuthMode,
+}
+
+/// How walrelay logs in to Postgres (`--pg-auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PgAuthMode {
+    /// The password of --pg-url, or PGPASSWORD.
+    Password,
+    /// An RDS/Aurora IAM token from the AWS credential chain.
+    RdsIam,
+}
+
+/// The AWS region tokens are signed for: shared by `--pg-auth rds-iam` and `--kafka-auth msk-iam`.
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "AWS")]
+pub struct AwsArgs {
+    /// The AWS region of the database and the MSK cluster, for --pg-auth rds-iam and --kafka-auth msk-iam [default: AWS_REGION, else AWS_DEFAULT_REGION].
+    #[arg(long, env = "WALRELAY_AWS_REGION")]
+    pub aws_region: Option<String>,
 }
 
 #[derive(Args, Clone)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
+
+    #[command(flatten)]
+    pub aws: AwsArgs,
 
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -113,13 +139,16 @@ pub struct CheckArgs {
 }
 
 impl ConnArgs {
-    /// Parses the Postgres URL and checks the slot name.
-    pub fn validate(&self) -> Result<PgTarget> {
+    /// Parses the Postgres URL, with how to log in, and checks the slot name.
+    pub fn validate(&self, aws: &AwsArgs) -> Result<PgTarget> {
         let mut pg = PgTarget::parse(&self.pg_url)?;
-        // libpq's rule: PGPASSWORD when the connection string has no
-        // password, so that a command line (or a printed one) can name the
-        // database without its secret.
-        if pg.config.get_password().is_none() {
+        if self.pg_auth == PgAuthMode::RdsIam {
+            let region = crate::postgres::auth::aws_region(aws.aws_region.as_deref())?;
+            pg = pg.with_rds_iam(region)?;
+        } else if pg.config.get_password().is_none() {
+            // libpq's rule: PGPASSWORD when the connection string has no
+            // password, so that a command line (or a printed one) can name the
+            // database without its secret.
             if let Some(password) = pg_password_from_env() {
                 pg.config.password(password);
             }
@@ -284,6 +313,34 @@ pub(crate) fn run_args(extra: &[&str]) -> RunArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "aws")]
+    #[test]
+    fn with_rds_iam_the_primary_logs_in_with_a_token_of_its_own_host_too() {
+        let argv = [
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://relay@replica.example.com/app?sslmode=require",
+            "--pg-primary-url",
+            "postgres://relay@primary.example.com/app?sslmode=require",
+            "--pg-auth",
+            "rds-iam",
+            "--aws-region",
+            "eu-west-1",
+            "--kafka-brokers",
+            "localhost:9092",
+        ];
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("expected run");
+        };
+        let s = Settings::from_args(&args).unwrap();
+        let rds = crate::postgres::PgAuth::RdsIam {
+            region: "eu-west-1".into(),
+        };
+        assert_eq!(s.pg.auth, rds);
+        assert_eq!(s.pg_primary.expect("a primary").auth, rds);
+    }
 
     #[test]
     fn defaults_follow_the_documented_values() {

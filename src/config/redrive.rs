@@ -14,6 +14,9 @@ pub struct RedriveArgs {
     #[command(flatten)]
     pub kafka: KafkaArgs,
 
+    #[command(flatten)]
+    pub aws: super::AwsArgs,
+
     /// The dead-letter topic to read (the --dead-letter-topic of walrelay run).
     #[arg(
         long,
@@ -89,7 +92,7 @@ impl RedriveArgs {
             ));
         }
         let brokers = super::settings::kafka_brokers(&self.kafka.kafka_brokers)?;
-        let properties = self.kafka.properties();
+        let properties = self.kafka.client_properties(&self.aws)?;
         let mut producer = client_config(&brokers, &properties, self.dead_letter_max_message_bytes);
         // One record per batch: the dead-letter topic holds records a broker
         // refused, and a broker refuses a whole batch for one record too

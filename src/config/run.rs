@@ -25,6 +25,8 @@ pub struct RunArgs {
     #[arg(long, env = "WALRELAY_PG_PRIMARY_URL", hide_env_values = true)]
     pub pg_primary_url: Option<String>,
     #[command(flatten)]
+    pub aws: super::AwsArgs,
+    #[command(flatten)]
     pub source: SourceArgs,
     #[command(flatten)]
     pub mapping: MappingArgs,
@@ -224,6 +226,10 @@ pub struct KafkaArgs {
     )]
     pub kafka_properties: Vec<Properties>,
 
+    /// How walrelay logs in to Kafka: as the -X properties say (none, SASL PLAIN or SCRAM, OIDC), or with AWS MSK IAM tokens (SASL OAUTHBEARER) from the AWS credential chain.
+    #[arg(long, env = "WALRELAY_KAFKA_AUTH", value_enum, default_value_t = KafkaAuthMode::Properties)]
+    pub kafka_auth: KafkaAuthMode,
+
     /// Partitions for topics walrelay creates.
     #[arg(long, env = "WALRELAY_TOPIC_PARTITIONS", default_value_t = 3)]
     pub topic_partitions: i32,
@@ -357,6 +363,15 @@ pub struct WatchdogArgs {
     pub alert_webhook: Option<String>,
 }
 
+/// How walrelay logs in to Kafka (`--kafka-auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KafkaAuthMode {
+    /// As the -X properties say.
+    Properties,
+    /// AWS MSK IAM: SASL OAUTHBEARER with tokens signed from the AWS credential chain.
+    MskIam,
+}
+
 impl KafkaArgs {
     /// Every -X property, in the order given (a later one wins).
     pub fn properties(&self) -> Vec<(String, String)> {
@@ -365,6 +380,39 @@ impl KafkaArgs {
             .flat_map(|p| p.0.iter().cloned())
             .collect()
     }
+
+    /// The properties every Kafka client is made with: those of
+    /// `--kafka-auth`, then the -X ones.
+    pub fn client_properties(
+        &self,
+        aws: &super::AwsArgs,
+    ) -> crate::error::Result<Vec<(String, String)>> {
+        let given = self.properties();
+        if self.kafka_auth == KafkaAuthMode::Properties {
+            return Ok(given);
+        }
+        if let Some(why) = crate::kafka::msk_iam::conflict(&given) {
+            return Err(crate::error::Error::permanent(why));
+        }
+        let region = msk_region(aws)?;
+        Ok(crate::kafka::msk_iam::properties(&region)
+            .into_iter()
+            .chain(given)
+            .collect())
+    }
+}
+
+#[cfg(feature = "aws")]
+fn msk_region(aws: &super::AwsArgs) -> crate::error::Result<String> {
+    crate::aws::require_region(aws.aws_region.as_deref(), "--kafka-auth msk-iam")
+}
+
+#[cfg(not(feature = "aws"))]
+fn msk_region(_: &super::AwsArgs) -> crate::error::Result<String> {
+    Err(crate::error::Error::permanent(
+        "--kafka-auth msk-iam needs the AWS SDK, which this walrelay was built without: build \
+         with the default features (cargo build --release)",
+    ))
 }
 
 impl fmt::Debug for RunArgs {

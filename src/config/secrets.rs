@@ -49,6 +49,18 @@ impl Command {
             secrets.push(crate::percent::decode(&password));
             secrets.push(password);
         }
+        if self.uses_aws() {
+            // The AWS credential chain's first link.
+            secrets.extend(
+                [
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN",
+                    "AWS_ACCESS_KEY_ID",
+                ]
+                .iter()
+                .filter_map(|name| std::env::var(name).ok()),
+            );
+        }
         let pg_primary_url = self
             .run_args()
             .and_then(|args| args.pg_primary_url.as_deref());
@@ -57,6 +69,21 @@ impl Command {
             properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         ));
         secrets
+    }
+}
+
+impl Command {
+    /// `--pg-auth rds-iam` or `--kafka-auth msk-iam`: AWS credentials in play.
+    fn uses_aws(&self) -> bool {
+        let pg = match self {
+            Command::Status(args) => Some(args.conn.pg_auth),
+            other => other.run_args().map(|args| args.conn.pg_auth),
+        };
+        let kafka = match self {
+            Command::Redrive(args) => Some(args.kafka.kafka_auth),
+            other => other.run_args().map(|args| args.kafka.kafka_auth),
+        };
+        pg == Some(super::PgAuthMode::RdsIam) || kafka == Some(super::KafkaAuthMode::MskIam)
     }
 }
 
@@ -127,6 +154,25 @@ mod tests {
             "k:9092",
         ]);
         assert_eq!(found, vec!["pr@mary-pass", "pr%40mary-pass"]);
+    }
+
+    #[test]
+    fn aws_credentials_in_the_environment_are_secrets_when_walrelay_signs_with_them() {
+        // Set for this test alone: no other test reads it.
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "aws-secret-in-env");
+        let argv = |auth| {
+            secrets(&[
+                "walrelay",
+                "status",
+                "--pg-url",
+                "postgres://u@h/db",
+                "--pg-auth",
+                auth,
+            ])
+        };
+        assert!(argv("rds-iam").contains(&"aws-secret-in-env".to_string()));
+        assert!(!argv("password").contains(&"aws-secret-in-env".to_string()));
+        std::env::remove_var("AWS_SECRET_ACCESS_KEY");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::outbox::routing::{validate_topic, Router};
 use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::{StateRoute, StateTable};
-use crate::postgres::PgTarget;
+use crate::postgres::{PgAuth, PgTarget};
 use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
@@ -48,6 +48,8 @@ pub struct Settings {
     /// For logs: where Kafka is.
     pub kafka_brokers: String,
     pub kafka: ClientConfig,
+    /// What every Kafka client is made with: `--kafka-auth`'s properties, then -X.
+    pub kafka_properties: Vec<(String, String)>,
     /// The largest event record the producer sends (its message.max.bytes
     /// unless the dead-letter topic raised it).
     pub event_max_bytes: usize,
@@ -92,7 +94,7 @@ pub struct Timeouts {
 
 impl Settings {
     pub fn from_args(args: &RunArgs) -> Result<Settings> {
-        let pg = args.conn.validate()?;
+        let pg = args.conn.validate(&args.aws)?;
         let (source, mapping, kafka, poison, flow, watch) = (
             &args.source,
             &args.mapping,
@@ -143,6 +145,7 @@ impl Settings {
                 "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
             ));
         }
+        let kafka_properties = kafka.client_properties(&args.aws)?;
         let webhook = watch
             .alert_webhook
             .as_deref()
@@ -151,17 +154,18 @@ impl Settings {
             .map_err(Error::permanent)?;
         let kafka_config = client_config(
             &kafka.kafka_brokers,
-            &kafka.properties(),
+            &kafka_properties,
             poison.dead_letter_max_message_bytes,
         );
         crate::kafka::login::require_kerberos_support(&kafka_config)?;
+        let pg_primary = args
+            .pg_primary_url
+            .as_deref()
+            .map(|url| primary_target(url, &pg.auth))
+            .transpose()?;
         Ok(Settings {
             pg,
-            pg_primary: args
-                .pg_primary_url
-                .as_deref()
-                .map(primary_target)
-                .transpose()?,
+            pg_primary,
             slot: args.conn.slot.clone(),
             publication: args.conn.publication.clone(),
             source: source.source,
@@ -179,7 +183,8 @@ impl Settings {
             router,
             kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
             kafka: kafka_config,
-            event_max_bytes: event_max_bytes(&kafka.properties()),
+            event_max_bytes: event_max_bytes(&kafka_properties),
+            kafka_properties,
             topics: topic_policy(
                 kafka,
                 &poison.dead_letter_topic,
@@ -226,13 +231,20 @@ impl Settings {
 }
 
 /// Parses `--pg-primary-url`; its errors name that flag, not `--pg-url`.
-fn primary_target(url: &str) -> Result<PgTarget> {
-    PgTarget::parse(url).map_err(|e| {
+/// The primary logs in as `--pg-url` does: with `--pg-auth rds-iam`, a
+/// token signed for the primary's own host.
+fn primary_target(url: &str, auth: &PgAuth) -> Result<PgTarget> {
+    let named = |e: Error| {
         Error::permanent(format!(
             "--pg-primary-url: {}",
             e.report().replace("--pg-url ", "the URL ")
         ))
-    })
+    };
+    let target = PgTarget::parse(url).map_err(named)?;
+    match auth {
+        PgAuth::Password => Ok(target),
+        PgAuth::RdsIam { region } => target.with_rds_iam(region.clone()).map_err(named),
+    }
 }
 
 /// What the Debezium formats and headers cannot do, told at start-up rather than per event.

@@ -50,6 +50,8 @@ impl ProducerContext for LoginWatch {
 }
 
 impl ClientContext for LoginWatch {
+    super::msk_iam::oauth_token_hook!();
+
     fn error(&self, error: KafkaError, reason: &str) {
         if is_login_refusal(&error) {
             *self.refused.lock().unwrap_or_else(|e| e.into_inner()) =

@@ -45,6 +45,13 @@ pub const TOKEN_REFUSED_FIX: &str = "check that -X sasl.oauthbearer.scope asks t
      sasl.oauthbearer.jwks.endpoint.url and sasl.oauthbearer.expected.issuer); the broker's log \
      says which check failed";
 
+/// What to check when an MSK IAM login fails (`--kafka-auth msk-iam`).
+pub const MSK_IAM_FIX: &str = "check that walrelay finds AWS credentials (the environment, a \
+     profile, web identity, ECS or IMDS; a failed one is named above), that the IAM identity \
+     they name may kafka-cluster:Connect to this cluster (its IAM policy), that --aws-region is \
+     the cluster's, and that --kafka-brokers are the cluster's IAM listener (port 9098, public \
+     9198)";
+
 /// Why a login failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoginFailure {
@@ -52,6 +59,8 @@ pub enum LoginFailure {
     Refused,
     /// A Kerberos login failed: no ticket, or one the broker does not take.
     Kerberos,
+    /// An MSK IAM login failed: no token signed, or one the broker refused.
+    MskIam,
     /// No OAUTHBEARER token from the identity provider: it refused the
     /// client's credentials, or did not answer with a token.
     NoToken,
@@ -61,7 +70,7 @@ pub enum LoginFailure {
 
 impl LoginFailure {
     /// Which failure librdkafka's `reason` describes, for a login that is
-    /// not Kerberos (`LoginAdvice::failure` knows). Without a token
+    /// neither Kerberos nor MSK IAM (`LoginAdvice::failure` knows). Without a token
     /// librdkafka says "Failed to acquire SASL OAUTHBEARER token: <the
     /// token endpoint's answer>" (rd_kafka_oauthbearer_set_token_failure0,
     /// librdkafka 2.12.1, src/rdkafka_sasl_oauthbearer.c). A broker that
@@ -83,6 +92,7 @@ impl LoginFailure {
         match self {
             LoginFailure::Refused => LOGIN_FIX,
             LoginFailure::Kerberos => KERBEROS_LOGIN_FIX,
+            LoginFailure::MskIam => MSK_IAM_FIX,
             LoginFailure::NoToken => TOKEN_FIX,
             LoginFailure::TokenRefused => TOKEN_REFUSED_FIX,
         }
@@ -91,7 +101,7 @@ impl LoginFailure {
     /// What happened, with librdkafka's `reason`; `brokers` refused it.
     pub fn describe(self, brokers: &str, reason: &str) -> String {
         match self {
-            LoginFailure::Refused | LoginFailure::Kerberos => {
+            LoginFailure::Refused | LoginFailure::Kerberos | LoginFailure::MskIam => {
                 format!("{brokers} refused walrelay's login (authentication failed: {reason})")
             }
             LoginFailure::NoToken => format!(
@@ -150,25 +160,28 @@ fn kerberos_support(config: &ClientConfig, built_in: bool) -> Result<(), Error> 
 /// (librdkafka logs it, then tries the broker all the same, since a ticket
 /// may still be in the cache).
 pub struct LoginAdvice {
-    kerberos: bool,
+    /// Kerberos or MSK IAM, which the reason alone does not tell.
+    mechanism: Option<LoginFailure>,
     kinit_failure: Mutex<Option<String>>,
 }
 
 impl LoginAdvice {
     pub fn new(config: &ClientConfig) -> Self {
         LoginAdvice {
-            kerberos: is_kerberos(config),
+            mechanism: if is_kerberos(config) {
+                Some(LoginFailure::Kerberos)
+            } else if super::msk_iam::is_msk_iam(config) {
+                Some(LoginFailure::MskIam)
+            } else {
+                None
+            },
             kinit_failure: Mutex::new(None),
         }
     }
 
     /// Which failure librdkafka's `reason` describes.
     pub fn failure(&self, reason: &str) -> LoginFailure {
-        if self.kerberos {
-            LoginFailure::Kerberos
-        } else {
-            LoginFailure::of(reason)
-        }
+        self.mechanism.unwrap_or_else(|| LoginFailure::of(reason))
     }
 
     /// Notes a log line of librdkafka's: a failed ticket refresh (facility
@@ -364,5 +377,27 @@ mod tests {
             assert!(error.report().contains(words), "{}", error.report());
         }
         assert!(!error.report().contains("-X sasl.password"));
+    }
+
+    #[test]
+    fn a_refused_msk_iam_login_names_the_iam_policy_the_region_and_the_listener() {
+        let pairs = crate::kafka::msk_iam::properties("eu-west-1");
+        let pairs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        // Whatever the broker's words, even an OAUTHBEARER answer of RFC 7628.
+        let report = LoginAdvice::new(&config(&pairs))
+            .refused("SASL authentication error: {\"status\":\"invalid_token\"}")
+            .report();
+        for words in [
+            "kafka-cluster:Connect",
+            "--aws-region",
+            "9098",
+            "AWS credentials",
+        ] {
+            assert!(report.contains(words), "{words:?} in {report}");
+        }
+        assert!(!report.contains("-X sasl.oauthbearer.scope"), "{report}");
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod login;
+pub mod msk_iam;
 pub mod producer;
 pub mod reachability;
 pub mod reader;

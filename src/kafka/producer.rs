@@ -74,6 +74,8 @@ impl<T> DeliveryContext<T> {
 }
 
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
+    super::msk_iam::oauth_token_hook!();
+
     // librdkafka reconnects to brokers by itself; count it and say so, once
     // per kind of error and minute rather than at every retry.
     fn error(&self, error: KafkaError, reason: &str) {

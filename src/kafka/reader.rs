@@ -19,7 +19,7 @@ const SILENCE: Duration = Duration::from_secs(30);
 const REQUEST: Duration = Duration::from_secs(10);
 
 pub struct TopicReader {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<super::msk_iam::TokenContext>,
     brokers: String,
 }
 
@@ -37,10 +37,12 @@ impl TopicReader {
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
             .set("client.id", "walrelay-audit");
-        let consumer = config.create().map_err(|e| {
-            Error::permanent("cannot create the Kafka consumer; check the -X properties")
-                .with_source(e)
-        })?;
+        let consumer = config
+            .create_with_context(super::msk_iam::TokenContext)
+            .map_err(|e| {
+                Error::permanent("cannot create the Kafka consumer; check the -X properties")
+                    .with_source(e)
+            })?;
         Ok(TopicReader {
             consumer,
             brokers: brokers.to_string(),

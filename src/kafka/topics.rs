@@ -135,6 +135,7 @@ impl<'a> TopicManager<'a> {
             Arc::new(config.create().map_err(|e| {
                 super::secrets::client_refused("the Kafka admin client", &e, &config)
             })?);
+        super::msk_iam::keep_admin_token(&config, &admin);
         Ok(TopicManager {
             admin,
             policy,

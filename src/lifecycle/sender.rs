@@ -87,7 +87,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
                 .publish_mapped(&mut self.progress, txn, mapped, Instant::now())
                 .await?;
             self.handed += 1;
-            if self.handed % PROGRESS_EVERY == 0 {
+            if self.handed.is_multiple_of(PROGRESS_EVERY) {
                 progress(self.done());
             }
         }

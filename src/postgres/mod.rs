@@ -1,6 +1,7 @@
 //! Everything that talks to Postgres: start-up checks and slot management over
 //! an ordinary SQL connection, and the replication stream with its pgoutput codec.
 
+pub mod auth;
 pub mod failover;
 pub mod guard;
 pub mod lsn;
@@ -20,6 +21,7 @@ pub mod wire;
 use tokio_postgres::config::{Host, SslMode as PgSslMode};
 
 use crate::error::{Error, Kind, Result};
+pub use auth::PgAuth;
 use tls::{split_tls_options, SslMode, Tls};
 
 /// TCP settings that notice a dead peer; the replication stream also has an
@@ -40,6 +42,8 @@ pub mod dead_peer {
 pub struct PgTarget {
     pub config: tokio_postgres::Config,
     pub tls: Tls,
+    /// How each connection logs in (`--pg-auth`).
+    pub auth: PgAuth,
 }
 
 impl std::fmt::Debug for PgTarget {
@@ -48,6 +52,7 @@ impl std::fmt::Debug for PgTarget {
         f.debug_struct("PgTarget")
             .field("target", &describe_target(&self.config))
             .field("sslmode", &self.tls.mode())
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -95,7 +100,11 @@ impl PgTarget {
             SslMode::Prefer => PgSslMode::Prefer,
             _ => PgSslMode::Require,
         });
-        Ok(PgTarget { config, tls })
+        Ok(PgTarget {
+            config,
+            tls,
+            auth: PgAuth::Password,
+        })
     }
 }
 

@@ -16,20 +16,36 @@ use crate::error::{Error, Result};
 /// How long dropping a slot a failed start created may take.
 const DROP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// An ordinary SQL connection, logged in as `--pg-auth` says (a fresh IAM
+/// token for each connection).
 pub async fn connect(target: &PgTarget) -> Result<Client> {
-    let failed = |e| {
-        sql_error(
+    let config = super::auth::login_config(target).await?;
+    let failed = |e: tokio_postgres::Error| {
+        // tokio-postgres says so in the error's source.
+        let no_tls = std::error::Error::source(&e)
+            .is_some_and(|cause| cause.to_string().contains("server does not support TLS"));
+        if target.uses_token() && no_tls {
+            return super::auth::no_tls_for_token(target);
+        }
+        let fix = e
+            .as_db_error()
+            .and_then(|db| super::auth::refused_login_fix(target, db.code().code()));
+        let error = sql_error(
             format!(
                 "cannot connect to Postgres at {}",
                 describe_target(&target.config)
             ),
             e,
-        )
+        );
+        match fix {
+            Some(fix) => error.with_note(&format!("; {fix}")),
+            None => error,
+        }
     };
     // The connection task's type depends on TLS, hence two branches.
     let client = match target.tls.make_connector() {
         Some(tls) => {
-            let (client, connection) = target.config.connect(tls).await.map_err(failed)?;
+            let (client, connection) = config.connect(tls).await.map_err(failed)?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "control connection closed");
@@ -38,7 +54,7 @@ pub async fn connect(target: &PgTarget) -> Result<Client> {
             client
         }
         None => {
-            let (client, connection) = target.config.connect(NoTls).await.map_err(failed)?;
+            let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "control connection closed");

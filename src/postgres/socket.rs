@@ -93,6 +93,9 @@ async fn negotiate_tls(
         .await
         .map_err(connection_lost)?;
     if answer[0] != b'S' {
+        if target.uses_token() {
+            return Err(super::auth::no_tls_for_token(target));
+        }
         if target.tls.required() {
             return Err(Error::permanent(format!(
                 "Postgres at {} does not accept TLS, but --pg-url asks for sslmode={:?}: \

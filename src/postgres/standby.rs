@@ -178,7 +178,7 @@ pub async fn while_creating_slot<F: Future>(creating: F, primary: &Client) -> F:
     let mut asked = 0u32;
     let mut refused = false;
     loop {
-        if asked % WAIT_REPEAT == 0 {
+        if asked.is_multiple_of(WAIT_REPEAT) {
             info!(
                 waited_s = asked,
                 "creating the slot on the standby waits for a running-transactions record from \

@@ -29,6 +29,7 @@ pub enum SslMode {
 pub struct Tls {
     mode: SslMode,
     connector: Option<SslConnector>,
+    root_cert: Option<PathBuf>,
 }
 
 impl Tls {
@@ -38,6 +39,15 @@ impl Tls {
 
     pub fn mode(&self) -> SslMode {
         self.mode
+    }
+
+    /// At least `require`: for a login whose password must not travel in
+    /// clear (an IAM token). `prefer`, the default, becomes `require`.
+    pub fn at_least_required(&self) -> Result<Self> {
+        if self.required() {
+            return Ok(self.clone());
+        }
+        Tls::build(SslMode::Require, self.root_cert.clone())
     }
 
     fn verify_hostname(&self) -> bool {
@@ -100,7 +110,11 @@ impl Tls {
             });
             Some(builder.build())
         };
-        Ok(Tls { mode, connector })
+        Ok(Tls {
+            mode,
+            connector,
+            root_cert,
+        })
     }
 }
 

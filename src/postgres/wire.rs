@@ -71,8 +71,15 @@ impl ServerError {
 }
 
 /// The server refused the replication connection; a role without
-/// REPLICATION is told how to get it.
-fn refused(error: ServerError, config: &tokio_postgres::Config) -> Error {
+/// REPLICATION is told how to get it, and an IAM login what it needs.
+fn refused(error: ServerError, target: &PgTarget) -> Error {
+    let config = &target.config;
+    if let Some(fix) = super::auth::refused_login_fix(target, &error.code) {
+        return error
+            .clone()
+            .into_error("Postgres refused the replication connection")
+            .with_note(&format!("; {fix}"));
+    }
     if error.code != "42501" {
         return error.into_error("Postgres refused the replication connection");
     }
@@ -117,6 +124,8 @@ impl WireConnection {
     /// tokio-postgres on the SQL connection, has the `target_session_attrs`
     /// asked for, so both connections end up on the same server.
     pub async fn connect(target: &PgTarget) -> Result<Self> {
+        // With --pg-auth rds-iam: a token signed now, for the one host.
+        let login = super::auth::login_config(target).await?;
         let config = &target.config;
         let hosts = config.get_hosts();
         if hosts.is_empty() {
@@ -155,7 +164,7 @@ impl WireConnection {
             };
             // A host that is starting up or shutting down is skipped, as
             // libpq does; a refused login is not.
-            let fits = match conn.startup(config).await {
+            let fits = match conn.startup(&login, target).await {
                 Ok(()) => match wanted {
                     TargetSessionAttrs::ReadWrite => conn.read_only().await.map(|ro| !ro),
                     TargetSessionAttrs::ReadOnly => conn.read_only().await,
@@ -226,7 +235,7 @@ impl WireConnection {
         }
     }
 
-    async fn startup(&mut self, config: &tokio_postgres::Config) -> Result<()> {
+    async fn startup(&mut self, config: &tokio_postgres::Config, target: &PgTarget) -> Result<()> {
         let user = config.get_user().ok_or_else(|| {
             Error::permanent("--pg-url names no user: add user=NAME (or postgres://NAME@host/db)")
         })?;
@@ -305,7 +314,7 @@ impl WireConnection {
                     })?;
                 }
                 Message::ErrorResponse(body) => {
-                    return Err(refused(ServerError::from_fields(body.fields()), config));
+                    return Err(refused(ServerError::from_fields(body.fields()), target));
                 }
                 _ => {
                     return Err(Error::permanent(
@@ -319,7 +328,7 @@ impl WireConnection {
             match self.reader.read_message().await? {
                 Message::ReadyForQuery(_) => return Ok(()),
                 Message::ErrorResponse(body) => {
-                    return Err(refused(ServerError::from_fields(body.fields()), config));
+                    return Err(refused(ServerError::from_fields(body.fields()), target));
                 }
                 _ => {}
             }

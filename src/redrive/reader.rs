@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -23,7 +23,11 @@ use tracing::debug;
 use super::record::DeadLetter;
 use crate::config::RedriveSettings;
 use crate::error::{Error, Result};
+use crate::kafka::msk_iam::TokenContext;
 use crate::kafka::secrets;
+
+/// The dead-letter topic's consumer, with the MSK IAM token hook.
+type StreamConsumer = rdkafka::consumer::StreamConsumer<TokenContext>;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a read waits before checking whether a quiet partition is at
@@ -53,7 +57,7 @@ impl DeadLetterReader {
     pub async fn open(settings: &RedriveSettings) -> Result<Option<Self>> {
         let consumer: StreamConsumer = settings
             .consumer
-            .create()
+            .create_with_context(TokenContext)
             .map_err(|e| secrets::client_refused("the Kafka consumer", &e, &settings.consumer))?;
         let consumer = Arc::new(consumer);
         let topic = settings.dead_letter_topic.clone();

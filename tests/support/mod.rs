@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod aws;
 pub mod debezium;
 pub mod doctest;
 pub mod guarantees;

@@ -168,7 +168,7 @@ pub async fn run(args: AuditArgs) -> Result<()> {
     let topics = census(&client, &settings, &tables, &window, &mut found).await?;
     let out = Output { json: flags.json };
     out.window(&window, &topics, found.rows);
-    let reader = TopicReader::new(&settings.kafka_brokers, &args.run.kafka.properties())?;
+    let reader = TopicReader::new(&settings.kafka_brokers, &settings.kafka_properties)?;
     let earliest = topics.values().map(|t| t.earliest_ms).min().unwrap_or(0);
     let parked = dead_lettered(
         &reader,
@@ -282,7 +282,9 @@ impl Audit<'_> {
             self.reader.scan(topic, from_ms, |message| {
                 use rdkafka::message::{Headers, Message};
                 read += 1;
-                if read % 10_000 == 0 && shown.elapsed() >= std::time::Duration::from_secs(5) {
+                if read.is_multiple_of(10_000)
+                    && shown.elapsed() >= std::time::Duration::from_secs(5)
+                {
                     shown = std::time::Instant::now();
                     info!(topic, records = read, "audit: reading the topic back");
                 }
