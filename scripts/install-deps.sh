@@ -87,6 +87,6 @@ fi
 if ! $demo_only; then
   scripts/kafka.sh fetch >/dev/null
   scripts/debezium.sh fetch >/dev/null
-  # AWS's token builders, the oracle of tests/aws_tokens.rs (PyPI).
+  # AWS's token builders, the oracle of tests/aws.rs (botocore from PyPI).
   scripts/aws-oracle.sh >/dev/null
 fi
