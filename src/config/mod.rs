@@ -1,6 +1,7 @@
 //! Command-line flags (each with an env var), their validation, and the
 //! settings derived from them.
 
+mod delivery;
 mod env_errors;
 mod redrive;
 mod retention;
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use delivery::{Delivery, DeliveryArgs, ExactlyOnce};
+pub(crate) use redrive::is_producer_only;
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{FlowArgs, KafkaArgs, MappingArgs, PoisonArgs, RunArgs, SourceArgs, WatchdogArgs};
 pub use settings::{Flow, Settings, Timeouts};
