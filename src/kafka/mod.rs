@@ -3,9 +3,11 @@
 //! through the admin API.
 
 pub mod client;
+pub mod position;
 pub mod producer;
 pub mod reachability;
 pub mod topics;
+pub mod transaction;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};

@@ -3,8 +3,13 @@
 //! manager. Many records are in flight at once; librdkafka reports each
 //! outcome on its own thread, and the report travels back to the apply loop
 //! on a channel with the record's ticket.
+//!
+//! With `--delivery exactly-once` the session makes its producer
+//! transactional once it holds the slot (`KafkaSink::exactly_once`), and the
+//! records go in transactions (`kafka::transaction`).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -19,23 +24,28 @@ use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::position::{self, Position};
 use super::reachability;
 use super::topics::{TopicManager, TopicPolicy};
+use super::transaction;
 use super::{error_reason, is_login_refusal, login_refused, refusal};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::state::ServerId;
 use crate::sink::{
-    Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink, TopicAccess,
-    TopicInfo,
+    Closing, Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink,
+    TopicAccess, TopicInfo,
 };
 
-/// A record's ticket on its way through librdkafka.
-struct InFlight<T> {
-    ticket: T,
+/// A record's ticket on its way through librdkafka; none for walrelay's own
+/// records (positions), whose outcome is their transaction's.
+pub(super) struct InFlight<T> {
+    ticket: Option<T>,
     sent_at: Instant,
 }
 
-struct DeliveryContext<T> {
+pub(super) struct DeliveryContext<T> {
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
     repeats: Mutex<Repeats>,
@@ -46,6 +56,11 @@ struct DeliveryContext<T> {
     /// then fails every record with a fatal error, which says nothing of
     /// the permission missing.
     refused_id: Mutex<Option<String>>,
+    /// The transactional.id of an exactly-once producer: a fatal error
+    /// (fenced by another producer of the slot) stops walrelay.
+    transactional_id: Option<String>,
+    /// The session that made it has ended: its errors no longer matter.
+    retired: AtomicBool,
 }
 
 impl<T> DeliveryContext<T> {
@@ -103,6 +118,18 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
             *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
         }
+        // A fenced transactional producer can never write again: stop now,
+        // before a delivery's error starts a new session instead.
+        let code = error.rdkafka_error_code();
+        if let (Some(id), Some(code @ (RDKafkaErrorCode::Fatal | RDKafkaErrorCode::Fenced))) =
+            (&self.transactional_id, code)
+        {
+            if !self.retired.load(Ordering::Relaxed) {
+                let cause = (code, reason.to_string());
+                let stop = transaction::error("producing", id, error, Some(cause));
+                let _ = self.fatal.try_send(stop);
+            }
+        }
     }
 
     // A failed connection also reaches `error` above: logged there, once.
@@ -150,6 +177,9 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 
     // Runs on librdkafka's polling thread: keep it short.
     fn delivery(&self, result: &DeliveryResult<'_>, in_flight: Box<InFlight<T>>) {
+        let Some(ticket) = in_flight.ticket else {
+            return;
+        };
         let result = match result {
             Ok(_) => Ok(()),
             Err((error, message)) => {
@@ -181,7 +211,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
         // The receiver is gone only when the session has ended; its events
         // will be read again from the slot.
         let _ = self.deliveries.send(Delivery {
-            ticket: in_flight.ticket,
+            ticket,
             took: in_flight.sent_at.elapsed(),
             result,
         });
@@ -194,6 +224,55 @@ pub struct KafkaSink<'a, T: Send + Sync + 'static> {
     topics: TopicManager<'a>,
     /// Tells /readyz and the watchdog whether a broker answers.
     _probe: reachability::BrokerProbe,
+    /// What a transactional producer is made of later in the session.
+    parts: Parts<T>,
+    /// Exactly once: the producer writes in transactions.
+    transaction: Option<Transactional>,
+}
+
+/// What a producer of the session is made of.
+struct Parts<T> {
+    config: ClientConfig,
+    deliveries: mpsc::UnboundedSender<Delivery<T>>,
+    metrics: Metrics,
+    fatal: mpsc::Sender<Error>,
+}
+
+impl<T: Send + Sync + 'static> Parts<T> {
+    fn producer(
+        &self,
+        transactional_id: Option<&str>,
+    ) -> Result<ThreadedProducer<DeliveryContext<T>>> {
+        let config = match transactional_id {
+            Some(id) => transaction::config(&self.config, id),
+            None => self.config.clone(),
+        };
+        config
+            .create_with_context(DeliveryContext {
+                deliveries: self.deliveries.clone(),
+                metrics: self.metrics.clone(),
+                repeats: Mutex::default(),
+                fatal: self.fatal.clone(),
+                refused_id: Mutex::new(None),
+                transactional_id: transactional_id.map(str::to_string),
+                retired: AtomicBool::new(false),
+            })
+            .map_err(|e| {
+                Error::permanent("cannot create the Kafka producer; check the -X properties")
+                    .with_source(e)
+            })
+    }
+}
+
+/// The session's transactions, once its producer is transactional.
+struct Transactional {
+    id: String,
+    topic: String,
+    /// The position record's key and what it says besides the LSN.
+    key: String,
+    position: Position,
+    /// A transaction is open (begun, not yet committed or aborted).
+    open: bool,
 }
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
@@ -212,21 +291,17 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
         let batch_size = policy.batch_size(configured);
         let mut config = config.clone();
         config.set("batch.size", batch_size.to_string());
-        let producer: ThreadedProducer<DeliveryContext<T>> = config
-            .create_with_context(DeliveryContext {
-                deliveries: tx,
-                metrics: metrics.clone(),
-                repeats: Mutex::default(),
-                fatal,
-                refused_id: Mutex::new(None),
-            })
-            .map_err(|e| {
-                Error::permanent("cannot create the Kafka producer; check the -X properties")
-                    .with_source(e)
-            })?;
+        let parts = Parts {
+            config,
+            deliveries: tx,
+            metrics: metrics.clone(),
+            fatal,
+        };
+        let producer = parts.producer(None)?;
         warm_up(producer.clone());
-        let topics = TopicManager::new(&config, policy, metrics.clone(), batch_size)?;
-        let brokers = config
+        let topics = TopicManager::new(&parts.config, policy, metrics.clone(), batch_size)?;
+        let brokers = parts
+            .config
             .get("bootstrap.servers")
             .unwrap_or_default()
             .to_string();
@@ -235,7 +310,106 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             deliveries: rx,
             _probe: reachability::watch(topics.admin(), brokers, metrics),
             topics,
+            parts,
+            transaction: None,
         })
+    }
+
+    /// Exactly once, once the session holds the slot: a transactional
+    /// producer of the slot's `transactional.id` (which fences every older
+    /// one and aborts what it left open), and the position the last
+    /// committed Kafka transaction recorded for the slot, read back with
+    /// read_committed (`kafka::position`). By `deadline`.
+    pub async fn exactly_once(
+        &mut self,
+        position_topic: &str,
+        slot: &str,
+        server: &ServerId,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Position>> {
+        let id = transaction::transactional_id(&server.system_id, slot);
+        let producer = self.parts.producer(Some(&id))?;
+        self.producer = producer.clone();
+        let sync_key = position::sync_key(&server.system_id, slot);
+        let sync = format!("{}-{}", std::process::id(), crate::clock::unix_now_us());
+        let (record_id, record_key, record_value) = (id.clone(), sync_key.clone(), sync.clone());
+        let topic = position_topic.to_string();
+        transaction::blocking(move || {
+            transaction::init(&producer, &record_id, deadline)?;
+            let record = BaseRecord::with_opaque_to(&topic, own_record())
+                .partition(position::PARTITION)
+                .key(record_key.as_bytes())
+                .payload(record_value.as_bytes());
+            transaction::write_alone(&producer, &record_id, record)
+        })
+        .await?;
+        let key = position::key(&server.system_id, slot);
+        let config = position::reader_config(&self.parts.config);
+        let (topic, read_key) = (position_topic.to_string(), key.clone());
+        let stored = transaction::blocking(move || {
+            position::read(
+                &config,
+                &topic,
+                &read_key,
+                &sync_key,
+                sync.as_bytes(),
+                deadline,
+            )
+        })
+        .await?;
+        self.transaction = Some(Transactional {
+            id,
+            topic: position_topic.to_string(),
+            key,
+            position: Position {
+                slot: slot.to_string(),
+                system_id: server.system_id.clone(),
+                timeline: server.timeline,
+                lsn: Lsn::ZERO,
+            },
+            open: false,
+        });
+        Ok(stored)
+    }
+
+    /// Opens a transaction for the next record, if none is open.
+    fn begin(&mut self) -> std::result::Result<(), Refusal> {
+        let Some(t) = &mut self.transaction else {
+            return Ok(());
+        };
+        if t.open {
+            return Ok(());
+        }
+        self.producer.begin_transaction().map_err(|e| Refusal {
+            rejection: Rejection::Retriable,
+            message: transaction::error(
+                "opening a transaction",
+                &t.id,
+                e,
+                self.producer.client().fatal_error(),
+            )
+            .report(),
+        })?;
+        t.open = true;
+        Ok(())
+    }
+}
+
+/// The opaque of a record of walrelay's own: no ticket, no delivery report.
+fn own_record<T>() -> Box<InFlight<T>> {
+    Box::new(InFlight {
+        ticket: None,
+        sent_at: Instant::now(),
+    })
+}
+
+impl<T: Send + Sync + 'static> Drop for KafkaSink<'_, T> {
+    fn drop(&mut self) {
+        // A later session fences this producer; that is no reason to stop.
+        self.producer
+            .context()
+            .retired
+            .store(true, Ordering::Relaxed);
     }
 }
 
@@ -285,8 +459,11 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
                 value: value.as_deref(),
             });
         }
+        if let Err(refusal) = self.begin() {
+            return Err(SendError::Refused(refusal));
+        }
         let in_flight = Box::new(InFlight {
-            ticket,
+            ticket: Some(ticket),
             sent_at: Instant::now(),
         });
         let mut base: BaseRecord<'_, [u8], [u8], Box<InFlight<T>>> =
@@ -305,7 +482,11 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
         match self.producer.send(base) {
             Ok(()) => Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
-                Err(SendError::Full(base.delivery_opaque.ticket))
+                let ticket = base
+                    .delivery_opaque
+                    .ticket
+                    .expect("an event's record has a ticket");
+                Err(SendError::Full(ticket))
             }
             Err((e, _)) => Err(SendError::Refused(
                 self.producer.context().refusal(&e, record.partition),
@@ -316,6 +497,58 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
     }
+
+    fn transactional(&self) -> bool {
+        self.transaction.is_some()
+    }
+
+    fn commit(&mut self, lsn: Lsn) -> Closing {
+        if let Err(refusal) = self.begin() {
+            return Closing::ready(Err(Error::transient(refusal.message)));
+        }
+        let Some(t) = &mut self.transaction else {
+            return Closing::ready(Err(Error::permanent("this producer is not transactional")));
+        };
+        t.position.lsn = lsn;
+        let value = t.position.encode();
+        let record = BaseRecord::with_opaque_to(&t.topic, own_record())
+            .partition(position::PARTITION)
+            .key(t.key.as_bytes())
+            .payload(&value[..]);
+        // Last in the transaction, so it commits with every record before it.
+        if let Err((e, _)) = self.producer.send(record) {
+            let fatal = self.producer.client().fatal_error();
+            return Closing::ready(Err(transaction::error(
+                "recording the position",
+                &t.id,
+                e,
+                fatal,
+            )));
+        }
+        t.open = false;
+        let (producer, id) = (self.producer.clone(), t.id.clone());
+        close_off_thread(move || transaction::commit(&producer, &id))
+    }
+
+    fn abort(&mut self) -> Closing {
+        match &mut self.transaction {
+            Some(t) if t.open => {
+                t.open = false;
+                let (producer, id) = (self.producer.clone(), t.id.clone());
+                close_off_thread(move || transaction::abort(&producer, &id))
+            }
+            _ => Closing::ready(Ok(())),
+        }
+    }
+}
+
+/// Runs a blocking commit or abort, its outcome told through a `Closing`.
+fn close_off_thread(call: impl FnOnce() -> Result<()> + Send + 'static) -> Closing {
+    let (tx, closing) = Closing::pending();
+    tokio::task::spawn_blocking(move || {
+        let _ = tx.send(call());
+    });
+    closing
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! simply read and sent again (at-least-once).
 
 mod apply;
+mod exactly_once;
 mod poison;
 mod progress;
 mod publish;
@@ -100,6 +101,10 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         fatal: kafka_fatal,
         change_accepted: AtomicBool::new(false),
         guard_told: AtomicBool::new(false),
+        exactly_once: settings
+            .exactly_once
+            .as_ref()
+            .map(|_| exactly_once::Shared::new(&metrics)),
     };
     let result = tokio::select! {
         result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
@@ -150,6 +155,8 @@ struct Shared {
     change_accepted: AtomicBool,
     /// Whether the guard is installed was said.
     guard_told: AtomicBool,
+    /// With --delivery exactly-once.
+    exactly_once: Option<exactly_once::Shared>,
 }
 
 /// On a stop, the state table records the last delivered position, for a
@@ -260,12 +267,24 @@ async fn session(
 ) -> Result<()> {
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
-    let sink = KafkaSink::new(
+    let mut sink = KafkaSink::new(
         &settings.kafka,
         &settings.topics,
         metrics.clone(),
         shared.fatal.clone(),
     )?;
+    let eos = settings
+        .exactly_once
+        .as_ref()
+        .zip(shared.exactly_once.as_ref());
+    // A broker without transactions must stop walrelay before it creates a
+    // publication or a slot, too.
+    if let Some((eos, eos_shared)) = eos {
+        tokio::select! {
+            probed = exactly_once::probe(settings, eos, eos_shared) => probed?,
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        }
+    }
     let mut started = Started::default();
     // A server that accepts the connection and then says nothing must not
     // hold the session, or a stop request, forever.
@@ -298,13 +317,26 @@ async fn session(
             return if *shutdown.borrow() { Ok(()) } else { Err(e) };
         }
     };
+    // Exactly once: only now, holding the slot, may this session fence the
+    // producers of the instances that held it before.
+    let run = match eos {
+        Some((eos, eos_shared)) => {
+            let starting =
+                exactly_once::start(settings, eos, eos_shared, &mut sink, &opened.system);
+            Some(tokio::select! {
+                run = starting => run?,
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            })
+        }
+        None => None,
+    };
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
         metrics.clone(),
         settings.slot.clone(),
         opened.start,
     ));
-    let apply = ApplyLoop::new(
+    let mut apply = ApplyLoop::new(
         settings,
         opened.upstream,
         sink,
@@ -312,8 +344,11 @@ async fn session(
         opened.read_timeout,
         metrics.clone(),
     )
-    .remembering(opened.server, &shared.position)
+    .remembering(opened.system.server, &shared.position)
     .guarded(opened.guard);
+    if let Some((run, eos)) = run.zip(settings.exactly_once.clone()) {
+        apply = apply.exactly_once(eos, run);
+    }
     let result = apply.run(shutdown).await;
     announce.abort();
     result
@@ -522,7 +557,7 @@ async fn open(
             query_timeout: read_timeout,
         },
         start,
-        server: system.server,
+        system,
         read_timeout,
         guard,
     })
@@ -576,8 +611,8 @@ struct Opened {
     upstream: PgUpstream,
     /// Where the session starts: the slot's position or a later confirmed one.
     start: Lsn,
-    /// The server history the session reads.
-    server: ServerId,
+    /// The server history the session reads, and its WAL flush position.
+    system: replication::SystemInfo,
     /// Silence on the replication connection longer than this means it is dead.
     read_timeout: Duration,
     /// What the guard's messages are judged against, when it is installed.
