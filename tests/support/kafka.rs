@@ -165,17 +165,38 @@ impl Broker {
     /// each. It is killed, and its directory removed, when the binary exits.
     pub fn shared_apache_secure(users: &[(&str, &str)]) -> &'static Broker {
         static SHARED: std::sync::OnceLock<Broker> = std::sync::OnceLock::new();
+        Self::share(&SHARED, || Self::apache_secure(users))
+    }
+
+    /// One plain Apache Kafka broker for every test of a binary that asks
+    /// (and does not stop, pause or restart it), as `shared_apache_secure`.
+    pub fn shared_apache() -> &'static Broker {
+        static SHARED: std::sync::OnceLock<Broker> = std::sync::OnceLock::new();
+        Self::share(&SHARED, Self::apache)
+    }
+
+    /// The broker in `cell`, started by the first caller and stopped when
+    /// the process exits (a static is never dropped).
+    fn share(
+        cell: &'static std::sync::OnceLock<Broker>,
+        start: impl FnOnce() -> Broker,
+    ) -> &'static Broker {
+        static STARTED: std::sync::Mutex<Vec<&'static Broker>> = std::sync::Mutex::new(Vec::new());
         extern "C" fn stop_shared() {
-            if let Some(broker) = SHARED.get() {
+            let started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+            for broker in started.iter() {
                 broker.stop_from_exit();
             }
         }
-        SHARED.get_or_init(|| {
-            let broker = Self::apache_secure(users);
-            // A static is never dropped: stop the JVM when the process exits.
-            unsafe { libc::atexit(stop_shared) };
-            broker
-        })
+        let broker = cell.get_or_init(start);
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        if !started.iter().any(|b| std::ptr::eq(*b, broker)) {
+            if started.is_empty() {
+                unsafe { libc::atexit(stop_shared) };
+            }
+            started.push(broker);
+        }
+        broker
     }
 
     fn start_apache_with(sasl: Option<Vec<(String, String)>>) -> Self {
@@ -468,6 +489,21 @@ impl Broker {
 
     pub fn consumer(&self) -> KafkaReader {
         KafkaReader::with_config(self.client_config())
+    }
+
+    /// A reader that sees only committed transactions (librdkafka's
+    /// default, said explicitly).
+    pub fn read_committed(&self) -> KafkaReader {
+        let mut config = self.client_config();
+        config.set("isolation.level", "read_committed");
+        KafkaReader::with_config(config)
+    }
+
+    /// A reader that also sees records of open and aborted transactions.
+    pub fn read_uncommitted(&self) -> KafkaReader {
+        let mut config = self.client_config();
+        config.set("isolation.level", "read_uncommitted");
+        KafkaReader::with_config(config)
     }
 }
 

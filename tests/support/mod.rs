@@ -6,6 +6,7 @@
 
 pub mod debezium;
 pub mod doctest;
+pub mod exactly_once;
 pub mod guarantees;
 pub mod kafka;
 pub mod outbox;
