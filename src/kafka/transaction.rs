@@ -88,7 +88,14 @@ pub fn error(
             )
         )
     };
-    if fenced_code(code) || fenced_code(fatal.as_ref().map(|(c, _)| *c)) {
+    // An epoch the coordinator bumped itself (a transaction it timed out)
+    // is abortable; only librdkafka's verdict makes it a fence.
+    let fenced = matches!(
+        code,
+        Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+    ) || (fatal_error && fenced_code(code))
+        || fenced_code(fatal.as_ref().map(|(c, _)| *c));
+    if fenced {
         let reason = fatal.map_or(text, |(_, reason)| reason);
         return Error::permanent(format!(
             "walrelay was fenced out of Kafka: another producer with transactional.id {id} \

@@ -307,9 +307,16 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // from the slot, which still holds the event.
             Rejection::Retriable => Err(Error::transient(format!(
                 "delivery of event {} failed: {refusal} (topic {}); resending from the slot's \
-                 confirmed position",
+                 confirmed position{}",
                 text(ticket.event_id.as_ref()),
-                failure.record.topic
+                failure.record.topic,
+                if self.transactions.is_some() {
+                    " (its Kafka transaction is aborted and sent again; a Postgres transaction \
+                     that takes longer to send than -X transaction.timeout.ms is aborted every \
+                     time: raise it)"
+                } else {
+                    ""
+                }
             ))),
             _ if ticket.dead_letter => Err(cannot_dead_letter(
                 ticket.event_id.as_ref(),

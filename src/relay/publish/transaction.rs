@@ -70,14 +70,16 @@ pub enum Remembered {
 }
 
 impl Memory {
-    fn get(&self, commit_lsn: Lsn, event_id: Option<&Bytes>) -> Option<Remembered> {
-        let verdicts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        verdicts.get(&(commit_lsn, event_id?.clone())).cloned()
+    /// What was remembered of an event, once: if acting on it fails too
+    /// (a partition that exists after all), the event is sent as any other.
+    fn take(&self, commit_lsn: Lsn, event_id: Option<&Bytes>) -> Option<Remembered> {
+        let mut memory = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memory.remove(&(commit_lsn, event_id?.clone()))
     }
 
-    fn put(&self, commit_lsn: Lsn, event_id: Bytes, verdict: Remembered) {
-        let mut verdicts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        verdicts.insert((commit_lsn, event_id), verdict);
+    fn put(&self, commit_lsn: Lsn, event_id: Bytes, what: Remembered) {
+        let mut memory = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memory.insert((commit_lsn, event_id), what);
     }
 }
 
@@ -252,7 +254,7 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
             .is_some_and(|t| t.skips(commit_lsn))
     }
 
-    /// What Kafka said of this event in an earlier session, if anything.
+    /// What Kafka said of this event in an earlier session, if anything (once).
     pub(super) fn remembered(
         &self,
         commit_lsn: Lsn,
@@ -260,7 +262,7 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
     ) -> Option<Remembered> {
         self.transactions
             .as_ref()
-            .and_then(|t| t.run.memory.get(commit_lsn, event_id))
+            .and_then(|t| t.run.memory.take(commit_lsn, event_id))
     }
 
     /// Before a record of `seq` goes to the sink: the first record of a
