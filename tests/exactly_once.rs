@@ -292,3 +292,26 @@ async fn a_large_postgres_transaction_goes_in_one_kafka_transaction_through_a_sm
         .unwrap_or("");
     eprintln!("walrelay's peak memory through a transaction of {ROWS} rows: {peak}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exactly_once_metric_served_is_documented_and_every_documented_one_is_served() {
+    let pg = Postgres::start();
+    let broker = shared();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, broker, &[]);
+    events("Listed", 1).insert(&client).await;
+    eventually(WAIT, "a committed transaction", || async {
+        (relay.metric("walrelay_kafka_transactions_total{outcome=\"committed\"}")? >= 1.0)
+            .then_some(())
+    })
+    .await;
+    let ours = |names: std::collections::BTreeSet<String>| {
+        names
+            .into_iter()
+            .filter(|name| name.starts_with("walrelay_kafka_transaction"))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let served = ours(relay.metric_names());
+    assert_eq!(served.len(), 4, "{served:?}");
+    assert_eq!(served, ours(support::documented_metrics()));
+}
