@@ -33,6 +33,16 @@ fn relay(pg: &Postgres, broker: &Broker, extra: &[&str]) -> Relay {
     relay
 }
 
+/// Waits until the writer committed `more` transactions beyond `since`
+/// (load between two faults, however slow the machine); returns its count.
+async fn written(writer: &Writer, since: u64, more: u64) -> u64 {
+    eventually(WAIT, "the writer to commit more transactions", || async {
+        let now = writer.transactions();
+        (now >= since + more).then_some(now)
+    })
+    .await
+}
+
 /// The database's system identifier, which names walrelay's transactional.id.
 async fn system_id(client: &tokio_postgres::Client) -> String {
     client
@@ -92,18 +102,18 @@ async fn every_event_arrives_exactly_once_through_twenty_kill9_restarts_under_lo
     let mut relay = relay(&pg, broker, &[]);
     let writer = Writer::start(pg.url(), "KilledOnce");
     let mut rng = 0x2545F4914F6CDD1Du64;
+    let mut since = 0;
     for _ in 0..20 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         tokio::time::sleep(Duration::from_millis(150 + rng % 500)).await;
+        since = written(&writer, since, 10).await;
         relay.restart(); // kill -9, then the same command again
     }
     writer.stop().await;
     relay.wait_ready(WAIT);
-    let count =
-        each_event_arrives_exactly_once(&client, broker, "KilledOnce", || relay.log()).await;
-    assert!(count > 1000, "the writer wrote only {count} events");
+    each_event_arrives_exactly_once(&client, broker, "KilledOnce", || relay.log()).await;
     let skipped = relay
         .metric("walrelay_kafka_transaction_skipped_events_total")
         .unwrap_or(0.0);
@@ -117,8 +127,10 @@ async fn every_event_arrives_exactly_once_through_postgres_crashes_under_load() 
     pg.client_with_outbox().await;
     let relay = relay(&pg, broker, &["--reconnect-max-backoff", "1s"]);
     let writer = Writer::start(pg.url(), "CrashedOnce");
+    let mut since = 0;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(1200)).await;
+        since = written(&writer, since, 20).await;
         pg.restart("immediate");
         eventually(WAIT, "walrelay to stream again", || async {
             let reconnects = relay.metric("walrelay_reconnects_total")?;
@@ -129,9 +141,7 @@ async fn every_event_arrives_exactly_once_through_postgres_crashes_under_load() 
     }
     writer.stop().await;
     let client = pg.client().await;
-    let count =
-        each_event_arrives_exactly_once(&client, broker, "CrashedOnce", || relay.log()).await;
-    assert!(count > 500, "the writer wrote only {count} events");
+    each_event_arrives_exactly_once(&client, broker, "CrashedOnce", || relay.log()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +163,9 @@ async fn every_event_arrives_exactly_once_through_broker_restarts_and_a_transact
         ],
     );
     let writer = Writer::start(pg.url(), "RestartedOnce");
+    let mut since = 0;
     for round in 0..4 {
+        since = written(&writer, since, 20).await;
         eventually(WAIT, "transactions committed before the fault", || async {
             let committed = relay.metric("walrelay_kafka_transactions_total")?;
             (committed >= 10.0 * f64::from(round + 1)).then_some(())
@@ -177,9 +189,7 @@ async fn every_event_arrives_exactly_once_through_broker_restarts_and_a_transact
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     writer.stop().await;
-    let count =
-        each_event_arrives_exactly_once(&client, &broker, "RestartedOnce", || relay.log()).await;
-    assert!(count > 500, "the writer wrote only {count} events");
+    each_event_arrives_exactly_once(&client, &broker, "RestartedOnce", || relay.log()).await;
     let mut relay = relay;
     assert!(
         relay.wait(Duration::from_millis(100)).is_none(),
@@ -206,8 +216,10 @@ async fn two_instances_on_one_slot_deliver_every_event_exactly_once_through_take
     let writer = Writer::start(pg.url(), "TakenOver");
     // kill -9 whichever streams; the other takes over, fences the dead
     // one's producer and reads past what its transactions committed.
+    let mut since = 0;
     for round in 0..6 {
         tokio::time::sleep(Duration::from_millis(800)).await;
+        since = written(&writer, since, 10).await;
         let (active, standby) = if round % 2 == 0 {
             (&mut first, &mut second)
         } else {
@@ -218,8 +230,7 @@ async fn two_instances_on_one_slot_deliver_every_event_exactly_once_through_take
     }
     writer.stop().await;
     let log = || format!("first:\n{}\nsecond:\n{}", first.log(), second.log());
-    let count = each_event_arrives_exactly_once(&client, broker, "TakenOver", log).await;
-    assert!(count > 300, "the writer wrote only {count} events");
+    each_event_arrives_exactly_once(&client, broker, "TakenOver", log).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
