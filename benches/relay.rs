@@ -29,12 +29,17 @@
 //!
 //! Start-up (`-- startup`): BENCH_STARTUP_RUNS (5) restarts, each timed to
 //! streaming and to the acknowledgement of an event waiting in the slot.
+//!
+//! Exactly once (`-- exactly_once`): its price against at-least-once in the
+//! same run, on Apache Kafka (relay/exactly_once.rs).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 #[path = "relay/crash_loop.rs"]
 mod crash_loop;
+#[path = "relay/exactly_once.rs"]
+mod exactly_once;
 #[path = "relay/floor.rs"]
 mod floor;
 #[path = "relay/startup.rs"]
@@ -93,6 +98,10 @@ fn main() {
     }
     if wants("floor") {
         runtime.block_on(floor::floor());
+    }
+    // Only when asked for: it needs Apache Kafka.
+    if filter.iter().any(|f| f == "exactly_once") {
+        runtime.block_on(exactly_once::exactly_once());
     }
 }
 
@@ -399,6 +408,11 @@ fn report_latencies(
 
 /// Microsecond latencies from the `sent_us` in each payload to its arrival.
 fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
+    read_latencies_from(brokers, "outbox.event.Latency", count)
+}
+
+/// The same, from `topic`, with read_committed (librdkafka's default).
+fn read_latencies_from(brokers: &str, topic: &str, count: usize) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "walrelay-bench")
@@ -408,9 +422,9 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
             std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "5".into()),
         )
         .set("fetch.error.backoff.ms", "1")
+        .set("isolation.level", "read_committed")
         .create()
         .unwrap();
-    let topic = "outbox.event.Latency";
     let partitions = loop {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5));
         if let Some(n) = md.ok().and_then(|md| {

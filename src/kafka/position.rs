@@ -39,8 +39,9 @@ pub const PARTITION: i32 = 0;
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The position topic's configuration when walrelay creates it: one record
-/// per key kept, segments rolled hourly so that compaction can run.
-const TOPIC_CONFIG: &[(&str, &str)] = &[("cleanup.policy", "compact"), ("segment.ms", "3600000")];
+/// per key kept, segments rolled every ten minutes so that compaction runs
+/// soon (a session reads the whole partition back at its start).
+const TOPIC_CONFIG: &[(&str, &str)] = &[("cleanup.policy", "compact"), ("segment.ms", "600000")];
 
 /// What a position record says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

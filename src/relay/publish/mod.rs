@@ -91,15 +91,12 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
     /// The sink's next delivery, or the outcome of closing its
     /// transaction. Cancel-safe.
     pub async fn delivery(&mut self) -> Option<Outcome> {
-        let closing = self.transactions.as_mut().and_then(Transactions::closing);
+        let Some(closing) = self.transactions.as_mut().and_then(Transactions::closing) else {
+            return self.sink.delivery().await.map(Outcome::Delivery);
+        };
         tokio::select! {
             delivery = self.sink.delivery() => delivery.map(Outcome::Delivery),
-            outcome = async {
-                match closing {
-                    Some(closing) => closing.await,
-                    None => std::future::pending().await,
-                }
-            } => Some(Outcome::Closed(outcome)),
+            outcome = closing => Some(Outcome::Closed(outcome)),
         }
     }
 
