@@ -120,21 +120,7 @@ async fn throughput() {
         client.batch_execute(sql).await.unwrap();
     }
     let fill = Instant::now();
-    let mut done = 0;
-    while done < events {
-        let n = txn_size.min(events - done);
-        client
-            .execute(
-                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
-                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
-                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
-                &[&done, &n],
-            )
-            .await
-            .unwrap();
-        done += n;
-    }
+    fill_outbox(&client, events, txn_size).await;
     let end_lsn: String = client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await
@@ -212,6 +198,26 @@ async fn throughput() {
         100.0 * recv_secs / confirmed_secs,
         rss / 1024
     );
+}
+
+/// `events` small events (an `OrderPlaced` with a `jsonb` payload of about
+/// 70 bytes) in transactions of `txn_size`.
+async fn fill_outbox(client: &tokio_postgres::Client, events: i64, txn_size: i64) {
+    let mut done = 0;
+    while done < events {
+        let n = txn_size.min(events - done);
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
+                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
+                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
+                &[&done, &n],
+            )
+            .await
+            .unwrap();
+        done += n;
+    }
 }
 
 /// walrelay, then (with BENCH_REFERENCE_PYTHON) the reference relay, each

@@ -43,6 +43,15 @@ async fn written(writer: &Writer, since: u64, more: u64) -> u64 {
     .await
 }
 
+/// Waits until walrelay committed a Kafka transaction.
+async fn a_committed_transaction(relay: &Relay) {
+    eventually(WAIT, "a committed transaction", || async {
+        (relay.metric("walrelay_kafka_transactions_total{outcome=\"committed\"}")? >= 1.0)
+            .then_some(())
+    })
+    .await;
+}
+
 /// The database's system identifier, which names walrelay's transactional.id.
 async fn system_id(client: &tokio_postgres::Client) -> String {
     client
@@ -240,10 +249,7 @@ async fn a_walrelay_fenced_by_a_newer_producer_of_its_slot_stops_and_says_so() {
     let client = pg.client_with_outbox().await;
     let mut relay = relay(&pg, broker, &[]);
     events("BeforeFence", 10).insert(&client).await;
-    eventually(WAIT, "a committed transaction", || async {
-        (relay.metric("walrelay_kafka_transactions_total")? >= 1.0).then_some(())
-    })
-    .await;
+    a_committed_transaction(&relay).await;
     // Another producer with the slot's transactional.id, as a second
     // walrelay that took the slot over would have.
     let id = format!("walrelay-{}-walrelay", system_id(&client).await);
@@ -311,11 +317,7 @@ async fn every_exactly_once_metric_served_is_documented_and_every_documented_one
     let client = pg.client_with_outbox().await;
     let relay = relay(&pg, broker, &[]);
     events("Listed", 1).insert(&client).await;
-    eventually(WAIT, "a committed transaction", || async {
-        (relay.metric("walrelay_kafka_transactions_total{outcome=\"committed\"}")? >= 1.0)
-            .then_some(())
-    })
-    .await;
+    a_committed_transaction(&relay).await;
     let ours = |names: std::collections::BTreeSet<String>| {
         names
             .into_iter()

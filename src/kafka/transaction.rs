@@ -150,6 +150,15 @@ pub fn error(
     Error::transient(format!("Kafka transactions failed while {what}")).with_source(e)
 }
 
+/// What a failed call of `producer` while `what` means (`error`).
+fn failed<'a, C: ProducerContext + 'static>(
+    producer: &'a ThreadedProducer<C>,
+    what: &'a str,
+    id: &'a str,
+) -> impl FnOnce(KafkaError) -> Error + 'a {
+    move |e| error(what, id, e, producer.client().fatal_error())
+}
+
 /// Runs `call` on a thread of the blocking pool: librdkafka's transaction
 /// calls block until the broker answers.
 pub async fn blocking<T: Send + 'static>(
@@ -168,14 +177,9 @@ pub fn init<C: ProducerContext + 'static>(
     deadline: Instant,
 ) -> Result<()> {
     let left = deadline.saturating_duration_since(Instant::now());
-    producer.init_transactions(left).map_err(|e| {
-        error(
-            "starting its transactions",
-            id,
-            e,
-            producer.client().fatal_error(),
-        )
-    })
+    producer
+        .init_transactions(left)
+        .map_err(failed(producer, "starting its transactions", id))
 }
 
 /// Commits the open transaction; a commit that times out is tried again
@@ -202,12 +206,7 @@ pub fn commit<C: ProducerContext + 'static>(
         };
         let aborting = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
         let text = e.to_string();
-        let error = error(
-            "committing a transaction",
-            id,
-            e,
-            producer.client().fatal_error(),
-        );
+        let error = failed(producer, "committing a transaction", id)(e);
         if retriable && error.is_transient() && started.elapsed() < COMMIT_GIVE_UP {
             if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
                 warn!(
@@ -243,14 +242,11 @@ fn delivered<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, limit
 
 /// Aborts the open transaction.
 pub fn abort<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, id: &str) -> Result<()> {
-    producer.abort_transaction(ABORT_TIMEOUT).map_err(|e| {
-        error(
-            "aborting a transaction",
-            id,
-            e,
-            producer.client().fatal_error(),
-        )
-    })
+    producer.abort_transaction(ABORT_TIMEOUT).map_err(failed(
+        producer,
+        "aborting a transaction",
+        id,
+    ))
 }
 
 /// Writes one record in a transaction of its own and commits it: the
@@ -260,22 +256,12 @@ pub fn write_alone<C: ProducerContext + 'static>(
     id: &str,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
-    producer.begin_transaction().map_err(|e| {
-        error(
-            "opening a transaction",
-            id,
-            e,
-            producer.client().fatal_error(),
-        )
-    })?;
+    producer
+        .begin_transaction()
+        .map_err(failed(producer, "opening a transaction", id))?;
     if let Err((e, _)) = producer.send(record) {
         let _ = producer.abort_transaction(ABORT_TIMEOUT);
-        return Err(error(
-            "writing a record",
-            id,
-            e,
-            producer.client().fatal_error(),
-        ));
+        return Err(failed(producer, "writing a record", id)(e));
     }
     commit(producer, id)
 }

@@ -209,27 +209,33 @@ async fn a_stop_commits_whole_postgres_transactions_and_aborts_a_split_one() {
         .all(|lsn| *lsn == START));
 }
 
-#[tokio::test]
-async fn an_event_kafka_refuses_inside_a_transaction_is_dead_lettered_by_the_next_session() {
+/// Dead-letter mode, a Kafka transaction per Postgres transaction.
+const DEAD_LETTER: [&str; 4] = [
+    "--on-poison",
+    "dead-letter",
+    "--transaction-max-events",
+    "1",
+];
+
+/// A session whose one record Kafka refuses with `refusal`: it ends,
+/// transient, saying its transaction is aborted. What it remembered.
+async fn refused_in_a_session(refusal: Refusal) -> Arc<Memory> {
     let memory: Arc<Memory> = Arc::default();
-    let flags = [
-        "--on-poison",
-        "dead-letter",
-        "--transaction-max-events",
-        "1",
-    ];
-    let relay = exactly_once(&flags, None, memory.clone());
+    let relay = exactly_once(&DEAD_LETTER, None, memory.clone());
     relay.feed(INSERT);
     relay.wait_for_records(1).await;
-    relay
-        .sink
-        .refuse(0, poison("Broker: Message size too large"));
+    relay.sink.refuse(0, refusal);
     let error = relay.error().await;
     assert!(error.is_transient(), "{error:?}");
     assert!(error.report().contains("aborted"), "{}", error.report());
+    memory
+}
 
+#[tokio::test]
+async fn an_event_kafka_refuses_inside_a_transaction_is_dead_lettered_by_the_next_session() {
+    let memory = refused_in_a_session(poison("Broker: Message size too large")).await;
     // The next session reads it again and dead-letters it without sending it.
-    let relay = exactly_once(&flags, None, memory);
+    let relay = exactly_once(&DEAD_LETTER, None, memory);
     relay.feed(INSERT);
     let records = relay.wait_for_records(1).await;
     assert_eq!(records[0].topic, "walrelay.dead-letter");
@@ -245,24 +251,12 @@ async fn an_event_kafka_refuses_inside_a_transaction_is_dead_lettered_by_the_nex
 
 #[tokio::test]
 async fn a_batch_refused_for_size_inside_a_transaction_is_sent_alone_by_the_next_session() {
-    let memory: Arc<Memory> = Arc::default();
-    let flags = [
-        "--on-poison",
-        "dead-letter",
-        "--transaction-max-events",
-        "1",
-    ];
-    let relay = exactly_once(&flags, None, memory.clone());
-    relay.feed(INSERT);
-    relay.wait_for_records(1).await;
     let too_large = Refusal {
         rejection: Rejection::Oversized,
         message: "Broker: Message size too large".into(),
     };
-    relay.sink.refuse(0, too_large);
-    assert!(relay.error().await.is_transient());
-
-    let relay = exactly_once(&flags, None, memory);
+    let memory = refused_in_a_session(too_large).await;
+    let relay = exactly_once(&DEAD_LETTER, None, memory);
     relay.feed(INSERT);
     relay.feed(INSERT_AFTER_ALTER);
     let records = relay.wait_for_records(1).await;
