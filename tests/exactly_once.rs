@@ -81,25 +81,39 @@ async fn a_broker_without_transactions_is_refused_at_start_up_before_anything_is
         "a start refused for the broker created something; log:\n{log}"
     );
     // walrelay check says the same.
-    let (ok, out, _) = support::walrelay(&[
+    let line = check_transactions(&pg, &tansu);
+    assert!(
+        line.starts_with("FAIL") && line.contains("does not support transactions"),
+        "{line}"
+    );
+}
+
+/// `walrelay check --delivery exactly-once`'s line for kafka.transactions.
+fn check_transactions(pg: &Postgres, broker: &Broker) -> String {
+    let (_, out, _) = support::walrelay(&[
         "check",
         "--pg-url",
         &pg.url(),
         "--kafka-brokers",
-        &tansu.brokers(),
+        &broker.brokers(),
         "--delivery",
         "exactly-once",
     ]);
-    assert!(!ok, "{out}");
-    let line = out
-        .lines()
+    out.lines()
         .skip_while(|l| !l.contains("kafka.transactions"))
         .take(2)
         .collect::<Vec<_>>()
-        .join(" ");
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_finds_the_transactions_exactly_once_needs_on_apache_kafka() {
+    let pg = Postgres::start();
+    pg.client_with_outbox().await;
+    let line = check_transactions(&pg, shared());
     assert!(
-        line.contains("FAIL") && line.contains("does not support transactions"),
-        "{out}"
+        line.starts_with("ok") && line.contains("committed a transaction"),
+        "{line}"
     );
 }
 
