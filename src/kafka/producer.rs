@@ -24,15 +24,13 @@ use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::position::{self, Position};
 use super::reachability;
 use super::topics::{TopicManager, TopicPolicy};
-use super::transaction;
+use super::transaction::{self, Transactional};
 use super::{error_reason, is_login_refusal, login_refused, refusal};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
-use crate::postgres::state::ServerId;
 use crate::sink::{
     Closing, Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink,
     TopicAccess, TopicInfo,
@@ -219,27 +217,27 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 }
 
 pub struct KafkaSink<'a, T: Send + Sync + 'static> {
-    producer: ThreadedProducer<DeliveryContext<T>>,
+    pub(super) producer: ThreadedProducer<DeliveryContext<T>>,
     deliveries: mpsc::UnboundedReceiver<Delivery<T>>,
     topics: TopicManager<'a>,
     /// Tells /readyz and the watchdog whether a broker answers.
     _probe: reachability::BrokerProbe,
     /// What a transactional producer is made of later in the session.
-    parts: Parts<T>,
+    pub(super) parts: Parts<T>,
     /// Exactly once: the producer writes in transactions.
-    transaction: Option<Transactional>,
+    pub(super) transaction: Option<Transactional>,
 }
 
 /// What a producer of the session is made of.
-struct Parts<T> {
-    config: ClientConfig,
+pub(super) struct Parts<T> {
+    pub(super) config: ClientConfig,
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
     fatal: mpsc::Sender<Error>,
 }
 
 impl<T: Send + Sync + 'static> Parts<T> {
-    fn producer(
+    pub(super) fn producer(
         &self,
         transactional_id: Option<&str>,
     ) -> Result<ThreadedProducer<DeliveryContext<T>>> {
@@ -262,17 +260,6 @@ impl<T: Send + Sync + 'static> Parts<T> {
                     .with_source(e)
             })
     }
-}
-
-/// The session's transactions, once its producer is transactional.
-struct Transactional {
-    id: String,
-    topic: String,
-    /// The position record's key and what it says besides the LSN.
-    key: String,
-    position: Position,
-    /// A transaction is open (begun, not yet committed or aborted).
-    open: bool,
 }
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
@@ -314,89 +301,10 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             transaction: None,
         })
     }
-
-    /// Exactly once, once the session holds the slot: a transactional
-    /// producer of the slot's `transactional.id` (which fences every older
-    /// one and aborts what it left open), and the position the last
-    /// committed Kafka transaction recorded for the slot, read back with
-    /// read_committed (`kafka::position`). By `deadline`.
-    pub async fn exactly_once(
-        &mut self,
-        position_topic: &str,
-        slot: &str,
-        server: &ServerId,
-        deadline: tokio::time::Instant,
-    ) -> Result<Option<Position>> {
-        let id = transaction::transactional_id(&server.system_id, slot);
-        let producer = self.parts.producer(Some(&id))?;
-        self.producer = producer.clone();
-        let sync_key = position::sync_key(&server.system_id, slot);
-        let sync = format!("{}-{}", std::process::id(), crate::clock::unix_now_us());
-        let (record_id, record_key, record_value) = (id.clone(), sync_key.clone(), sync.clone());
-        let topic = position_topic.to_string();
-        transaction::blocking(move || {
-            transaction::init(&producer, &record_id, deadline)?;
-            let record = BaseRecord::with_opaque_to(&topic, own_record())
-                .partition(position::PARTITION)
-                .key(record_key.as_bytes())
-                .payload(record_value.as_bytes());
-            transaction::write_alone(&producer, &record_id, record)
-        })
-        .await?;
-        let key = position::key(&server.system_id, slot);
-        let config = position::reader_config(&self.parts.config);
-        let (topic, read_key) = (position_topic.to_string(), key.clone());
-        let stored = transaction::blocking(move || {
-            position::read(
-                &config,
-                &topic,
-                &read_key,
-                &sync_key,
-                sync.as_bytes(),
-                deadline,
-            )
-        })
-        .await?;
-        self.transaction = Some(Transactional {
-            id,
-            topic: position_topic.to_string(),
-            key,
-            position: Position {
-                slot: slot.to_string(),
-                system_id: server.system_id.clone(),
-                timeline: server.timeline,
-                lsn: Lsn::ZERO,
-            },
-            open: false,
-        });
-        Ok(stored)
-    }
-
-    /// Opens a transaction for the next record, if none is open.
-    fn begin(&mut self) -> std::result::Result<(), Refusal> {
-        let Some(t) = &mut self.transaction else {
-            return Ok(());
-        };
-        if t.open {
-            return Ok(());
-        }
-        self.producer.begin_transaction().map_err(|e| Refusal {
-            rejection: Rejection::Retriable,
-            message: transaction::error(
-                "opening a transaction",
-                &t.id,
-                e,
-                self.producer.client().fatal_error(),
-            )
-            .report(),
-        })?;
-        t.open = true;
-        Ok(())
-    }
 }
 
 /// The opaque of a record of walrelay's own: no ticket, no delivery report.
-fn own_record<T>() -> Box<InFlight<T>> {
+pub(super) fn own_record<T>() -> Box<InFlight<T>> {
     Box::new(InFlight {
         ticket: None,
         sent_at: Instant::now(),
@@ -503,52 +411,12 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
     }
 
     fn commit(&mut self, lsn: Lsn) -> Closing {
-        if let Err(refusal) = self.begin() {
-            return Closing::ready(Err(Error::transient(refusal.message)));
-        }
-        let Some(t) = &mut self.transaction else {
-            return Closing::ready(Err(Error::permanent("this producer is not transactional")));
-        };
-        t.position.lsn = lsn;
-        let value = t.position.encode();
-        let record = BaseRecord::with_opaque_to(&t.topic, own_record())
-            .partition(position::PARTITION)
-            .key(t.key.as_bytes())
-            .payload(&value[..]);
-        // Last in the transaction, so it commits with every record before it.
-        if let Err((e, _)) = self.producer.send(record) {
-            let fatal = self.producer.client().fatal_error();
-            return Closing::ready(Err(transaction::error(
-                "recording the position",
-                &t.id,
-                e,
-                fatal,
-            )));
-        }
-        t.open = false;
-        let (producer, id) = (self.producer.clone(), t.id.clone());
-        close_off_thread(move || transaction::commit(&producer, &id))
+        self.commit_transaction(lsn)
     }
 
     fn abort(&mut self) -> Closing {
-        match &mut self.transaction {
-            Some(t) if t.open => {
-                t.open = false;
-                let (producer, id) = (self.producer.clone(), t.id.clone());
-                close_off_thread(move || transaction::abort(&producer, &id))
-            }
-            _ => Closing::ready(Ok(())),
-        }
+        self.abort_transaction()
     }
-}
-
-/// Runs a blocking commit or abort, its outcome told through a `Closing`.
-fn close_off_thread(call: impl FnOnce() -> Result<()> + Send + 'static) -> Closing {
-    let (tx, closing) = Closing::pending();
-    tokio::task::spawn_blocking(move || {
-        let _ = tx.send(call());
-    });
-    closing
 }
 
 #[cfg(test)]
