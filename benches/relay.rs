@@ -38,6 +38,9 @@
 //! Replay and snapshot (`-- replay`, `-- snapshot`, only when named):
 //! `walrelay replay` and `run --snapshot-where` of BENCH_ROWS (200,000)
 //! rows against `COPY (SELECT …) TO STDOUT` of the same rows.
+//!
+//! Exactly once (`-- exactly_once`): its price against at-least-once in the
+//! same run, on Apache Kafka (relay/exactly_once.rs).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -46,6 +49,8 @@ mod support;
 mod crash_loop;
 #[path = "relay/debezium.rs"]
 mod debezium;
+#[path = "relay/exactly_once.rs"]
+mod exactly_once;
 #[path = "relay/floor.rs"]
 mod floor;
 #[path = "relay/lifecycle.rs"]
@@ -117,6 +122,10 @@ fn main() {
     if filter.iter().any(|f| f == "snapshot") {
         runtime.block_on(lifecycle::snapshot());
     }
+    // Only when asked for: it needs Apache Kafka.
+    if filter.iter().any(|f| f == "exactly_once") {
+        runtime.block_on(exactly_once::exactly_once());
+    }
 }
 
 async fn throughput() {
@@ -134,21 +143,7 @@ async fn throughput() {
         client.batch_execute(sql).await.unwrap();
     }
     let fill = Instant::now();
-    let mut done = 0;
-    while done < events {
-        let n = txn_size.min(events - done);
-        client
-            .execute(
-                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
-                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
-                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
-                &[&done, &n],
-            )
-            .await
-            .unwrap();
-        done += n;
-    }
+    fill_outbox(&client, events, txn_size).await;
     let end_lsn: String = client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await
@@ -226,6 +221,26 @@ async fn throughput() {
         100.0 * recv_secs / confirmed_secs,
         rss / 1024
     );
+}
+
+/// `events` small events (an `OrderPlaced` with a `jsonb` payload of about
+/// 70 bytes) in transactions of `txn_size`.
+async fn fill_outbox(client: &tokio_postgres::Client, events: i64, txn_size: i64) {
+    let mut done = 0;
+    while done < events {
+        let n = txn_size.min(events - done);
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
+                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
+                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
+                &[&done, &n],
+            )
+            .await
+            .unwrap();
+        done += n;
+    }
 }
 
 /// walrelay, then (with BENCH_REFERENCE_PYTHON) the reference relay, each
@@ -425,7 +440,7 @@ fn read_latencies(brokers: &str, count: usize) -> Vec<i64> {
     read_latencies_from(brokers, "outbox.event.Latency", count)
 }
 
-/// The same, from `topic`.
+/// The same, from `topic`, with read_committed (librdkafka's default).
 fn read_latencies_from(brokers: &str, topic: &str, count: usize) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -436,6 +451,7 @@ fn read_latencies_from(brokers: &str, topic: &str, count: usize) -> Vec<i64> {
             std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "5".into()),
         )
         .set("fetch.error.backoff.ms", "1")
+        .set("isolation.level", "read_committed")
         .create()
         .unwrap();
     let partitions = loop {

@@ -200,3 +200,24 @@ async fn max_rate_spaces_the_rows_out() {
     );
     assert!(paced.stderr.contains("replay progress"), "{}", paced.stderr);
 }
+
+#[test]
+fn replay_refuses_exactly_once_before_it_connects_anywhere() {
+    let (ok, _, stderr) = support::walrelay(&[
+        "replay",
+        "--pg-url",
+        "postgres://nobody@127.0.0.1:1/none",
+        "--kafka-brokers",
+        "127.0.0.1:1",
+        "--where",
+        "true",
+        "--delivery",
+        "exactly-once",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("does not take --delivery exactly-once")
+            && stderr.contains("drop the flag"),
+        "{stderr}"
+    );
+}

@@ -126,6 +126,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
                 )
             }),
     );
+    out.push(transactions(settings).await);
     out.push(topics(&admin, &metadata, settings).await);
     let routed = route_pattern(settings.router.replacement());
     out.push(super::durability::check(&admin, &metadata, settings, &routed, TIMEOUT).await);
@@ -178,10 +179,39 @@ fn skip_after_brokers(out: &mut Vec<Check>) {
         "kafka.describe_topics",
         "kafka.create_topics",
         "kafka.idempotent_write",
+        "kafka.transactions",
         "kafka.topics",
         "kafka.durability",
     ] {
         out.push(Check::skip(name, "needs a reachable broker"));
+    }
+}
+
+/// With --delivery exactly-once, the probe `run` makes before it creates
+/// anything: the broker runs transactions, and the position topic exists
+/// (created, as `run` would, if missing).
+async fn transactions(settings: &Settings) -> Check {
+    let Some(eos) = &settings.exactly_once else {
+        return Check::skip("kafka.transactions", "--delivery at-least-once uses none");
+    };
+    let deadline = tokio::time::Instant::now() + 3 * TIMEOUT;
+    let probed = crate::kafka::transaction::probe(
+        &settings.kafka,
+        &eos.position_topic,
+        settings.topics.replication_factor,
+        &settings.slot,
+        deadline,
+    )
+    .await;
+    match probed {
+        Ok(()) => Check::pass(
+            "kafka.transactions",
+            format!(
+                "the broker committed a transaction; position topic {} is ready",
+                eos.position_topic
+            ),
+        ),
+        Err(e) => Check::from_error("kafka.transactions", &e),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Command-line flags (each with an env var), their validation, and the
 //! settings derived from them.
 
+mod delivery;
 mod env_errors;
 mod lifecycle;
 mod redrive;
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use delivery::{Delivery, DeliveryArgs, ExactlyOnce};
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
+pub(crate) use redrive::is_producer_only;
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{
     FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,

@@ -134,7 +134,7 @@ impl RedriveArgs {
 }
 
 /// -X properties a consumer does not take (librdkafka warns about each).
-fn is_producer_only(key: &str) -> bool {
+pub(crate) fn is_producer_only(key: &str) -> bool {
     matches!(
         key,
         "acks"
@@ -155,6 +155,8 @@ fn is_producer_only(key: &str) -> bool {
             | "queue.buffering.max.kbytes"
             | "retries"
             | "message.send.max.retries"
+            | "transactional.id"
+            | "transaction.timeout.ms"
     )
 }
 

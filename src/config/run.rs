@@ -35,6 +35,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub poison: PoisonArgs,
     #[command(flatten)]
+    pub delivery: super::DeliveryArgs,
+    #[command(flatten)]
     pub flow: FlowArgs,
     #[command(flatten)]
     pub watchdog: WatchdogArgs,

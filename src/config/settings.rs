@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 
-use super::{KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, Source};
+use super::{ExactlyOnce, KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, Source};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
@@ -55,6 +55,8 @@ pub struct Settings {
     pub event_max_bytes: usize,
     pub topics: TopicPolicy,
     pub on_poison: OnPoison,
+    /// `--delivery exactly-once` and its limits; None for at-least-once.
+    pub exactly_once: Option<ExactlyOnce>,
     pub flow: Flow,
     pub timeouts: Timeouts,
     pub metrics_addr: SocketAddr,
@@ -191,6 +193,7 @@ impl Settings {
                 poison.dead_letter_max_message_bytes,
             )?,
             on_poison: poison.on_poison,
+            exactly_once: args.delivery.settings()?,
             flow: Flow {
                 max_inflight_events: flow.max_inflight_events,
                 max_inflight_bytes: flow.max_inflight_bytes,

@@ -5,11 +5,13 @@
 pub mod client;
 pub mod login;
 pub mod msk_iam;
+pub mod position;
 pub mod producer;
 pub mod reachability;
 pub mod reader;
 pub mod secrets;
 pub mod topics;
+pub mod transaction;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};

@@ -25,6 +25,7 @@ use rdkafka::bindings as rdsys;
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::ConsumerContext;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
 use tracing::warn;
 
@@ -148,6 +149,11 @@ impl ClientContext for TokenContext {
 }
 
 impl ConsumerContext for TokenContext {}
+
+impl ProducerContext for TokenContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
 
 /// With MSK IAM in `config`, sets `admin`'s token now and before each one
 /// expires, on a thread that ends once the client is dropped.

@@ -3,8 +3,13 @@
 //! manager. Many records are in flight at once; librdkafka reports each
 //! outcome on its own thread, and the report travels back to the apply loop
 //! on a channel with the record's ticket.
+//!
+//! With `--delivery exactly-once` the session makes its producer
+//! transactional once it holds the slot (`KafkaSink::exactly_once`), and the
+//! records go in transactions (`kafka::transaction`).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -22,21 +27,24 @@ use tracing::{debug, warn};
 use super::reachability;
 use super::secrets;
 use super::topics::{TopicManager, TopicPolicy};
+use super::transaction::{self, Transactional};
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::postgres::lsn::Lsn;
 use crate::sink::{
-    Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink, TopicAccess,
-    TopicInfo,
+    Closing, Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink,
+    TopicAccess, TopicInfo,
 };
 
-/// A record's ticket on its way through librdkafka.
-struct InFlight<T> {
-    ticket: T,
+/// A record's ticket on its way through librdkafka; none for walrelay's own
+/// records (positions), whose outcome is their transaction's.
+pub(super) struct InFlight<T> {
+    ticket: Option<T>,
     sent_at: Instant,
 }
 
-struct DeliveryContext<T> {
+pub(super) struct DeliveryContext<T> {
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     metrics: Metrics,
     repeats: Mutex<Repeats>,
@@ -49,6 +57,11 @@ struct DeliveryContext<T> {
     /// then fails every record with a fatal error, which says nothing of
     /// the permission missing.
     refused_id: Mutex<Option<String>>,
+    /// The transactional.id of an exactly-once producer: a fatal error
+    /// (fenced by another producer of the slot) stops walrelay.
+    transactional_id: Option<String>,
+    /// The session that made it has ended: its errors no longer matter.
+    retired: AtomicBool,
 }
 
 impl<T> DeliveryContext<T> {
@@ -108,6 +121,18 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
             *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
         }
+        // A fenced transactional producer can never write again: stop now,
+        // before a delivery's error starts a new session instead.
+        let code = error.rdkafka_error_code();
+        if let (Some(id), Some(code @ (RDKafkaErrorCode::Fatal | RDKafkaErrorCode::Fenced))) =
+            (&self.transactional_id, code)
+        {
+            if !self.retired.load(Ordering::Relaxed) {
+                let cause = (code, reason.to_string());
+                let stop = transaction::error("producing", id, error, Some(cause));
+                let _ = self.fatal.try_send(stop);
+            }
+        }
     }
 
     // A failed connection also reaches `error` above: logged there, once.
@@ -156,6 +181,9 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 
     // Runs on librdkafka's polling thread: keep it short.
     fn delivery(&self, result: &DeliveryResult<'_>, in_flight: Box<InFlight<T>>) {
+        let Some(ticket) = in_flight.ticket else {
+            return;
+        };
         let result = match result {
             Ok(_) => Ok(()),
             Err((error, message)) => {
@@ -187,7 +215,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
         // The receiver is gone only when the session has ended; its events
         // will be read again from the slot.
         let _ = self.deliveries.send(Delivery {
-            ticket: in_flight.ticket,
+            ticket,
             took: in_flight.sent_at.elapsed(),
             result,
         });
@@ -195,11 +223,47 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 }
 
 pub struct KafkaSink<'a, T: Send + Sync + 'static> {
-    producer: ThreadedProducer<DeliveryContext<T>>,
+    pub(super) producer: ThreadedProducer<DeliveryContext<T>>,
     deliveries: mpsc::UnboundedReceiver<Delivery<T>>,
     topics: TopicManager<'a>,
     /// Tells /readyz and the watchdog whether a broker answers.
     _probe: reachability::BrokerProbe,
+    /// What a transactional producer is made of later in the session.
+    pub(super) parts: Parts<T>,
+    /// Exactly once: the producer writes in transactions.
+    pub(super) transaction: Option<Transactional>,
+}
+
+/// What a producer of the session is made of.
+pub(super) struct Parts<T> {
+    pub(super) config: ClientConfig,
+    deliveries: mpsc::UnboundedSender<Delivery<T>>,
+    metrics: Metrics,
+    fatal: mpsc::Sender<Error>,
+}
+
+impl<T: Send + Sync + 'static> Parts<T> {
+    pub(super) fn producer(
+        &self,
+        transactional_id: Option<&str>,
+    ) -> Result<ThreadedProducer<DeliveryContext<T>>> {
+        let config = match transactional_id {
+            Some(id) => transaction::config(&self.config, id),
+            None => self.config.clone(),
+        };
+        config
+            .create_with_context(DeliveryContext {
+                deliveries: self.deliveries.clone(),
+                metrics: self.metrics.clone(),
+                repeats: Mutex::default(),
+                fatal: self.fatal.clone(),
+                login: LoginAdvice::new(&config),
+                refused_id: Mutex::new(None),
+                transactional_id: transactional_id.map(str::to_string),
+                retired: AtomicBool::new(false),
+            })
+            .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))
+    }
 }
 
 impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
@@ -218,19 +282,17 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
         let batch_size = policy.batch_size(configured);
         let mut config = config.clone();
         config.set("batch.size", batch_size.to_string());
-        let producer: ThreadedProducer<DeliveryContext<T>> = config
-            .create_with_context(DeliveryContext {
-                deliveries: tx,
-                metrics: metrics.clone(),
-                repeats: Mutex::default(),
-                fatal,
-                login: LoginAdvice::new(&config),
-                refused_id: Mutex::new(None),
-            })
-            .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))?;
+        let parts = Parts {
+            config,
+            deliveries: tx,
+            metrics: metrics.clone(),
+            fatal,
+        };
+        let producer = parts.producer(None)?;
         warm_up(producer.clone());
-        let topics = TopicManager::new(&config, policy, metrics.clone(), batch_size)?;
-        let brokers = config
+        let topics = TopicManager::new(&parts.config, policy, metrics.clone(), batch_size)?;
+        let brokers = parts
+            .config
             .get("bootstrap.servers")
             .unwrap_or_default()
             .to_string();
@@ -239,7 +301,27 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             deliveries: rx,
             _probe: reachability::watch(topics.admin(), brokers, metrics),
             topics,
+            parts,
+            transaction: None,
         })
+    }
+}
+
+/// The opaque of a record of walrelay's own: no ticket, no delivery report.
+pub(super) fn own_record<T>() -> Box<InFlight<T>> {
+    Box::new(InFlight {
+        ticket: None,
+        sent_at: Instant::now(),
+    })
+}
+
+impl<T: Send + Sync + 'static> Drop for KafkaSink<'_, T> {
+    fn drop(&mut self) {
+        // A later session fences this producer; that is no reason to stop.
+        self.producer
+            .context()
+            .retired
+            .store(true, Ordering::Relaxed);
     }
 }
 
@@ -289,8 +371,11 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
                 value: value.as_deref(),
             });
         }
+        if let Err(refusal) = self.begin() {
+            return Err(SendError::Refused(refusal));
+        }
         let in_flight = Box::new(InFlight {
-            ticket,
+            ticket: Some(ticket),
             sent_at: Instant::now(),
         });
         let mut base: BaseRecord<'_, [u8], [u8], Box<InFlight<T>>> =
@@ -309,7 +394,11 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
         match self.producer.send(base) {
             Ok(()) => Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
-                Err(SendError::Full(base.delivery_opaque.ticket))
+                let ticket = base
+                    .delivery_opaque
+                    .ticket
+                    .expect("an event's record has a ticket");
+                Err(SendError::Full(ticket))
             }
             Err((e, _)) => Err(SendError::Refused(
                 self.producer.context().refusal(&e, record.partition),
@@ -319,6 +408,18 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
 
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
+    }
+
+    fn transactional(&self) -> bool {
+        self.transaction.is_some()
+    }
+
+    fn commit(&mut self, lsn: Lsn) -> Closing {
+        self.commit_transaction(lsn)
+    }
+
+    fn abort(&mut self) -> Closing {
+        self.abort_transaction()
     }
 }
 

@@ -35,6 +35,12 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
              emitted messages live only in the WAL",
         ));
     }
+    if settings.exactly_once.is_some() {
+        return Err(Error::permanent(
+            "walrelay replay sends rows again on purpose, at-least-once, and does not take \
+             --delivery exactly-once: drop the flag (consumers dedupe by the event id)",
+        ));
+    }
     if flags.max_rate == Some(0) {
         return Err(Error::permanent(
             "--max-rate must be above 0 (rows per second); leave it out for no limit",

@@ -17,11 +17,11 @@ use tracing::{error, info, warn};
 
 use super::poison::Poisoned;
 use super::progress::{Progress, Ticket, TxnRef};
-use super::publish::Publisher;
+use super::publish::{transaction, Publisher};
 use super::resume::{Confirmed, Position};
 use super::upstream::{Liveness, Upstream};
 use crate::clock;
-use crate::config::{OnUpdate, Settings, Source};
+use crate::config::{ExactlyOnce, OnUpdate, Settings, Source};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
@@ -92,6 +92,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         self
     }
 
+    /// Delivers exactly once: the sink writes in transactions, which close
+    /// on Postgres commit boundaries (`publish::transaction`).
+    pub fn exactly_once(mut self, limits: ExactlyOnce, run: transaction::Run) -> Self {
+        self.publisher.exactly_once(limits, run);
+        self
+    }
+
     /// Shares every confirmed position on `server` with later sessions.
     pub fn remembering(mut self, server: ServerId, position: &'a Position) -> Self {
         self.remember = Some((server, position));
@@ -128,6 +135,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 self.liveness.not_reading();
             }
             let report_at = self.progress.report_due();
+            let close_at = self.publisher.close_at();
             let ask_at = self.liveness.ask_at();
             tokio::select! {
                 biased;
@@ -140,6 +148,11 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 _ = status_tick.tick() => self.report(false).await?,
                 _ = sleep_until(report_at.unwrap_or_else(Instant::now)), if report_at.is_some() => {
                     self.report(false).await?
+                }
+                // Exactly once: a Kafka transaction whose time is up between
+                // Postgres transactions.
+                _ = sleep_until(close_at.unwrap_or_else(Instant::now)), if close_at.is_some() => {
+                    self.publisher.close_transaction()
                 }
                 message = self.upstream.next(), if reading => {
                     self.liveness.heard();
@@ -216,7 +229,8 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     .open_txn
                     .take()
                     .ok_or_else(|| protocol("COMMIT without BEGIN"))?;
-                self.progress.commit(txn.seq, commit.end_lsn);
+                self.publisher
+                    .end_transaction(&mut self.progress, txn, commit.end_lsn);
             }
             LogicalMessage::Relation(relation) => self.on_relation(relation).await?,
             LogicalMessage::Insert { relation, new } => {
@@ -294,7 +308,8 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         };
         let poisoned = Poisoned::new(txn, &event, None, reason);
         self.publisher.reject(&mut self.progress, poisoned).await?;
-        self.progress.commit(txn.seq, message.lsn);
+        self.publisher
+            .end_transaction(&mut self.progress, txn, message.lsn);
         Ok(())
     }
 
@@ -567,6 +582,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 }
             }
         }
+        self.publisher.finish(&mut self.progress, deadline).await?;
         self.report(false).await?;
         info!(confirmed_lsn = %self.progress.confirmed(), "final status update sent");
         Ok(())

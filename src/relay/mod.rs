@@ -5,6 +5,7 @@
 //! simply read and sent again (at-least-once).
 
 mod apply;
+mod exactly_once;
 mod poison;
 pub mod progress;
 pub mod publish;
@@ -104,6 +105,10 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         change_accepted: AtomicBool::new(false),
         guard_told: AtomicBool::new(false),
         on_standby: AtomicBool::new(false),
+        exactly_once: settings
+            .exactly_once
+            .as_ref()
+            .map(|_| exactly_once::Shared::new(&metrics)),
     };
     let result = tokio::select! {
         result = supervise(&settings, &metrics, &mut shutdown, &shared) => result,
@@ -157,6 +162,8 @@ struct Shared {
     /// The last session started on a standby (`resume`: its positions are
     /// not used on a primary).
     on_standby: AtomicBool,
+    /// With --delivery exactly-once.
+    exactly_once: Option<exactly_once::Shared>,
 }
 
 /// On a stop, the state table records the last delivered position, for a
@@ -277,10 +284,24 @@ async fn session(
     // The producer first: a -X property librdkafka refuses must stop
     // walrelay before it creates a publication or a slot.
     let sink = new_sink()?;
+    let eos = settings
+        .exactly_once
+        .as_ref()
+        .zip(shared.exactly_once.as_ref());
+    // A broker without transactions must stop walrelay before it creates a
+    // publication or a slot, too.
+    if let Some((eos, eos_shared)) = eos {
+        tokio::select! {
+            probed = exactly_once::probe(settings, eos, eos_shared) => probed?,
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+        }
+    }
     let opened = match open_in_time(settings, ever_connected, shared, metrics, shutdown).await? {
         None => return Ok(()),
         Some(Opening::Stream(opened)) => (*opened, sink),
-        // The first start's snapshot: published whole before anything streams.
+        // The first start's snapshot: published whole before anything
+        // streams (at-least-once, with exactly once too: its producer is
+        // not transactional).
         Some(Opening::Snapshot(job)) => {
             let plan = settings
                 .snapshot
@@ -302,14 +323,27 @@ async fn session(
             }
         }
     };
-    let (opened, sink) = opened;
+    let (opened, mut sink) = opened;
+    // Exactly once: only now, holding the slot, may this session fence the
+    // producers of the instances that held it before.
+    let run = match eos {
+        Some((eos, eos_shared)) => {
+            let starting =
+                exactly_once::start(settings, eos, eos_shared, &mut sink, &opened.system);
+            Some(tokio::select! {
+                run = starting => run?,
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            })
+        }
+        None => None,
+    };
     metrics.set_streaming(true);
     let announce = tokio::spawn(announce_streaming(
         metrics.clone(),
         settings.slot.clone(),
         opened.start,
     ));
-    let apply = ApplyLoop::new(
+    let mut apply = ApplyLoop::new(
         settings,
         opened.upstream,
         sink,
@@ -317,8 +351,11 @@ async fn session(
         opened.read_timeout,
         metrics.clone(),
     )
-    .remembering(opened.server, &shared.position)
+    .remembering(opened.system.server, &shared.position)
     .guarded(opened.guard);
+    if let Some((run, eos)) = run.zip(settings.exactly_once.clone()) {
+        apply = apply.exactly_once(eos, run);
+    }
     let result = apply.run(shutdown).await;
     announce.abort();
     result
@@ -622,7 +659,7 @@ async fn open(
             query_timeout: read_timeout,
         },
         start,
-        server: system.server,
+        system,
         read_timeout,
         guard,
     })))
@@ -676,8 +713,8 @@ struct Opened {
     upstream: PgUpstream,
     /// Where the session starts: the slot's position or a later confirmed one.
     start: Lsn,
-    /// The server history the session reads.
-    server: ServerId,
+    /// The server history the session reads, and its WAL flush position.
+    system: replication::SystemInfo,
     /// Silence on the replication connection longer than this means it is dead.
     read_timeout: Duration,
     /// What the guard's messages are judged against, when it is installed.

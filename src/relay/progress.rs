@@ -169,6 +169,25 @@ impl Progress {
         self.advance();
     }
 
+    /// Transactions read but not yet confirmed.
+    pub fn pending_transactions(&self) -> usize {
+        self.checkpoint.pending()
+    }
+
+    /// Keeps `seq` (and every transaction after it) unconfirmed until
+    /// `release`, whatever its events: the sink's transaction that opened
+    /// with one of its records is not committed yet (exactly once). Not
+    /// counted in flight: it holds no record.
+    pub fn hold(&mut self, seq: TxnSeq) {
+        self.checkpoint.event_sent(seq);
+    }
+
+    /// The sink committed the transaction that held `seq`.
+    pub fn release(&mut self, seq: TxnSeq) {
+        self.checkpoint.event_acked(seq);
+        self.advance();
+    }
+
     /// When a status update should report a moved confirmation, if one did.
     pub fn report_due(&self) -> Option<Instant> {
         (self.checkpoint.confirmed() > self.reported).then_some(self.reported_at + PROMPT_CONFIRM)
@@ -254,6 +273,24 @@ mod tests {
         assert!(p.report_due().is_some());
         assert_eq!(p.report(), (Lsn(100), Lsn(200)));
         assert_eq!(p.report_due(), None);
+    }
+
+    #[test]
+    fn a_held_transaction_is_confirmed_only_once_released_and_holds_the_ones_after_it() {
+        let mut p = progress(10);
+        let first = p.begin();
+        p.hold(first);
+        p.sent(first, 1);
+        p.commit(first, Lsn(200));
+        let second = p.begin();
+        p.commit(second, Lsn(300));
+        p.acked(first, 1);
+        assert_eq!(p.report_due(), None, "acknowledged, not committed");
+        p.keepalive(Lsn(400));
+        assert_eq!(p.confirmed(), Lsn(100));
+        assert!(p.has_room(), "a hold is not in flight");
+        p.release(first);
+        assert_eq!(p.confirmed(), Lsn(300));
     }
 
     #[test]

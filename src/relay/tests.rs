@@ -75,6 +75,15 @@ struct Relay {
 impl Relay {
     /// Runs with the flags of `walrelay run` plus `flags`.
     fn start(flags: &[&str]) -> Relay {
+        Self::launch(flags, MemorySink::new(), None)
+    }
+
+    /// Runs on `sink`; exactly once when `run` is given.
+    fn launch(
+        flags: &[&str],
+        (sink, handle): (MemorySink<Ticket>, MemoryHandle<Ticket>),
+        run: Option<super::publish::transaction::Run>,
+    ) -> Relay {
         // Status updates often enough that a test sees each step.
         let mut argv = vec!["--status-interval", "20ms"];
         argv.extend_from_slice(flags);
@@ -87,9 +96,8 @@ impl Relay {
             messages,
             confirmed: confirmed.clone(),
         };
-        let (sink, handle) = MemorySink::new();
         let (shutdown, mut stop) = watch::channel(false);
-        let apply = ApplyLoop::new(
+        let mut apply = ApplyLoop::new(
             settings,
             upstream,
             sink,
@@ -97,6 +105,9 @@ impl Relay {
             Duration::from_secs(60),
             Metrics::new(),
         );
+        if let Some(run) = run {
+            apply = apply.exactly_once(settings.exactly_once.clone().unwrap(), run);
+        }
         let task = tokio::spawn(async move { apply.run(&mut stop).await });
         Relay {
             feed,
@@ -552,3 +563,5 @@ async fn in_halt_mode_a_batch_refused_for_size_stops_walrelay_naming_the_offende
     assert!(text.contains(&offender), "{text}");
     assert!(!text.contains(&neighbour), "{text}");
 }
+
+mod exactly_once;

@@ -1,5 +1,7 @@
 //! A sink in memory, for tests of the apply path: records wait until the
 //! test acknowledges or refuses them, in any order, through a `MemoryHandle`.
+//! A transactional one (`MemorySink::transactional`) numbers its
+//! transactions, and each commit waits for the test's word too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,9 +10,11 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 use super::{
-    Delivery, Failure, OwnedRecord, Record, Refusal, SendError, Sink, TopicAccess, TopicInfo,
+    Closing, Delivery, Failure, OwnedRecord, Record, Refusal, SendError, Sink, TopicAccess,
+    TopicInfo,
 };
 use crate::error::Result;
+use crate::postgres::lsn::Lsn;
 
 struct State<T> {
     /// Every record sent, in order; a record's index is its place here.
@@ -22,6 +26,24 @@ struct State<T> {
     /// Topics that refuse records, with the reason.
     closed_topics: HashMap<String, String>,
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
+    /// Transactions, when the sink writes in them.
+    transactions: Option<Transactions>,
+}
+
+/// What a transactional memory sink has been asked to do.
+#[derive(Default)]
+struct Transactions {
+    /// The transaction of each record sent, by the record's index.
+    of_record: Vec<usize>,
+    /// The transaction records go to now (0, 1, …).
+    current: usize,
+    /// Each commit asked for, with its position, and its outcome's sender
+    /// until the test tells it.
+    commits: Vec<(Lsn, Option<tokio::sync::oneshot::Sender<Result<()>>>)>,
+    /// Transactions aborted.
+    aborted: Vec<usize>,
+    /// A commit waits for the test: nothing may be sent meanwhile.
+    closing: bool,
 }
 
 pub struct MemorySink<T> {
@@ -45,6 +67,16 @@ impl<T> Clone for MemoryHandle<T> {
 impl<T> MemorySink<T> {
     /// A sink whose records wait for the test's word.
     pub fn new() -> (Self, MemoryHandle<T>) {
+        Self::build(None)
+    }
+
+    /// A sink that writes in transactions, whose commits wait for the
+    /// test's word too.
+    pub fn transactional() -> (Self, MemoryHandle<T>) {
+        Self::build(Some(Transactions::default()))
+    }
+
+    fn build(transactions: Option<Transactions>) -> (Self, MemoryHandle<T>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State {
             sent: Vec::new(),
@@ -52,6 +84,7 @@ impl<T> MemorySink<T> {
             capacity: usize::MAX,
             closed_topics: HashMap::new(),
             deliveries: tx,
+            transactions,
         }));
         let handle = MemoryHandle {
             state: state.clone(),
@@ -104,6 +137,61 @@ impl<T> MemoryHandle<T> {
             .insert(topic.to_string(), reason.to_string());
     }
 
+    /// The position of each commit asked for so far, in order.
+    pub fn commits(&self) -> Vec<Lsn> {
+        let state = self.lock();
+        let transactions = state.transactions.as_ref().expect("a transactional sink");
+        transactions.commits.iter().map(|(lsn, _)| *lsn).collect()
+    }
+
+    /// Tells commit `index` its outcome.
+    pub fn settle_commit(&self, index: usize, outcome: Result<()>) {
+        let mut state = self.lock();
+        let transactions = state.transactions.as_mut().expect("a transactional sink");
+        let tx = transactions.commits[index]
+            .1
+            .take()
+            .unwrap_or_else(|| panic!("commit {index} was settled already"));
+        transactions.closing = false;
+        transactions.current += 1;
+        let _ = tx.send(outcome);
+    }
+
+    /// Acknowledges every record still waiting.
+    pub fn ack_waiting(&self) {
+        let waiting: Vec<usize> = self.lock().waiting.keys().copied().collect();
+        for index in waiting {
+            self.ack(index);
+        }
+    }
+
+    /// Lets every commit still waiting succeed.
+    pub fn settle_open_commits(&self) {
+        let open: Vec<usize> = match &self.lock().transactions {
+            Some(t) => (0..t.commits.len())
+                .filter(|&i| t.commits[i].1.is_some())
+                .collect(),
+            None => Vec::new(),
+        };
+        for index in open {
+            self.settle_commit(index, Ok(()));
+        }
+    }
+
+    /// The transaction each record went in (0, 1, …), by record index.
+    pub fn transaction_of_records(&self) -> Vec<usize> {
+        let state = self.lock();
+        let transactions = state.transactions.as_ref().expect("a transactional sink");
+        transactions.of_record.clone()
+    }
+
+    /// The transactions aborted so far.
+    pub fn aborted(&self) -> Vec<usize> {
+        let state = self.lock();
+        let transactions = state.transactions.as_ref().expect("a transactional sink");
+        transactions.aborted.clone()
+    }
+
     fn finish(&self, index: usize, result: std::result::Result<(), Box<Failure>>) {
         let mut state = self.lock();
         let (ticket, sent_at) = state
@@ -142,6 +230,14 @@ impl<T> Sink<T> for MemorySink<T> {
             return Err(SendError::Full(ticket));
         }
         let index = state.sent.len();
+        if let Some(transactions) = &mut state.transactions {
+            assert!(
+                !transactions.closing,
+                "a record was sent while the transaction was being committed"
+            );
+            let current = transactions.current;
+            transactions.of_record.push(current);
+        }
         state.sent.push(record.to_owned());
         state.waiting.insert(index, (ticket, Instant::now()));
         Ok(())
@@ -149,5 +245,28 @@ impl<T> Sink<T> for MemorySink<T> {
 
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
+    }
+
+    fn transactional(&self) -> bool {
+        lock(&self.state).transactions.is_some()
+    }
+
+    fn commit(&mut self, position: Lsn) -> Closing {
+        let mut state = lock(&self.state);
+        let transactions = state.transactions.as_mut().expect("a transactional sink");
+        assert!(!transactions.closing, "a commit while one is pending");
+        let (tx, closing) = Closing::pending();
+        transactions.closing = true;
+        transactions.commits.push((position, Some(tx)));
+        closing
+    }
+
+    fn abort(&mut self) -> Closing {
+        let mut state = lock(&self.state);
+        let transactions = state.transactions.as_mut().expect("a transactional sink");
+        let current = transactions.current;
+        transactions.aborted.push(current);
+        transactions.current += 1;
+        Closing::ready(Ok(()))
     }
 }

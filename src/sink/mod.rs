@@ -8,16 +8,26 @@
 //!
 //! A sink speaks records, not events: the outbox layer has already built
 //! the key, the value and every header.
+//!
+//! A sink may also write in transactions (`Sink::transactional`, exactly
+//! once): then a delivery says only that a record is in the open
+//! transaction, and nothing of it counts until `Sink::commit` succeeds, with
+//! the position of the transaction's last Postgres commit written in it.
 
 pub mod memory;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::oneshot;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::postgres::lsn::Lsn;
 
 /// A record header: a name and a value that may be null.
 pub type Header = (Cow<'static, str>, Option<Bytes>);
@@ -211,6 +221,66 @@ pub trait Sink<T> {
     /// The next delivery; None once the sink can deliver nothing more.
     /// Cancel-safe.
     async fn delivery(&mut self) -> Option<Delivery<T>>;
+
+    /// Whether records go in transactions that `commit` closes. A delivery
+    /// then means only that the record is in the open transaction: it is
+    /// settled by the commit, and lost with an abort. A transactional sink
+    /// opens a transaction with the first record `send` takes after a
+    /// commit or an abort.
+    fn transactional(&self) -> bool {
+        false
+    }
+
+    /// Commits the open transaction with `position`, the end of its last
+    /// Postgres transaction, written in it. Nothing may be sent until the
+    /// outcome is known; an error means the transaction is aborted (or
+    /// will be), and says whether to try again (transient) or stop.
+    fn commit(&mut self, position: Lsn) -> Closing {
+        let _ = position;
+        Closing::ready(Err(Error::permanent(
+            "this sink does not write in transactions",
+        )))
+    }
+
+    /// Aborts the open transaction, if one is open: none of its records
+    /// is ever seen by a read_committed reader.
+    fn abort(&mut self) -> Closing {
+        Closing::ready(Ok(()))
+    }
+}
+
+/// The outcome of closing a sink's transaction (a commit or an abort),
+/// once the sink knows it. Cancel-safe: it may be polled again after a
+/// `select!` dropped the poll.
+pub struct Closing(oneshot::Receiver<Result<()>>);
+
+impl Closing {
+    /// An outcome to be told through the sender.
+    pub fn pending() -> (oneshot::Sender<Result<()>>, Closing) {
+        let (tx, rx) = oneshot::channel();
+        (tx, Closing(rx))
+    }
+
+    /// An outcome known now.
+    pub fn ready(outcome: Result<()>) -> Closing {
+        let (tx, closing) = Self::pending();
+        let _ = tx.send(outcome);
+        closing
+    }
+}
+
+impl Future for Closing {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        Pin::new(&mut self.0).poll(cx).map(|told| {
+            told.unwrap_or_else(|_| {
+                Err(Error::transient(
+                    "the sink ended before it said how its transaction closed",
+                ))
+            })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -240,6 +240,13 @@ impl Broker {
         SHARED.get_or_init(|| Self::apache_secure(users).until_exit())
     }
 
+    /// One plain Apache Kafka broker for every test of a binary that asks
+    /// (and does not stop, pause or restart it), as `shared_apache_secure`.
+    pub fn shared_apache() -> &'static Broker {
+        static SHARED: std::sync::OnceLock<&'static Broker> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| Self::apache().until_exit())
+    }
+
     /// One Kerberos broker (`apache_kerberos(kdc)`) for every test of a
     /// binary that asks, started by the first, stopped when it exits.
     pub fn shared_apache_kerberos(kdc: &Kdc) -> &'static Broker {
@@ -589,6 +596,21 @@ impl Broker {
 
     pub fn consumer(&self) -> KafkaReader {
         KafkaReader::with_config(self.client_config())
+    }
+
+    /// A reader that sees only committed transactions (librdkafka's
+    /// default, said explicitly).
+    pub fn read_committed(&self) -> KafkaReader {
+        let mut config = self.client_config();
+        config.set("isolation.level", "read_committed");
+        KafkaReader::with_config(config)
+    }
+
+    /// A reader that also sees records of open and aborted transactions.
+    pub fn read_uncommitted(&self) -> KafkaReader {
+        let mut config = self.client_config();
+        config.set("isolation.level", "read_uncommitted");
+        KafkaReader::with_config(config)
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod aws;
 pub mod debezium;
 pub mod doctest;
+pub mod exactly_once;
 pub mod guarantees;
 pub mod kafka;
 pub mod kerberos;

@@ -4,7 +4,9 @@
 //! dead-letter copy, when that is the verdict, goes to the sink too.
 //!
 //! Every send and acknowledgement is booked in `Progress`, which the apply
-//! loop owns and lends for each call.
+//! loop owns and lends for each call. With exactly-once delivery the
+//! records go in the sink's transactions, which `transaction` opens at the
+//! first record and closes on Postgres commit boundaries.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -14,13 +16,15 @@ use tokio::time::Instant;
 use tracing::warn;
 
 mod oversized;
+pub mod transaction;
 
 use oversized::Suspect;
+use transaction::{Remembered, Transactions};
 
 use super::poison::{cannot_dead_letter, configuration_error, text, Poisoned, Verdict};
 use super::progress::{Progress, Ticket, TxnRef};
 use crate::clock;
-use crate::config::Settings;
+use crate::config::{OnPoison, Settings};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent};
@@ -36,6 +40,13 @@ enum Route {
     /// routed to, when it has a legal one (a dead-letter copy names it,
     /// for `walrelay redrive` once the topic may be used).
     Nowhere(Option<String>, String),
+}
+
+/// What comes back from the sink: a record's delivery, or how the sink's
+/// transaction closed (exactly once).
+pub enum Outcome {
+    Delivery(Delivery<Ticket>),
+    Closed(Result<()>),
 }
 
 /// What the sink did with a record.
@@ -58,6 +69,8 @@ pub struct Publisher<'a, S> {
     alone_in_flight: bool,
     /// Suspects of one refusal are being sent again (said once).
     probing: bool,
+    /// The sink's transactions, with exactly-once delivery.
+    transactions: Option<Transactions>,
 }
 
 impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
@@ -71,12 +84,20 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             suspects: VecDeque::new(),
             alone_in_flight: false,
             probing: false,
+            transactions: None,
         }
     }
 
-    /// The sink's next delivery. Cancel-safe.
-    pub async fn delivery(&mut self) -> Option<Delivery<Ticket>> {
-        self.sink.delivery().await
+    /// The sink's next delivery, or the outcome of closing its
+    /// transaction. Cancel-safe.
+    pub async fn delivery(&mut self) -> Option<Outcome> {
+        let Some(closing) = self.transactions.as_mut().and_then(Transactions::closing) else {
+            return self.sink.delivery().await.map(Outcome::Delivery);
+        };
+        tokio::select! {
+            delivery = self.sink.delivery() => delivery.map(Outcome::Delivery),
+            outcome = closing => Some(Outcome::Closed(outcome)),
+        }
     }
 
     /// Applies the policy to deliveries refused as poison since the last
@@ -114,6 +135,9 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         event: OutboxEvent,
         received_at: Instant,
     ) -> Result<()> {
+        if self.skips(txn.commit_lsn) {
+            return Ok(());
+        }
         let Some(route_value) = &event.route_value else {
             let reason = format!(
                 "its route-by column {:?} is NULL",
@@ -137,7 +161,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         let record = event.record(&topic, txn.commit_time_us / 1000);
         // The broker enforces the topic's max.message.bytes, and refuses the
         // whole batch of a record over it; librdkafka only its own limit.
-        let alone = match info.refuse_size(&topic, record.wire_size()) {
+        let mut alone = match info.refuse_size(&topic, record.wire_size()) {
             None => false,
             // Over the limit for certain: poison now, before it can take
             // its neighbours with it.
@@ -149,6 +173,15 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // sent alone the broker's verdict is its own.
             Some(_) => true,
         };
+        // What Kafka said of it inside an aborted transaction.
+        match self.remembered(txn.commit_lsn, event.id.as_ref()) {
+            Some(Remembered::Alone) => alone = true,
+            Some(Remembered::Refused(refusal)) => {
+                let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
+                return self.reject(progress, poisoned).await;
+            }
+            None => {}
+        }
         let ticket = Ticket {
             txn: txn.seq,
             commit_lsn: txn.commit_lsn,
@@ -236,6 +269,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
     ) -> Result<Handed> {
         let (seq, bytes) = (ticket.txn, ticket.bytes);
         let mut ticket = ticket;
+        self.opening(progress, seq);
         loop {
             match self.sink.send(record, ticket) {
                 Ok(()) => break,
@@ -247,23 +281,25 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             }
         }
         progress.sent(seq, bytes);
+        self.entered();
         Ok(Handed::Taken)
     }
 
     /// Waits for the sink's next delivery and books it.
     async fn take_delivery(&mut self, progress: &mut Progress) -> Result<()> {
-        let delivery =
-            self.sink.delivery().await.ok_or_else(|| {
-                Error::transient("the Kafka producer stopped reporting deliveries")
-            })?;
-        self.on_delivery(progress, delivery)
+        let outcome = self
+            .delivery()
+            .await
+            .ok_or_else(|| Error::transient("the Kafka producer stopped reporting deliveries"))?;
+        self.on_delivery(progress, outcome)
     }
 
-    pub fn on_delivery(
-        &mut self,
-        progress: &mut Progress,
-        delivery: Delivery<Ticket>,
-    ) -> Result<()> {
+    /// Books what came back from the sink.
+    pub fn on_delivery(&mut self, progress: &mut Progress, outcome: Outcome) -> Result<()> {
+        let delivery = match outcome {
+            Outcome::Delivery(delivery) => delivery,
+            Outcome::Closed(outcome) => return self.on_closed(progress, outcome),
+        };
         let Delivery {
             ticket,
             took,
@@ -286,9 +322,16 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // from the slot, which still holds the event.
             Rejection::Retriable => Err(Error::transient(format!(
                 "delivery of event {} failed: {refusal} (topic {}); resending from the slot's \
-                 confirmed position",
+                 confirmed position{}",
                 text(ticket.event_id.as_ref()),
-                failure.record.topic
+                failure.record.topic,
+                if self.transactions.is_some() {
+                    " (its Kafka transaction is aborted and sent again; a Postgres transaction \
+                     that takes longer to send than -X transaction.timeout.ms is aborted every \
+                     time: raise it)"
+                } else {
+                    ""
+                }
             ))),
             _ if ticket.dead_letter => Err(cannot_dead_letter(
                 ticket.event_id.as_ref(),
@@ -307,11 +350,20 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // Its batch was refused for size: perhaps for a neighbour. The
             // loop sends it again alone (`oversized`).
             Rejection::Oversized if !ticket.alone => {
+                if let Some(doomed) = self.doomed(&ticket, Remembered::Alone) {
+                    return Err(doomed);
+                }
                 self.suspects.push_back(Suspect { ticket, failure });
                 Ok(())
             }
             // The policy runs in the loop: it may need to wait for the sink.
             Rejection::Poison | Rejection::UnknownPartition(_) | Rejection::Oversized => {
+                if self.settings.on_poison == OnPoison::DeadLetter {
+                    let verdict = Remembered::Refused(failure.refusal.clone());
+                    if let Some(doomed) = self.doomed(&ticket, verdict) {
+                        return Err(doomed);
+                    }
+                }
                 self.rejected
                     .push_back(Poisoned::undelivered(ticket, failure));
                 Ok(())
@@ -321,6 +373,10 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
 
     /// Applies the poison policy to an event that cannot be published.
     pub async fn reject(&mut self, progress: &mut Progress, poisoned: Poisoned) -> Result<()> {
+        // Read again after a restart; dead-lettered (or halted on) before.
+        if poisoned.inflight_bytes.is_none() && self.skips(poisoned.commit_lsn) {
+            return Ok(());
+        }
         let poisoned = match poisoned.unknown_partition {
             Some(_) => {
                 let count = self.sink.partition_count(&poisoned.record.topic).await?;

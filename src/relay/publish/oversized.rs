@@ -17,7 +17,7 @@
 
 use tracing::warn;
 
-use super::Publisher;
+use super::{transaction, Publisher};
 use crate::error::{Error, Result};
 use crate::relay::poison::{text, Poisoned};
 use crate::relay::progress::{Progress, Ticket};
@@ -55,9 +55,15 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
     }
 
     /// Whether the loop may read and send more: not while a record must
-    /// travel alone, or travels alone now.
+    /// travel alone, or travels alone now, nor while the sink's
+    /// transaction is being closed.
     pub fn ready_for_more(&self) -> bool {
-        !self.alone_in_flight && self.suspects.is_empty()
+        !self.alone_in_flight
+            && self.suspects.is_empty()
+            && !self
+                .transactions
+                .as_ref()
+                .is_some_and(transaction::Transactions::is_closing)
     }
 
     /// Sends the first suspect again, alone, once nothing else is in

@@ -1,0 +1,512 @@
+//! Kafka transactions for `--delivery exactly-once` (KIP-98): the
+//! transactional producer's id, what each transaction API error means for
+//! walrelay, and the blocking calls, each on a thread of its own.
+//!
+//! The `transactional.id` is derived from the database's system identifier
+//! and the slot, so every walrelay that streams from one slot (an
+//! active/passive pair, a restart, a promoted standby of the same cluster)
+//! shares it: `init_transactions` bumps its epoch, which aborts whatever
+//! transaction an older producer left open and fences that producer out
+//! for good. walrelay calls it only once it holds the slot (after
+//! `START_REPLICATION`), so a standby never fences the active instance.
+//!
+//! A broker without transactions (tansu) is found before anything is
+//! created by a probe: a transaction of one record under an id of its own.
+
+use std::time::Duration;
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::msk_iam::TokenContext;
+use super::position::{self, Position};
+use super::producer::{own_record, KafkaSink};
+use crate::error::{Error, Result};
+use crate::postgres::lsn::Lsn;
+use crate::postgres::state::ServerId;
+use crate::sink::{Closing, Refusal, Rejection};
+
+/// One attempt to commit: a commit that times out is tried again, until
+/// its records time out (`transaction.timeout.ms`) and it must abort.
+const COMMIT_ATTEMPT: Duration = Duration::from_secs(10);
+const ABORT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A commit still unanswered after this long is aborted (and sent again).
+const COMMIT_GIVE_UP: Duration = Duration::from_secs(300);
+/// Between attempts that failed at once.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The transactional.id of walrelay on a slot of a database cluster.
+pub fn transactional_id(system_id: &str, slot: &str) -> String {
+    format!("walrelay-{system_id}-{slot}")
+}
+
+/// The id of a start-up probe: its own, so that it fences nobody.
+pub fn probe_id(slot: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("walrelay-probe-{slot}-{:x}-{nanos:x}", std::process::id())
+}
+
+/// The producer configuration with a transactional id. A record may not
+/// outlive its transaction: librdkafka then times records out with the
+/// transaction (`message.timeout.ms` defaults to `transaction.timeout.ms`),
+/// so walrelay's "retry forever" default goes, and a broker away for
+/// longer aborts the transaction, which is sent again.
+pub fn config(base: &ClientConfig, id: &str) -> ClientConfig {
+    let mut config = base.clone();
+    config.set("transactional.id", id);
+    if config.get("message.timeout.ms") == Some("0") {
+        config.remove("message.timeout.ms");
+    }
+    config
+}
+
+/// What a transaction API error means: fenced or otherwise fatal (stop),
+/// a broker without transactions (stop, naming the fix), an abortable one
+/// (the transaction is aborted; sent again), anything else (a new session).
+pub fn error(
+    what: &str,
+    id: &str,
+    e: KafkaError,
+    fatal: Option<(RDKafkaErrorCode, String)>,
+) -> Error {
+    let (code, fatal_error, abortable) = match &e {
+        KafkaError::Transaction(t) => (Some(t.code()), t.is_fatal(), t.txn_requires_abort()),
+        other => (other.rdkafka_error_code(), false, false),
+    };
+    let text = e.to_string();
+    let fenced_code = |c: Option<RDKafkaErrorCode>| {
+        matches!(
+            c,
+            Some(
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
+        )
+    };
+    // An epoch the coordinator bumped itself (a transaction it timed out)
+    // is abortable; only librdkafka's verdict makes it a fence.
+    let fenced = matches!(
+        code,
+        Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+    ) || (fatal_error && fenced_code(code))
+        || fenced_code(fatal.as_ref().map(|(c, _)| *c));
+    if fenced {
+        let reason = fatal.map_or(text, |(_, reason)| reason);
+        return Error::permanent(format!(
+            "walrelay was fenced out of Kafka: another producer with transactional.id {id} \
+             started since (another walrelay took over slot streaming, or was started on it), \
+             so this one stopped while {what}; its open Kafka transaction is aborted and the \
+             instance that fenced it goes on from the last committed position ({reason})"
+        ));
+    }
+    if code == Some(RDKafkaErrorCode::UnsupportedFeature)
+        || text.contains("not supported by broker")
+    {
+        return Error::permanent(format!(
+            "the Kafka broker does not support transactions ({text}): --delivery exactly-once \
+             needs Kafka's transactions (KIP-98, Apache Kafka 0.11 or later, with \
+             transaction.state.log settings a single node can meet); tansu has none. Run \
+             with --delivery at-least-once, whose consumers dedupe by event id"
+        ));
+    }
+    if code == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed) {
+        return Error::permanent(format!(
+            "Kafka refused walrelay the transactional.id {id} ({text}): grant its principal \
+             WRITE and DESCRIBE on transactional ids with the prefix walrelay- ({})",
+            super::grant_command(
+                "User:WALRELAY_PRINCIPAL",
+                "Write --operation Describe",
+                "--transactional-id walrelay- --resource-pattern-type prefixed"
+            )
+        ));
+    }
+    if code == Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
+        return Error::permanent(format!(
+            "Kafka refused walrelay's transaction.timeout.ms ({text}): it must not exceed the \
+             broker's transaction.max.timeout.ms (15 minutes by default); lower -X \
+             transaction.timeout.ms"
+        ));
+    }
+    if fatal_error {
+        let reason = fatal.map_or(text, |(_, reason)| reason);
+        return Error::permanent(format!(
+            "the transactional Kafka producer failed for good while {what} ({reason}); \
+             walrelay stopped, and nothing past Kafka's last committed transaction is confirmed"
+        ));
+    }
+    if abortable {
+        return Error::transient(format!(
+            "the Kafka transaction was aborted while {what} ({text}): none of its records is \
+             seen by read_committed consumers, and its Postgres transactions are read again \
+             and sent in a new one; if a single Postgres transaction takes longer to send than \
+             -X transaction.timeout.ms, raise it"
+        ));
+    }
+    Error::transient(format!("Kafka transactions failed while {what}")).with_source(e)
+}
+
+/// What a failed call of `producer` while `what` means (`error`).
+fn failed<'a, C: ProducerContext + 'static>(
+    producer: &'a ThreadedProducer<C>,
+    what: &'a str,
+    id: &'a str,
+) -> impl FnOnce(KafkaError) -> Error + 'a {
+    move |e| error(what, id, e, producer.client().fatal_error())
+}
+
+/// Runs `call` on a thread of the blocking pool: librdkafka's transaction
+/// calls block until the broker answers.
+pub async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| Error::transient("a Kafka transaction call failed").with_source(e))?
+}
+
+/// init_transactions: fences every older producer of the id and aborts
+/// what it left open.
+pub fn init<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    id: &str,
+    deadline: Instant,
+) -> Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    producer
+        .init_transactions(left)
+        .map_err(failed(producer, "starting its transactions", id))
+}
+
+/// Commits the open transaction; a commit that times out is tried again
+/// (librdkafka allows it) for up to `COMMIT_GIVE_UP`, one that must abort is
+/// aborted.
+pub fn commit<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    id: &str,
+) -> Result<()> {
+    let started = Instant::now();
+    let mut said = None::<Instant>;
+    loop {
+        delivered(producer, COMMIT_ATTEMPT);
+        let e = match producer.commit_transaction(COMMIT_ATTEMPT) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let retriable = match &e {
+            KafkaError::Transaction(t) => t.is_retriable(),
+            // Its records are still in flight (a broker away): they succeed
+            // or time out with the transaction, which then must abort.
+            KafkaError::Flush(_) => true,
+            _ => false,
+        };
+        let aborting = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
+        let text = e.to_string();
+        let error = failed(producer, "committing a transaction", id)(e);
+        if retriable && error.is_transient() && started.elapsed() < COMMIT_GIVE_UP {
+            if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                warn!(
+                    waited = ?started.elapsed(),
+                    error = %text,
+                    "the Kafka commit has no answer yet; asking again (reading waits meanwhile)"
+                );
+                said = Some(Instant::now());
+            }
+            std::thread::sleep(RETRY_PAUSE);
+            continue;
+        }
+        // The next session's init_transactions aborts it too, at the latest.
+        if (aborting || retriable) && error.is_transient() {
+            if let Err(e) = abort(producer, id) {
+                warn!(error = %e.report(), "cannot abort the Kafka transaction; the next session's producer aborts it");
+            }
+        }
+        return Err(error);
+    }
+}
+
+/// Waits until every record was delivered (or failed), up to `limit`.
+/// commit_transaction flushes first too, but rust-rdkafka's flush polls
+/// in steps of up to 100 ms that the producer's own polling thread can
+/// leave unanswered: measured, every commit took 103 ms.
+fn delivered<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, limit: Duration) {
+    let until = Instant::now() + limit;
+    while producer.in_flight_count() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// Aborts the open transaction.
+pub fn abort<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, id: &str) -> Result<()> {
+    producer.abort_transaction(ABORT_TIMEOUT).map_err(failed(
+        producer,
+        "aborting a transaction",
+        id,
+    ))
+}
+
+/// Writes one record in a transaction of its own and commits it: the
+/// start-up probe, and a session's sync record (kafka::position).
+pub fn write_alone<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    id: &str,
+    record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
+) -> Result<()> {
+    producer
+        .begin_transaction()
+        .map_err(failed(producer, "opening a transaction", id))?;
+    if let Err((e, _)) = producer.send(record) {
+        let _ = producer.abort_transaction(ABORT_TIMEOUT);
+        return Err(failed(producer, "writing a record", id)(e));
+    }
+    commit(producer, id)
+}
+
+/// Before anything is created: the position topic exists (created if
+/// missing), and the broker runs transactions, which a transaction of one
+/// record under a probe id of its own shows (a broker without them, such
+/// as tansu, refuses its commit).
+pub async fn probe(
+    config: &ClientConfig,
+    position_topic: &str,
+    replication_factor: Option<i32>,
+    slot: &str,
+    deadline: Instant,
+) -> Result<()> {
+    let mut admin_config = config.clone();
+    admin_config.set("allow.auto.create.topics", "false");
+    let admin: AdminClient<DefaultClientContext> = admin_config
+        .create()
+        .map_err(|e| super::secrets::client_refused("the Kafka admin client", &e, &admin_config))?;
+    let admin = std::sync::Arc::new(admin);
+    super::msk_iam::keep_admin_token(&admin_config, &admin);
+    position::ensure_topic(&admin, position_topic, replication_factor).await?;
+    let id = probe_id(slot);
+    let producer_config = super::transaction::config(config, &id);
+    let producer: ThreadedProducer<TokenContext> = producer_config
+        .create_with_context(TokenContext)
+        .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
+    let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
+    blocking(move || {
+        init(&producer, &id, deadline)?;
+        let record = BaseRecord::to(&topic)
+            .partition(position::PARTITION)
+            .key(key.as_bytes())
+            .payload(id.as_bytes());
+        write_alone(&producer, &id, record)
+    })
+    .await?;
+    info!(
+        position_topic,
+        "the Kafka broker runs transactions: delivering exactly once"
+    );
+    Ok(())
+}
+
+/// A session's transactions, once its producer is transactional.
+pub struct Transactional {
+    id: String,
+    topic: String,
+    /// The position record's key and what it says besides the LSN.
+    key: String,
+    position: Position,
+    /// A transaction is open (begun, not yet committed or aborted).
+    open: bool,
+}
+
+impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
+    /// Exactly once, once the session holds the slot: a transactional
+    /// producer of the slot's `transactional.id` (which fences every older
+    /// one and aborts what it left open), and the position the last
+    /// committed Kafka transaction recorded for the slot, read back with
+    /// read_committed (`kafka::position`). By `deadline`.
+    pub async fn exactly_once(
+        &mut self,
+        position_topic: &str,
+        slot: &str,
+        server: &ServerId,
+        deadline: Instant,
+    ) -> Result<Option<Position>> {
+        let id = transactional_id(&server.system_id, slot);
+        let producer = self.parts.producer(Some(&id))?;
+        self.producer = producer.clone();
+        let sync_key = position::sync_key(&server.system_id, slot);
+        let sync = format!("{}-{}", std::process::id(), crate::clock::unix_now_us());
+        let (record_id, record_key, record_value) = (id.clone(), sync_key.clone(), sync.clone());
+        let topic = position_topic.to_string();
+        blocking(move || {
+            init(&producer, &record_id, deadline)?;
+            let record = BaseRecord::with_opaque_to(&topic, own_record())
+                .partition(position::PARTITION)
+                .key(record_key.as_bytes())
+                .payload(record_value.as_bytes());
+            write_alone(&producer, &record_id, record)
+        })
+        .await?;
+        let key = position::key(&server.system_id, slot);
+        let config = position::reader_config(&self.parts.config);
+        let (topic, read_key) = (position_topic.to_string(), key.clone());
+        let stored = blocking(move || {
+            position::read(
+                &config,
+                &topic,
+                &read_key,
+                &sync_key,
+                sync.as_bytes(),
+                deadline,
+            )
+        })
+        .await?;
+        self.transaction = Some(Transactional {
+            id,
+            topic: position_topic.to_string(),
+            key,
+            position: Position {
+                slot: slot.to_string(),
+                system_id: server.system_id.clone(),
+                timeline: server.timeline,
+                lsn: Lsn::ZERO,
+            },
+            open: false,
+        });
+        Ok(stored)
+    }
+
+    /// Opens a transaction for the next record, if none is open.
+    pub(super) fn begin(&mut self) -> std::result::Result<(), Refusal> {
+        let Some(t) = &mut self.transaction else {
+            return Ok(());
+        };
+        if t.open {
+            return Ok(());
+        }
+        self.producer.begin_transaction().map_err(|e| Refusal {
+            rejection: Rejection::Retriable,
+            message: failed(&self.producer, "opening a transaction", &t.id)(e).report(),
+        })?;
+        t.open = true;
+        Ok(())
+    }
+
+    /// Sink::commit: the position record last, then the commit off the
+    /// async runtime.
+    pub(super) fn commit_transaction(&mut self, lsn: Lsn) -> Closing {
+        if let Err(refusal) = self.begin() {
+            return Closing::ready(Err(Error::transient(refusal.message)));
+        }
+        let Some(t) = &mut self.transaction else {
+            return Closing::ready(Err(Error::permanent("this producer is not transactional")));
+        };
+        t.position.lsn = lsn;
+        let value = t.position.encode();
+        let record = BaseRecord::with_opaque_to(&t.topic, own_record())
+            .partition(position::PARTITION)
+            .key(t.key.as_bytes())
+            .payload(&value[..]);
+        // Last in the transaction, so it commits with every record before it.
+        if let Err((e, _)) = self.producer.send(record) {
+            let error = failed(&self.producer, "recording the position", &t.id)(e);
+            return Closing::ready(Err(error));
+        }
+        t.open = false;
+        let (producer, id) = (self.producer.clone(), t.id.clone());
+        off_thread(move || commit(&producer, &id))
+    }
+
+    /// Sink::abort.
+    pub(super) fn abort_transaction(&mut self) -> Closing {
+        match &mut self.transaction {
+            Some(t) if t.open => {
+                t.open = false;
+                let (producer, id) = (self.producer.clone(), t.id.clone());
+                off_thread(move || abort(&producer, &id))
+            }
+            _ => Closing::ready(Ok(())),
+        }
+    }
+}
+
+/// Runs a blocking commit or abort, its outcome told through a `Closing`.
+fn off_thread(call: impl FnOnce() -> Result<()> + Send + 'static) -> Closing {
+    let (tx, closing) = Closing::pending();
+    tokio::task::spawn_blocking(move || {
+        let _ = tx.send(call());
+    });
+    closing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transactional_id_names_the_cluster_and_the_slot_and_a_probe_fences_nobody() {
+        assert_eq!(
+            transactional_id("7412345678901234567", "walrelay"),
+            "walrelay-7412345678901234567-walrelay"
+        );
+        let (a, b) = (probe_id("walrelay"), probe_id("walrelay"));
+        assert!(a.starts_with("walrelay-probe-walrelay-"), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_transactional_producer_times_records_out_with_its_transaction() {
+        let mut base = ClientConfig::new();
+        base.set("message.timeout.ms", "0").set("linger.ms", "5");
+        let config = config(&base, "walrelay-1-s");
+        assert_eq!(config.get("transactional.id"), Some("walrelay-1-s"));
+        assert_eq!(config.get("message.timeout.ms"), None);
+        assert_eq!(config.get("linger.ms"), Some("5"));
+        base.set("message.timeout.ms", "30000");
+        assert_eq!(
+            super::config(&base, "x").get("message.timeout.ms"),
+            Some("30000")
+        );
+    }
+
+    #[test]
+    fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
+        let fenced = error(
+            "committing a transaction",
+            "walrelay-1-s",
+            KafkaError::Global(RDKafkaErrorCode::Fatal),
+            Some((
+                RDKafkaErrorCode::ProducerFenced,
+                "Producer fenced by newer instance".into(),
+            )),
+        );
+        assert!(!fenced.is_transient());
+        assert!(
+            fenced.report().contains("fenced") && fenced.report().contains("walrelay-1-s"),
+            "{}",
+            fenced.report()
+        );
+        let unsupported = error(
+            "committing a transaction",
+            "x",
+            KafkaError::Global(RDKafkaErrorCode::UnsupportedFeature),
+            None,
+        );
+        assert!(!unsupported.is_transient());
+        assert!(
+            unsupported.report().contains("--delivery at-least-once"),
+            "{}",
+            unsupported.report()
+        );
+        let other = error(
+            "x",
+            "x",
+            KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+            None,
+        );
+        assert!(other.is_transient());
+    }
+}
