@@ -8,6 +8,8 @@
 //! transactional once it holds the slot (`KafkaSink::exactly_once`), and the
 //! records go in transactions (`kafka::transaction`).
 
+mod transactional;
+
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -27,7 +29,7 @@ use tracing::{debug, warn};
 use super::reachability;
 use super::secrets;
 use super::topics::{TopicManager, TopicPolicy};
-use super::transaction::{self, Transactional};
+use super::transaction;
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -36,6 +38,7 @@ use crate::sink::{
     Closing, Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink,
     TopicAccess, TopicInfo,
 };
+use transactional::Transactional;
 
 /// A record's ticket on its way through librdkafka; none for walrelay's own
 /// records (positions), whose outcome is their transaction's.
