@@ -43,11 +43,55 @@ pub fn free_port() -> u16 {
     let _ = NEXT.compare_exchange(0, seed + 1, Ordering::Relaxed, Ordering::Relaxed);
     for _ in 0..SPAN {
         let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && claim(port) {
             return port;
         }
     }
     panic!("no free port in {LOW}..{}", LOW + SPAN)
+}
+
+/// Claims `port` for this process among every test process on the machine:
+/// a port free now may be handed to a broker of another test binary that
+/// has not bound it yet (two binaries ran side by side and started two
+/// brokers on one port). The claim is a file naming the process; a claim
+/// whose process is gone is taken over.
+fn claim(port: u16) -> bool {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join("walrelay-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(port.to_string());
+    let me = std::process::id();
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => return file.write_all(me.to_string().as_bytes()).is_ok(),
+            Err(_) => {
+                let owner = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|text| text.trim().parse::<u32>().ok());
+                let fresh = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(5));
+                match owner {
+                    Some(pid) if pid == me => return true,
+                    // Its process is alive: the port is taken.
+                    Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                        return false
+                    }
+                    // Being written this moment by another process.
+                    None if fresh => return false,
+                    // Its process is gone: take it over.
+                    _ => {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
+            }
+        }
+    }
+    false
 }
 
 fn nanos() -> u32 {
