@@ -9,6 +9,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 mod connector;
+mod messages;
 use connector::{converter_format, outbox_tables, parse};
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
@@ -395,6 +396,12 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         ),
         (false, _) => {}
     }
+    notes.extend(messages::note(
+        get(messages::KEYS[0]),
+        get(messages::KEYS[1]),
+        topic_prefix.map(|(_, value)| value),
+    )?);
+    used.extend(messages::KEYS.map(String::from));
     // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
     // on Connect's classpath): walrelay creates no spans, it passes the
     // writer's context through.
@@ -807,6 +814,32 @@ mod tests {
         assert!(!m.args.iter().any(|(f, _)| f == "--extended-headers"));
         let notes = m.notes.join("\n");
         assert!(notes.contains("no topic.prefix"), "{notes}");
+    }
+
+    #[test]
+    fn message_prefixes_get_a_note_that_walrelay_run_publishes_no_message_records() {
+        let m = migrate(
+            &with_router("topic.prefix=shop\nmessage.prefix.include.list=app\n"),
+            Options::default(),
+        )
+        .unwrap();
+        let notes = m.notes.join("\n");
+        assert!(
+            notes.contains("message.prefix.include.list=app")
+                && notes.contains("shop.message")
+                && notes.contains("--source messages"),
+            "{notes}"
+        );
+        assert!(!notes.contains("has no walrelay equivalent"), "{notes}");
+        assert!(!m.args.iter().any(|(f, _)| f == "--source"));
+        // Debezium refuses both lists at once, so migrate does too.
+        let err = migrate(
+            &with_router("message.prefix.include.list=a\nmessage.prefix.exclude.list=b\n"),
+            Options::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("both set"), "{err}");
     }
 
     #[test]

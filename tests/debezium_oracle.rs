@@ -63,6 +63,14 @@ enum Expect {
     /// Debezium's task fails with `error` and publishes nothing; walrelay
     /// publishes each row stamped `timestamp` (why: the case's comment).
     DebeziumTaskFails { error: &'static str, timestamp: i64 },
+    /// The rows' records the same; Debezium also publishes the case's
+    /// `pg_logical_emit_message`s of prefix `prefix` to
+    /// `<topic.prefix>.message`, `messages` (transactional?, content) in
+    /// order, unrouted, and walrelay none of them (why: the case's comment).
+    DebeziumAlsoPublishesMessages {
+        prefix: &'static str,
+        messages: &'static [(bool, &'static str)],
+    },
     /// Debezium's task fails with `debezium` and walrelay stops with
     /// `walrelay` in its log; neither publishes anything.
     BothFail {
@@ -771,6 +779,60 @@ fn cases() -> Vec<Case> {
             },
             ..BASE
         },
+        Case {
+            // Debezium 3.6.1 asks pgoutput for logical decoding messages
+            // (PgOutputMessageDecoder.java:247-249) and publishes each one
+            // whose prefix message.prefix.include.list matches
+            // (PostgresEventDispatcher.java:66) to <topic.prefix>.message
+            // (LogicalDecodingMessageMonitor.java:46,74,94-109: key
+            // {prefix}, value op "m", ts_ms, source, message{prefix,
+            // content}); a non-transactional one at once, so even from a
+            // transaction that rolls back (PgOutputMessageDecoder.java:
+            // 639-650). The outbox router passes it on untouched: its value
+            // schema, io.debezium.connector.postgresql.MessageValue
+            // (PostgresSchemaFactory.java:32), is no `.Envelope`
+            // (EventRouterDelegate.java:102-106, SmtManager.java:46-54).
+            // walrelay run reads the outbox table: no message reaches Kafka
+            // through it, and migrate says so in a note. (Its --source
+            // messages, which migrate never proposes for an outbox table,
+            // routes walrelay's own JSON documents like rows and refuses
+            // non-transactional ones: tests/messages_source.rs.)
+            what: "pg_logical_emit_message reaches Debezium's <topic.prefix>.message unrouted and no walrelay topic",
+            id: "messages",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", JSON),
+                ("key.converter.schemas.enable", "false"),
+                ("value.converter", JSON),
+                ("value.converter.schemas.enable", "false"),
+                ("message.prefix.include.list", "app"),
+            ],
+            inserts: "BEGIN;
+             INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001a1', 'order', 'o-1', 'T', '{\"n\": 1}');
+             SELECT pg_logical_emit_message(true, 'app', '{\"n\": 1}');
+             SELECT pg_logical_emit_message(true, 'other', 'another application''s');
+             COMMIT;
+             BEGIN;
+             SELECT pg_logical_emit_message(true, 'app', 'rolled back');
+             SELECT pg_logical_emit_message(false, 'app', 'sent though rolled back');
+             INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001a2', 'order', 'o-2', 'T', '{}');
+             ROLLBACK;
+             SELECT pg_logical_emit_message(false, 'app', 'on its own');
+             INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001a3', 'order', 'o-3', 'T', '{}');",
+            count: 2,
+            expect: Expect::DebeziumAlsoPublishesMessages {
+                prefix: "app",
+                messages: &[
+                    (true, "{\"n\": 1}"),
+                    (false, "sent though rolled back"),
+                    (false, "on its own"),
+                ],
+            },
+            ..BASE
+        },
     ]
 }
 
@@ -790,9 +852,9 @@ fn properties(pg: &Postgres, case: &Case, side: &str) -> Properties {
     p
 }
 
-/// The command `walrelay migrate-from-debezium --reuse-slot FILE` prints:
-/// its output up to the notes.
-fn migrated_command(file: &std::path::Path) -> String {
+/// What `walrelay migrate-from-debezium --reuse-slot FILE` prints: the
+/// command (its output up to the notes), and the notes.
+fn migrated_command(file: &std::path::Path) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
         .arg("migrate-from-debezium")
         .arg("--reuse-slot")
@@ -805,21 +867,98 @@ fn migrated_command(file: &std::path::Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let command = text.split("\n\n").next().unwrap().trim().to_string();
+    let (command, notes) = text.split_once("\n\n").unwrap_or((&text, ""));
     assert!(command.starts_with("walrelay run"), "{text}");
-    command
+    (command.trim().to_string(), notes.to_string())
 }
 
-/// Reads the case's topics of one side until `count` records came; a topic
-/// that never appears is a difference, not the end of the comparison.
+/// Debezium's records of the case's logical decoding messages on
+/// `<topic.prefix>.message` (JsonConverter without schemas on both sides),
+/// against `expected`; and migrate's note that walrelay publishes none.
+fn debezium_messages(
+    broker: &Broker,
+    case: &Case,
+    prefix: &str,
+    expected: &[(bool, &str)],
+    notes: &str,
+    diffs: &mut Vec<String>,
+) {
+    let topic = format!("oracle_{}.message", case.id);
+    if !notes.contains(&format!("to topic {topic}"))
+        || !notes.contains("walrelay run publishes none")
+    {
+        diffs.push(format!(
+            "migrate's notes do not say {topic} dries up: {notes}"
+        ));
+    }
+    // A message of another prefix, or one from walrelay, must show too.
+    let got = read_topics(broker, vec![topic.clone()], expected.len(), diffs);
+    if got.len() != expected.len() {
+        diffs.push(format!(
+            "{topic} holds {} records, not Debezium's {}: {got:?}",
+            got.len(),
+            expected.len()
+        ));
+    }
+    let json = |bytes: &Option<Vec<u8>>| -> serde_json::Value {
+        bytes
+            .as_deref()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default()
+    };
+    for record in &got {
+        eprintln!(
+            "  Debezium's {topic} (walrelay: none): key {} value {}",
+            show(&record.raw_key),
+            show(&record.raw_value)
+        );
+    }
+    for (record, (transactional, content)) in got.iter().zip(expected) {
+        let key = json(&record.raw_key);
+        let value = json(&record.raw_value);
+        let sent = value["message"]["content"]
+            .as_str()
+            .and_then(|b| {
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).ok()
+            })
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        let ok = key == serde_json::json!({ "prefix": prefix })
+            && value["op"] == "m"
+            && value["message"]["prefix"] == prefix
+            && sent.as_deref() == Some(*content)
+            // The transaction's id, none for a non-transactional message.
+            && value["source"]["txId"].is_null() != *transactional;
+        if !ok {
+            diffs.push(format!(
+                "{topic}: expected {content:?} (transactional: {transactional}), got key {} value {}",
+                show(&record.raw_key),
+                show(&record.raw_value)
+            ));
+        }
+    }
+}
+
+/// Reads the case's topics of one side until its `count` records came.
 fn read_side(broker: &Broker, case: &Case, side: &str, diffs: &mut Vec<String>) -> Vec<Received> {
-    let reader = broker.consumer();
-    let deadline = Instant::now() + WAIT;
-    let mut topics: Vec<String> = case
+    let topics = case
         .topics
         .iter()
         .map(|t| format!("{side}.{}.{t}", case.id))
         .collect();
+    read_topics(broker, topics, case.count, diffs)
+}
+
+/// Reads `topics` until `count` records came, sorted by topic, partition
+/// and offset; a topic that never appears is a difference, not the end of
+/// the comparison.
+fn read_topics(
+    broker: &Broker,
+    mut topics: Vec<String>,
+    count: usize,
+    diffs: &mut Vec<String>,
+) -> Vec<Received> {
+    let reader = broker.consumer();
+    let deadline = Instant::now() + WAIT;
     while !topics.iter().all(|t| reader.has_topic(t)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -835,7 +974,7 @@ fn read_side(broker: &Broker, case: &Case, side: &str, diffs: &mut Vec<String>) 
     }
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
     reader.subscribe(&topics);
-    let mut got = reader.read(case.count, WAIT);
+    let mut got = reader.read(count, WAIT);
     // One more moment: a duplicate or a stray record must show too.
     got.extend(reader.read_for(Duration::from_millis(300)));
     got.sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
@@ -987,7 +1126,9 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
         };
         match case.expect {
-            Expect::Same | Expect::WalrelayAddsTraceHeaders { .. } => {
+            Expect::Same
+            | Expect::WalrelayAddsTraceHeaders { .. }
+            | Expect::DebeziumAlsoPublishesMessages { .. } => {
                 differ("value", show(&d.raw_value), show(&w.raw_value))
             }
             Expect::EnvelopeNamedAfterFirstRoute { first } => {
@@ -1100,6 +1241,7 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
     let files = TempDir::new("oracle");
     let mut dbz_files: Vec<PathBuf> = Vec::new();
     let mut commands = BTreeMap::new();
+    let mut notes = BTreeMap::new();
     for case in &cases {
         client
             .batch_execute(&format!(
@@ -1120,7 +1262,9 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
         dbz_files.push(dbz);
         let wr = files.0.join(format!("wr_{}.properties", case.id));
         properties(&pg, case, "wr").write(&wr);
-        commands.insert(case.id, migrated_command(&wr));
+        let (command, case_notes) = migrated_command(&wr);
+        commands.insert(case.id, command);
+        notes.insert(case.id, case_notes);
     }
 
     let connect = Connect::start(&broker, &dbz_files);
@@ -1175,6 +1319,9 @@ async fn walrelay_publishes_what_debezium_publishes_for_the_same_outbox_rows() {
             let dbz = read_side(&broker, case, "dbz", &mut diffs);
             let wr = read_side(&broker, case, "wr", &mut diffs);
             diffs.extend(compare(case, &dbz, &wr));
+            if let Expect::DebeziumAlsoPublishesMessages { prefix, messages } = case.expect {
+                debezium_messages(&broker, case, prefix, messages, &notes[case.id], &mut diffs);
+            }
         }
         if diffs.is_empty() {
             eprintln!("as expected: {} ({} records)", case.what, case.count);
