@@ -21,26 +21,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::support::debezium::{Connect, Properties};
 use super::support::{Broker, BrokerKind, Postgres, Relay, TempDir};
-use super::{env_or, read_latencies_from, report_latencies, rss_kib, unix_us};
-
-/// CPU seconds (user + system, every thread) of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz
-}
+use super::{cpu_seconds, env_or, read_latencies_from, report_latencies, rss_kib, unix_us};
 
 /// Resident memory now, in KiB.
 fn rss_now_kib(pid: u32) -> u64 {

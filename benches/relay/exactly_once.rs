@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::support::outbox::events;
 use super::support::pg::confirmed_flush_lsn;
 use super::support::{Broker, BrokerKind, Postgres, Relay};
-use super::{env_or, fill_outbox, read_latencies_from, report_latencies, unix_us};
+use super::{cpu_seconds, env_or, fill_outbox, read_latencies_from, report_latencies, unix_us};
 
 const MODES: [&str; 2] = ["at-least-once", "exactly-once"];
 
@@ -33,25 +33,6 @@ fn relay(pg: &Postgres, broker: &Broker, slot: &str, mode: &str) -> Relay {
         flags.extend(extra.split_whitespace());
     }
     Relay::start_with(pg, broker, &flags)
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / per_second
 }
 
 pub async fn exactly_once() {
