@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AWS's own token builders for tests/aws_tokens.rs, from PyPI into a venv of
+# AWS's own token builders for tests/aws.rs, from PyPI into a venv of
 # their own (~/.cache/walrelay): botocore (RDS IAM's generate_db_auth_token)
 # and aws-msk-iam-sasl-signer-python (MSK IAM). Prints the venv's python.
 # Safe to run again: it installs once.
