@@ -328,36 +328,8 @@ async fn measure_latency(reference: Option<&str>) {
     let reader = std::thread::spawn(move || read_latencies(&brokers, total + 1));
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // One statement, one transaction of `per_txn` rows.
-    let insert = client
-        .prepare(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT gen_random_uuid(), 'order', 'order-' || (($1::int + i) % 100), 'Latency', \
-                    jsonb_build_object('sent_us', $2::bigint) \
-             FROM generate_series(1, $3::int) i",
-        )
-        .await
-        .unwrap();
-    let transactions = total / per_txn as usize;
-    let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
-    let start = Instant::now();
     // How long the writer's own INSERT and COMMIT take: part of every figure.
-    let mut commits = Vec::with_capacity(transactions);
-    for t in 0..transactions {
-        let due = start + interval * t as u32;
-        let now = Instant::now();
-        if due > now {
-            tokio::time::sleep(due - now).await;
-        }
-        let first = (t * per_txn as usize) as i32;
-        let sent = unix_us();
-        client
-            .execute(&insert, &[&first, &sent, &(per_txn as i32)])
-            .await
-            .unwrap();
-        commits.push(unix_us() - sent);
-    }
-    let achieved = total as f64 / start.elapsed().as_secs_f64();
+    let (achieved, mut commits) = paced_writes(&client, "Latency", rate, per_txn, total).await;
     commits.sort_unstable();
     let at =
         |v: &[i64], p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64 / 1000.0;
@@ -373,6 +345,48 @@ async fn measure_latency(reference: Option<&str>) {
         let (_, body) = relay.http_get("/metrics").unwrap();
         print_stages(&body);
     }
+}
+
+/// The latency load: `total` rows of `event_type`, one statement and one
+/// transaction per `per_txn` rows, paced to `rate` events/s, each payload
+/// carrying the writer's clock just before its INSERT. Returns the rate
+/// achieved and how long each INSERT and COMMIT took (µs).
+async fn paced_writes(
+    client: &tokio_postgres::Client,
+    event_type: &str,
+    rate: u64,
+    per_txn: u64,
+    total: usize,
+) -> (f64, Vec<i64>) {
+    let insert = client
+        .prepare(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'order-' || (($1::int + i) % 100), $4, \
+                    jsonb_build_object('sent_us', $2::bigint) \
+             FROM generate_series(1, $3::int) i",
+        )
+        .await
+        .unwrap();
+    let per_txn = per_txn.max(1) as usize;
+    let transactions = total / per_txn;
+    let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
+    let mut commits = Vec::with_capacity(transactions);
+    let start = Instant::now();
+    for t in 0..transactions {
+        let due = start + interval * t as u32;
+        let now = Instant::now();
+        if due > now {
+            tokio::time::sleep(due - now).await;
+        }
+        let first = (t * per_txn) as i32;
+        let sent = unix_us();
+        client
+            .execute(&insert, &[&first, &sent, &(per_txn as i32), &event_type])
+            .await
+            .unwrap();
+        commits.push(unix_us() - sent);
+    }
+    (total as f64 / start.elapsed().as_secs_f64(), commits)
 }
 
 async fn big_transaction() {

@@ -21,7 +21,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::support::debezium::{Connect, Properties};
 use super::support::{Broker, BrokerKind, Postgres, Relay, TempDir};
-use super::{cpu_seconds, env_or, read_latencies_from, report_latencies, rss_kib, unix_us};
+use super::{cpu_seconds, env_or, paced_writes, read_latencies_from, report_latencies, rss_kib};
 
 /// Resident memory now, in KiB.
 fn rss_now_kib(pid: u32) -> u64 {
@@ -236,37 +236,7 @@ pub async fn debezium() {
         };
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cpu_before = cpu_seconds(contender.pid());
-        let insert = client
-            .prepare(
-                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                 SELECT gen_random_uuid(), 'order', 'order-' || (($1::int + i) % 100), $4, \
-                        jsonb_build_object('sent_us', $2::bigint) \
-                 FROM generate_series(1, $3::int) i",
-            )
-            .await
-            .unwrap();
-        let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
-        let start_at = Instant::now();
-        for t in 0..total / per_txn {
-            let due = start_at + interval * t as u32;
-            let now = Instant::now();
-            if due > now {
-                tokio::time::sleep(due - now).await;
-            }
-            client
-                .execute(
-                    &insert,
-                    &[
-                        &((t * per_txn) as i32),
-                        &unix_us(),
-                        &(per_txn as i32),
-                        &event_type,
-                    ],
-                )
-                .await
-                .unwrap();
-        }
-        let achieved = total as f64 / start_at.elapsed().as_secs_f64();
+        let (achieved, _) = paced_writes(&client, &event_type, rate, per_txn as u64, total).await;
         let latencies = reader.join().unwrap();
         let cpu = cpu_seconds(contender.pid()) - cpu_before;
         report_latencies(side.name, achieved, per_txn as u64, seconds, latencies);

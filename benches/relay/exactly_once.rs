@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use super::support::outbox::events;
 use super::support::pg::confirmed_flush_lsn;
 use super::support::{Broker, BrokerKind, Postgres, Relay};
-use super::{cpu_seconds, env_or, fill_outbox, read_latencies_from, report_latencies, unix_us};
+use super::{
+    cpu_seconds, env_or, fill_outbox, paced_writes, read_latencies_from, report_latencies,
+};
 
 const MODES: [&str; 2] = ["at-least-once", "exactly-once"];
 
@@ -113,15 +115,6 @@ async fn latency() {
     let pg = Postgres::start();
     let broker = Broker::start_kind(BrokerKind::Apache);
     let client = pg.client_with_outbox().await;
-    let insert = client
-        .prepare(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT gen_random_uuid(), 'order', 'order-' || (($1::int + i) % 100), $4, \
-                    jsonb_build_object('sent_us', $2::bigint) \
-             FROM generate_series(1, $3::int) i",
-        )
-        .await
-        .unwrap();
     for mode in MODES {
         let event_type = format!("Latency_{}", mode.replace('-', "_"));
         let topic = format!("outbox.event.{event_type}");
@@ -139,25 +132,7 @@ async fn latency() {
         let reader = std::thread::spawn(move || read_latencies_from(&brokers, &topic, total + 1));
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cpu_before = cpu_seconds(relay.pid());
-        let transactions = total / per_txn as usize;
-        let interval = Duration::from_secs_f64(per_txn as f64 / rate as f64);
-        let start = Instant::now();
-        for t in 0..transactions {
-            let due = start + interval * t as u32;
-            let now = Instant::now();
-            if due > now {
-                tokio::time::sleep(due - now).await;
-            }
-            let first = (t * per_txn as usize) as i32;
-            client
-                .execute(
-                    &insert,
-                    &[&first, &unix_us(), &(per_txn as i32), &event_type],
-                )
-                .await
-                .unwrap();
-        }
-        let achieved = total as f64 / start.elapsed().as_secs_f64();
+        let (achieved, _) = paced_writes(&client, &event_type, rate, per_txn, total).await;
         let latencies = reader.join().unwrap();
         let cpu = cpu_seconds(relay.pid()) - cpu_before;
         report_latencies(mode, achieved, per_txn, seconds, latencies);
