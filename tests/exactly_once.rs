@@ -14,7 +14,7 @@ mod support;
 use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, Producer};
-use support::exactly_once::{each_event_arrives_exactly_once, Writer, EXACTLY_ONCE};
+use support::exactly_once::{each_event_arrives_exactly_once, tally, Writer, EXACTLY_ONCE};
 use support::outbox::events;
 use support::pg::slots_and_publications;
 use support::{eventually, Broker, BrokerKind, Postgres, Relay};
@@ -212,8 +212,35 @@ async fn every_event_arrives_exactly_once_through_broker_restarts_and_a_transact
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     writer.stop().await;
-    each_event_arrives_exactly_once(&client, &broker, "RestartedOnce", || relay.log()).await;
     let mut relay = relay;
+    // A single Apache Kafka node killed with -9 can lose a transaction it
+    // reported committed: restarted, it completes the commit without
+    // writing markers to partitions it finds without a leader, and the
+    // next abort of the producer id aborts those records (seen in CI and
+    // in about one run in eight under load). Then walrelay must stop and
+    // name what is lost, having sent nothing twice; never go on silently.
+    if relay.wait(Duration::from_millis(100)).is_some() {
+        let log = relay.log();
+        assert!(
+            log.contains("Kafka lost transactions it had reported committed"),
+            "walrelay stopped:\n{log}"
+        );
+        let tally = tally(&client, &broker, "RestartedOnce", Duration::from_secs(20)).await;
+        assert!(
+            tally.lost > 0 && tally.duplicated == 0 && tally.unknown == 0,
+            "walrelay said Kafka lost events: of {} committed, {} lost, {} doubled, {} unknown",
+            tally.expected,
+            tally.lost,
+            tally.duplicated,
+            tally.unknown
+        );
+        eprintln!(
+            "the broker lost a committed transaction ({} events); walrelay stopped naming it",
+            tally.lost
+        );
+        return;
+    }
+    each_event_arrives_exactly_once(&client, &broker, "RestartedOnce", || relay.log()).await;
     assert!(
         relay.wait(Duration::from_millis(100)).is_none(),
         "walrelay stopped:\n{}",

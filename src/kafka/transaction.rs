@@ -10,9 +10,16 @@
 //! for good. walrelay calls it only once it holds the slot (after
 //! `START_REPLICATION`), so a standby never fences the active instance.
 //!
+//! Only one producer of the id may exist in the process at a time (`Lane`):
+//! a producer that a session left behind still commits or aborts on a
+//! thread of its own, and its epoch bump, reaching the coordinator after
+//! the next session's `init_transactions`, would abort that session's
+//! transaction and fence it (measured on Apache Kafka 4.4).
+//!
 //! A broker without transactions (tansu) is found before anything is
 //! created by a probe: a transaction of one record under an id of its own.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
@@ -20,6 +27,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -35,6 +43,38 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(30);
 const COMMIT_GIVE_UP: Duration = Duration::from_secs(300);
 /// Between attempts that failed at once.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The right to have a transactional producer of the slot's id in this
+/// process: one at a time, across sessions.
+#[derive(Clone)]
+pub struct Lane(Arc<Semaphore>);
+
+/// Held by a transactional producer until librdkafka destroys it.
+pub type LanePermit = OwnedSemaphorePermit;
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane(Arc::new(Semaphore::new(1)))
+    }
+}
+
+impl Lane {
+    /// Waits, until `deadline`, for the producer an earlier session left to
+    /// finish its last commit or abort and be destroyed.
+    pub async fn take(&self, deadline: Instant) -> Result<LanePermit> {
+        let acquire = self.0.clone().acquire_owned();
+        match tokio::time::timeout_at(deadline, acquire).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(Error::permanent(
+                "the transactional producer lane was closed",
+            )),
+            Err(_) => Err(Error::transient(
+                "the Kafka producer of the previous session is still finishing its transaction \
+                 (a commit waits up to -X transaction.timeout.ms, then aborts): starting again",
+            )),
+        }
+    }
+}
 
 /// The transactional.id of walrelay on a slot of a database cluster.
 pub fn transactional_id(system_id: &str, slot: &str) -> String {
@@ -182,11 +222,12 @@ pub fn init<C: ProducerContext + 'static>(
 }
 
 /// Commits the open transaction; a commit that times out is tried again
-/// (librdkafka allows it) for up to `COMMIT_GIVE_UP`, one that must abort is
-/// aborted.
+/// (librdkafka allows it) for up to `COMMIT_GIVE_UP`, or until `gone` says
+/// its session ended; one that must abort is aborted.
 pub fn commit<C: ProducerContext + 'static>(
     producer: &ThreadedProducer<C>,
     id: &str,
+    gone: impl Fn() -> bool,
 ) -> Result<()> {
     let started = Instant::now();
     let mut said = None::<Instant>;
@@ -206,7 +247,7 @@ pub fn commit<C: ProducerContext + 'static>(
         let aborting = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
         let text = e.to_string();
         let error = failed(producer, "committing a transaction", id)(e);
-        if retriable && error.is_transient() && started.elapsed() < COMMIT_GIVE_UP {
+        if retriable && error.is_transient() && started.elapsed() < COMMIT_GIVE_UP && !gone() {
             if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
                 warn!(
                     waited = ?started.elapsed(),
@@ -262,7 +303,29 @@ pub fn write_alone<C: ProducerContext + 'static>(
         let _ = producer.abort_transaction(ABORT_TIMEOUT);
         return Err(failed(producer, "writing a record", id)(e));
     }
-    commit(producer, id)
+    commit(producer, id, || false)
+}
+
+/// Writes one record in a transaction and aborts it. The abort marker
+/// closes whatever an older producer of the id left open on that
+/// partition: records of a transaction the coordinator completed without
+/// writing its markers (a broker restarted uncleanly skips the partitions
+/// it finds without a leader) are aborted, not committed by the next
+/// marker, so that the position read back never claims them.
+pub fn abort_alone<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    id: &str,
+    record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
+) -> Result<()> {
+    producer
+        .begin_transaction()
+        .map_err(failed(producer, "opening a transaction", id))?;
+    if let Err((e, _)) = producer.send(record) {
+        let _ = producer.abort_transaction(ABORT_TIMEOUT);
+        return Err(failed(producer, "writing a record", id)(e));
+    }
+    delivered(producer, COMMIT_ATTEMPT);
+    abort(producer, id)
 }
 
 /// Before anything is created: the position topic exists (created if

@@ -11,6 +11,15 @@
 //! positions the old primary wrote) and never past the server's WAL flush
 //! position; otherwise the session starts from the slot, and what it sends
 //! again may be in Kafka twice (docs/delivery-guarantees.md).
+//!
+//! Kafka can lose a transaction it reported committed: a broker that
+//! restarts uncleanly may complete a commit without writing its markers to
+//! the partitions it finds without a leader (the coordinator takes them
+//! for deleted), and the next abort by the same producer id then aborts
+//! those records. The position read back is then older than one this
+//! process committed. When the slot has moved past it, those events can
+//! no longer be read again: walrelay stops, naming them, rather than go on
+//! without them (`lost_in_kafka`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,13 +29,14 @@ use tracing::{info, warn};
 
 use super::publish::transaction::{Memory, Run, TransactionMetrics};
 use crate::config::{ExactlyOnce, Settings};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kafka::position::Position;
 use crate::kafka::producer::KafkaSink;
 use crate::kafka::transaction;
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::replication::SystemInfo;
+use crate::postgres::state::ServerId;
 use crate::relay::progress::Ticket;
 
 /// What outlives sessions.
@@ -34,6 +44,8 @@ pub struct Shared {
     probed: AtomicBool,
     memory: Arc<Memory>,
     metrics: TransactionMetrics,
+    /// One transactional producer of the slot at a time in this process.
+    lane: transaction::Lane,
 }
 
 impl Shared {
@@ -43,6 +55,7 @@ impl Shared {
             probed: AtomicBool::new(false),
             memory: Arc::default(),
             metrics: TransactionMetrics::register(metrics),
+            lane: transaction::Lane::default(),
         }
     }
 }
@@ -66,14 +79,15 @@ pub async fn probe(settings: &Settings, eos: &ExactlyOnce, shared: &Shared) -> R
     Ok(())
 }
 
-/// Once the session holds the slot: the transactional producer, and where
-/// to read past to.
+/// Once the session holds the slot, reading from `start`: the
+/// transactional producer, and where to read past to.
 pub async fn start(
     settings: &Settings,
     eos: &ExactlyOnce,
     shared: &Shared,
     sink: &mut KafkaSink<'_, Ticket>,
     system: &SystemInfo,
+    start: Lsn,
 ) -> Result<Run> {
     let deadline = Instant::now() + settings.timeouts.setup;
     let stored = sink
@@ -81,14 +95,64 @@ pub async fn start(
             &eos.position_topic,
             &settings.slot,
             &system.server,
+            &shared.lane,
             deadline,
         )
         .await?;
+    let committed = shared.memory.last_committed();
+    if let Some((from, to)) =
+        lost_in_kafka(committed.clone(), stored.as_ref(), &system.server, start)
+    {
+        return Err(kafka_lost(&settings.slot, &eos.position_topic, from, to));
+    }
+    if let Some((_, lsn)) = committed
+        .filter(|(on, lsn)| *on == system.server && stored.as_ref().is_none_or(|p| p.lsn < *lsn))
+    {
+        warn!(
+            committed = %lsn,
+            recorded = %stored.as_ref().map_or(Lsn::ZERO, |p| p.lsn),
+            "the position topic holds less than this process committed to it; the slot is \
+             before that, so what Kafka lost is read again and sent"
+        );
+    }
     Ok(Run {
         skip_below: skip_below(stored, system),
+        server: system.server.clone(),
         memory: shared.memory.clone(),
         metrics: shared.metrics.clone(),
     })
+}
+
+/// The WAL range whose events Kafka lost after reporting their transaction
+/// committed, if the slot has moved past them: this process committed the
+/// position `committed` on `server`, and the position topic now records
+/// less (`stored`), while the session reads from `start`.
+fn lost_in_kafka(
+    committed: Option<(ServerId, Lsn)>,
+    stored: Option<&Position>,
+    server: &ServerId,
+    start: Lsn,
+) -> Option<(Lsn, Lsn)> {
+    let (on, committed) = committed.filter(|(on, _)| on == server)?;
+    // No record of this history at all: a topic deleted or replaced by an
+    // operator, not a commit lost; the slot decides (warned above).
+    let stored = stored.filter(|p| p.server() == on)?;
+    (stored.lsn < committed && start > stored.lsn).then(|| (stored.lsn, committed.min(start)))
+}
+
+fn kafka_lost(slot: &str, position_topic: &str, from: Lsn, to: Lsn) -> Error {
+    Error::permanent(format!(
+        "Kafka lost transactions it had reported committed: walrelay committed positions of \
+         slot {slot} up to {to}, and the position topic {position_topic} now records only \
+         {from}. Events of the Postgres transactions that committed between {from} and {to} \
+         are not seen by read_committed consumers, and the slot has moved past them, so \
+         walrelay stopped rather than go on without them. A broker that restarted uncleanly \
+         does this when it completes a commit without writing its markers to partitions it \
+         finds without a leader. Find the missing events with walrelay audit --since (a \
+         window covering the last minutes before the broker restarted), publish them again \
+         with walrelay replay --where \"id IN (…)\", check for hanging transactions \
+         (kafka-transactions.sh find-hanging), then start walrelay again"
+    ))
 }
 
 /// The recorded position, if it belongs to this server history and its WAL.
@@ -138,6 +202,44 @@ mod tests {
             timeline,
             lsn: Lsn(lsn),
         })
+    }
+
+    #[test]
+    fn a_commit_kafka_lost_stops_walrelay_only_when_the_slot_moved_past_it() {
+        let on = system(1, 900).server;
+        let committed = Some((on.clone(), Lsn(700)));
+        let stored = recorded(1, 500);
+        // The slot moved past the lost commit: its events cannot be read again.
+        assert_eq!(
+            lost_in_kafka(committed.clone(), stored.as_ref(), &on, Lsn(700)),
+            Some((Lsn(500), Lsn(700)))
+        );
+        assert_eq!(
+            lost_in_kafka(committed.clone(), stored.as_ref(), &on, Lsn(600)),
+            Some((Lsn(500), Lsn(600)))
+        );
+        // The slot is before it: the session reads them again and sends them.
+        assert_eq!(
+            lost_in_kafka(committed.clone(), stored.as_ref(), &on, Lsn(500)),
+            None
+        );
+        // Kafka holds all that was committed.
+        assert_eq!(
+            lost_in_kafka(committed.clone(), recorded(1, 700).as_ref(), &on, Lsn(700)),
+            None
+        );
+        // Another server history, nothing committed here, or no record at all.
+        assert_eq!(
+            lost_in_kafka(
+                committed.clone(),
+                stored.as_ref(),
+                &system(2, 900).server,
+                Lsn(700)
+            ),
+            None
+        );
+        assert_eq!(lost_in_kafka(None, stored.as_ref(), &on, Lsn(700)), None);
+        assert_eq!(lost_in_kafka(committed, None, &on, Lsn(700)), None);
     }
 
     #[test]

@@ -328,8 +328,14 @@ async fn session(
     // producers of the instances that held it before.
     let run = match eos {
         Some((eos, eos_shared)) => {
-            let starting =
-                exactly_once::start(settings, eos, eos_shared, &mut sink, &opened.system);
+            let starting = exactly_once::start(
+                settings,
+                eos,
+                eos_shared,
+                &mut sink,
+                &opened.system,
+                opened.start,
+            );
             Some(tokio::select! {
                 run = starting => run?,
                 _ = shutdown.wait_for(|stop| *stop) => return Ok(()),

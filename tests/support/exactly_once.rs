@@ -82,22 +82,32 @@ impl Writer {
     }
 }
 
+/// What a read_committed consumer got of the events committed to the outbox.
+pub struct Tally {
+    pub expected: usize,
+    /// Committed to the outbox, never received.
+    pub lost: usize,
+    pub duplicated: usize,
+    /// Received, though the outbox does not hold them.
+    pub unknown: usize,
+    received: Vec<Received>,
+}
+
 /// Reads `event_type`'s topic with a read_committed consumer until every
-/// event committed to the outbox arrived, then a while more, and checks it
-/// got each exactly once, nothing else, and per key in commit order.
-/// Returns how many events there were. `log` says why when it did not.
-pub async fn each_event_arrives_exactly_once(
+/// event committed to the outbox arrived (or `patience` ran out), then a
+/// while more, and counts what is missing, doubled or unknown.
+pub async fn tally(
     client: &tokio_postgres::Client,
     broker: &Broker,
     event_type: &str,
-    log: impl Fn() -> String,
-) -> usize {
+    patience: Duration,
+) -> Tally {
     let expected = committed_ids(client, event_type).await;
     let reader = broker.read_committed();
     reader.subscribe(&[format!("outbox.event.{event_type}").as_str()]);
     let mut received: Vec<Received> = Vec::new();
     let mut seen = HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(180);
+    let deadline = Instant::now() + patience;
     while !expected.is_subset(&seen) && Instant::now() < deadline {
         for m in reader.read(expected.len(), Duration::from_secs(2)) {
             seen.insert(m.header("id").unwrap().to_string());
@@ -115,19 +125,42 @@ pub async fn each_event_arrives_exactly_once(
         .count();
     let duplicated = copies.values().filter(|&&n| n > 1).count();
     let unknown = copies.keys().filter(|id| !expected.contains(**id)).count();
+    Tally {
+        expected: expected.len(),
+        lost,
+        duplicated,
+        unknown,
+        received,
+    }
+}
+
+/// Reads `event_type`'s topic with a read_committed consumer until every
+/// event committed to the outbox arrived, then a while more, and checks it
+/// got each exactly once, nothing else, and per key in commit order.
+/// Returns how many events there were. `log` says why when it did not.
+pub async fn each_event_arrives_exactly_once(
+    client: &tokio_postgres::Client,
+    broker: &Broker,
+    event_type: &str,
+    log: impl Fn() -> String,
+) -> usize {
+    let mut tally = tally(client, broker, event_type, Duration::from_secs(180)).await;
+    let Tally {
+        expected,
+        lost,
+        duplicated,
+        unknown,
+        ..
+    } = tally;
     assert!(
         lost == 0 && duplicated == 0 && unknown == 0,
-        "of {} committed events: {lost} lost, {duplicated} delivered more than once, and \
-         {unknown} delivered that the outbox does not hold; log:\n{}",
-        expected.len(),
+        "of {expected} committed events: {lost} lost, {duplicated} delivered more than once, \
+         and {unknown} delivered that the outbox does not hold; log:\n{}",
         log()
     );
-    assert_commit_order_per_key(&mut received);
-    eprintln!(
-        "{} committed events, each delivered exactly once",
-        expected.len()
-    );
-    expected.len()
+    assert_commit_order_per_key(&mut tally.received);
+    eprintln!("{expected} committed events, each delivered exactly once");
+    expected
 }
 
 /// Per key, the `seq` of its events rises with their offsets.

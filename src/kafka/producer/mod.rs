@@ -63,8 +63,19 @@ pub(super) struct DeliveryContext<T> {
     /// The transactional.id of an exactly-once producer: a fatal error
     /// (fenced by another producer of the slot) stops walrelay.
     transactional_id: Option<String>,
-    /// The session that made it has ended: its errors no longer matter.
+    /// The session that made it has ended: its errors no longer matter,
+    /// and a commit it still retries gives up.
     retired: AtomicBool,
+    /// An exactly-once producer holds its slot's lane for as long as it
+    /// exists (`kafka::transaction::Lane`).
+    _lane: Option<transaction::LanePermit>,
+}
+
+impl<T> DeliveryContext<T> {
+    /// Whether the session that made this producer has ended.
+    pub(super) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
 }
 
 impl<T> DeliveryContext<T> {
@@ -130,7 +141,7 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         if let (Some(id), Some(code @ (RDKafkaErrorCode::Fatal | RDKafkaErrorCode::Fenced))) =
             (&self.transactional_id, code)
         {
-            if !self.retired.load(Ordering::Relaxed) {
+            if !self.is_retired() {
                 let cause = (code, reason.to_string());
                 let stop = transaction::error("producing", id, error, Some(cause));
                 let _ = self.fatal.try_send(stop);
@@ -246,13 +257,15 @@ pub(super) struct Parts<T> {
 }
 
 impl<T: Send + Sync + 'static> Parts<T> {
+    /// A producer of the session; an exactly-once one with its id and the
+    /// lane it holds until it is destroyed.
     pub(super) fn producer(
         &self,
-        transactional_id: Option<&str>,
+        transactional: Option<(&str, transaction::LanePermit)>,
     ) -> Result<ThreadedProducer<DeliveryContext<T>>> {
-        let config = match transactional_id {
-            Some(id) => transaction::config(&self.config, id),
-            None => self.config.clone(),
+        let (config, lane, transactional_id) = match transactional {
+            Some((id, lane)) => (transaction::config(&self.config, id), Some(lane), Some(id)),
+            None => (self.config.clone(), None, None),
         };
         config
             .create_with_context(DeliveryContext {
@@ -264,6 +277,7 @@ impl<T: Send + Sync + 'static> Parts<T> {
                 refused_id: Mutex::new(None),
                 transactional_id: transactional_id.map(str::to_string),
                 retired: AtomicBool::new(false),
+                _lane: lane,
             })
             .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))
     }

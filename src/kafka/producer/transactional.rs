@@ -7,11 +7,11 @@
 use rdkafka::producer::{BaseRecord, Producer};
 use tokio::time::Instant;
 
-use super::{own_record, KafkaSink};
+use super::{own_record, InFlight, KafkaSink};
 use crate::error::{Error, Result};
 use crate::kafka::position::{self, Position};
 use crate::kafka::transaction::{
-    abort, blocking, commit, failed, init, transactional_id, write_alone,
+    abort, abort_alone, blocking, commit, failed, init, transactional_id, write_alone, Lane,
 };
 use crate::postgres::lsn::Lsn;
 use crate::postgres::state::ServerId;
@@ -31,7 +31,8 @@ pub struct Transactional {
 impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
     /// Exactly once, once the session holds the slot: a transactional
     /// producer of the slot's `transactional.id` (which fences every older
-    /// one and aborts what it left open), and the position the last
+    /// one and aborts what it left open), once the one an earlier session
+    /// of this process made is gone (`lane`), and the position the last
     /// committed Kafka transaction recorded for the slot, read back with
     /// read_committed (`kafka::position`). By `deadline`.
     pub async fn exactly_once(
@@ -39,10 +40,12 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         position_topic: &str,
         slot: &str,
         server: &ServerId,
+        lane: &Lane,
         deadline: Instant,
     ) -> Result<Option<Position>> {
         let id = transactional_id(&server.system_id, slot);
-        let producer = self.parts.producer(Some(&id))?;
+        let permit = lane.take(deadline).await?;
+        let producer = self.parts.producer(Some((&id, permit)))?;
         self.producer = producer.clone();
         let sync_key = position::sync_key(&server.system_id, slot);
         let sync = format!("{}-{}", std::process::id(), crate::clock::unix_now_us());
@@ -50,11 +53,12 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         let topic = position_topic.to_string();
         blocking(move || {
             init(&producer, &record_id, deadline)?;
-            let record = BaseRecord::with_opaque_to(&topic, own_record())
-                .partition(position::PARTITION)
-                .key(record_key.as_bytes())
-                .payload(record_value.as_bytes());
-            write_alone(&producer, &record_id, record)
+            // What an older producer left open on the partition is aborted
+            // before the sync record's commit could commit it.
+            let aborted = position_record(&topic, &record_key, b"aborted");
+            abort_alone(&producer, &record_id, aborted)?;
+            let sync = position_record(&topic, &record_key, record_value.as_bytes());
+            write_alone(&producer, &record_id, sync)
         })
         .await?;
         let key = position::key(&server.system_id, slot);
@@ -113,10 +117,7 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         };
         t.position.lsn = lsn;
         let value = t.position.encode();
-        let record = BaseRecord::with_opaque_to(&t.topic, own_record())
-            .partition(position::PARTITION)
-            .key(t.key.as_bytes())
-            .payload(&value[..]);
+        let record = position_record(&t.topic, &t.key, &value);
         // Last in the transaction, so it commits with every record before it.
         if let Err((e, _)) = self.producer.send(record) {
             let error = failed(&self.producer, "recording the position", &t.id)(e);
@@ -124,7 +125,9 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         }
         t.open = false;
         let (producer, id) = (self.producer.clone(), t.id.clone());
-        off_thread(move || commit(&producer, &id))
+        // Given up once the session ends: the next one's producer waits for
+        // this one to be gone.
+        off_thread(move || commit(&producer, &id, || producer.context().is_retired()))
     }
 
     /// Sink::abort.
@@ -138,6 +141,18 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
             _ => Closing::ready(Ok(())),
         }
     }
+}
+
+/// A record of walrelay's own on the position topic's partition.
+fn position_record<'a, T: Send + Sync>(
+    topic: &'a str,
+    key: &'a str,
+    value: &'a [u8],
+) -> BaseRecord<'a, [u8], [u8], Box<InFlight<T>>> {
+    BaseRecord::with_opaque_to(topic, own_record())
+        .partition(position::PARTITION)
+        .key(key.as_bytes())
+        .payload(value)
 }
 
 /// Runs a blocking commit or abort, its outcome told through a `Closing`.

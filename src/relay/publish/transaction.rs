@@ -43,6 +43,7 @@ use crate::config::ExactlyOnce;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
+use crate::postgres::state::ServerId;
 use crate::relay::poison::text;
 use crate::relay::progress::{Progress, Ticket, TxnRef};
 use crate::sink::{Closing, Refusal, Sink};
@@ -52,14 +53,21 @@ pub struct Run {
     /// The position the last committed Kafka transaction recorded for this
     /// server history: its Postgres transactions are in Kafka already.
     pub skip_below: Option<Lsn>,
+    /// The server history the session streams from.
+    pub server: ServerId,
     pub memory: Arc<Memory>,
     pub metrics: TransactionMetrics,
 }
 
-/// What Kafka said of events it refused inside a transaction, by the
-/// event's commit LSN and id, for the next session to act on.
+/// What outlives sessions: what Kafka said of events it refused inside a
+/// transaction, by the event's commit LSN and id, for the next session to
+/// act on; and the last position a commit recorded, which the position
+/// topic must hold from then on (`relay::exactly_once`).
 #[derive(Default)]
-pub struct Memory(Mutex<HashMap<(Lsn, Bytes), Remembered>>);
+pub struct Memory {
+    refused: Mutex<HashMap<(Lsn, Bytes), Remembered>>,
+    committed: Mutex<Option<(ServerId, Lsn)>>,
+}
 
 #[derive(Debug, Clone)]
 pub enum Remembered {
@@ -73,13 +81,27 @@ impl Memory {
     /// What was remembered of an event, once: if acting on it fails too
     /// (a partition that exists after all), the event is sent as any other.
     fn take(&self, commit_lsn: Lsn, event_id: Option<&Bytes>) -> Option<Remembered> {
-        let mut memory = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memory = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         memory.remove(&(commit_lsn, event_id?.clone()))
     }
 
     fn put(&self, commit_lsn: Lsn, event_id: Bytes, what: Remembered) {
-        let mut memory = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memory = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         memory.insert((commit_lsn, event_id), what);
+    }
+
+    /// The last position a commit of this process recorded, and on which
+    /// server history.
+    pub fn last_committed(&self) -> Option<(ServerId, Lsn)> {
+        self.committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn committed(&self, server: &ServerId, position: Lsn) {
+        *self.committed.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((server.clone(), position));
     }
 }
 
@@ -388,6 +410,9 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
                     took = ?close.asked.elapsed(),
                     "Kafka transaction committed"
                 );
+                if let Some(position) = open.position {
+                    t.run.memory.committed(&t.run.server, position);
+                }
                 progress.release(open.first);
                 Ok(())
             }

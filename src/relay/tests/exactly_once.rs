@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::error::Error;
+use crate::postgres::state::ServerId;
 use crate::relay::publish::transaction::{Memory, Run, TransactionMetrics};
 
 /// Runs exactly once with `flags`, reading past what commits below `skip_below`.
@@ -15,6 +16,10 @@ fn exactly_once(flags: &[&str], skip_below: Option<Lsn>, memory: Arc<Memory>) ->
     argv.extend_from_slice(flags);
     let run = Run {
         skip_below,
+        server: ServerId {
+            system_id: "7412".into(),
+            timeline: 1,
+        },
         memory,
         metrics: TransactionMetrics::register(&Metrics::new()),
     };
@@ -144,8 +149,24 @@ async fn nothing_is_sent_while_a_kafka_transaction_commits() {
 }
 
 #[tokio::test]
+async fn a_commit_is_remembered_for_later_sessions_only_once_kafka_reports_it_done() {
+    let memory: Arc<Memory> = Arc::default();
+    let relay = exactly_once(&["--transaction-max-events", "1"], None, memory.clone());
+    relay.feed(INSERT);
+    relay.wait_for_commits(1).await;
+    relay.sink.ack(0);
+    assert_eq!(memory.last_committed(), None, "asked, not yet done");
+    relay.sink.settle_commit(0, Ok(()));
+    relay.wait_until_confirmed(commit_end(INSERT)).await;
+    let (server, position) = memory.last_committed().expect("remembered");
+    assert_eq!((server.timeline, position), (1, commit_end(INSERT)));
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn a_failed_commit_ends_the_session_and_confirms_nothing_of_it() {
-    let relay = exactly_once(&["--transaction-max-events", "1"], None, Arc::default());
+    let memory: Arc<Memory> = Arc::default();
+    let relay = exactly_once(&["--transaction-max-events", "1"], None, memory.clone());
     relay.feed(INSERT);
     relay.wait_for_commits(1).await;
     relay.sink.ack(0);
@@ -157,6 +178,7 @@ async fn a_failed_commit_ends_the_session_and_confirms_nothing_of_it() {
     let error = relay.error().await;
     assert!(error.is_transient(), "{error:?}");
     assert!(confirmed.lock().unwrap().iter().all(|lsn| *lsn == START));
+    assert_eq!(memory.last_committed(), None);
 }
 
 #[tokio::test]
