@@ -41,10 +41,16 @@
 //!
 //! Exactly once (`-- exactly_once`): its price against at-least-once in the
 //! same run, on Apache Kafka (relay/exactly_once.rs).
+//!
+//! Cost per event (`-- cost`, only by name): CPU per event at a steady rate
+//! of one-event transactions and while idle, beside the reference relay and
+//! a bare producer (relay/cost.rs).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "relay/cost.rs"]
+mod cost;
 #[path = "relay/crash_loop.rs"]
 mod crash_loop;
 #[path = "relay/debezium.rs"]
@@ -121,6 +127,9 @@ fn main() {
     }
     if filter.iter().any(|f| f == "snapshot") {
         runtime.block_on(lifecycle::snapshot());
+    }
+    if filter.iter().any(|f| f == "cost") {
+        runtime.block_on(cost::cost());
     }
     // Only when asked for: it needs Apache Kafka.
     if filter.iter().any(|f| f == "exactly_once") {
