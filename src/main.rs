@@ -22,10 +22,18 @@ fn main() -> ExitCode {
         .any(|(k, _)| k == "debug");
     logging::init(cli.log_format, cli.command.secrets(), kafka_debug);
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `run` on one thread: the apply loop is one task, and on a runtime of
+    // worker threads every replication message cost two context switches
+    // (a worker woken by epoll, then the main thread woken by it): at 2,000
+    // one-event transactions a second most of walrelay's CPU went to the
+    // scheduler (docs/benchmarks.md, issue 21). Blocking calls go to the
+    // blocking pool there too. The other commands keep worker threads
+    // (audit reads Kafka with block_in_place).
+    let mut builder = match cli.command {
+        Command::Run(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             error!(error = %e, "cannot start the async runtime");

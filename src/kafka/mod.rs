@@ -5,6 +5,7 @@
 pub mod client;
 pub mod login;
 pub mod msk_iam;
+pub mod polled;
 pub mod position;
 pub mod producer;
 pub mod reachability;

@@ -26,7 +26,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -191,7 +191,7 @@ pub fn error(
 
 /// What a failed call of `producer` while `what` means (`error`).
 pub(super) fn failed<'a, C: ProducerContext + 'static>(
-    producer: &'a ThreadedProducer<C>,
+    producer: &'a BaseProducer<C>,
     what: &'a str,
     id: &'a str,
 ) -> impl FnOnce(KafkaError) -> Error + 'a {
@@ -211,7 +211,7 @@ pub async fn blocking<T: Send + 'static>(
 /// init_transactions: fences every older producer of the id and aborts
 /// what it left open.
 pub fn init<C: ProducerContext + 'static>(
-    producer: &ThreadedProducer<C>,
+    producer: &BaseProducer<C>,
     id: &str,
     deadline: Instant,
 ) -> Result<()> {
@@ -225,7 +225,7 @@ pub fn init<C: ProducerContext + 'static>(
 /// (librdkafka allows it) for up to `COMMIT_GIVE_UP`, or until `gone` says
 /// its session ended; one that must abort is aborted.
 pub fn commit<C: ProducerContext + 'static>(
-    producer: &ThreadedProducer<C>,
+    producer: &BaseProducer<C>,
     id: &str,
     gone: impl Fn() -> bool,
 ) -> Result<()> {
@@ -273,7 +273,7 @@ pub fn commit<C: ProducerContext + 'static>(
 /// commit_transaction flushes first too, but rust-rdkafka's flush polls
 /// in steps of up to 100 ms that the producer's own polling thread can
 /// leave unanswered: measured, every commit took 103 ms.
-fn delivered<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, limit: Duration) {
+fn delivered<C: ProducerContext + 'static>(producer: &BaseProducer<C>, limit: Duration) {
     let until = Instant::now() + limit;
     while producer.in_flight_count() > 0 && Instant::now() < until {
         std::thread::sleep(Duration::from_micros(500));
@@ -281,7 +281,7 @@ fn delivered<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, limit
 }
 
 /// Aborts the open transaction.
-pub fn abort<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, id: &str) -> Result<()> {
+pub fn abort<C: ProducerContext + 'static>(producer: &BaseProducer<C>, id: &str) -> Result<()> {
     producer.abort_transaction(ABORT_TIMEOUT).map_err(failed(
         producer,
         "aborting a transaction",
@@ -292,7 +292,7 @@ pub fn abort<C: ProducerContext + 'static>(producer: &ThreadedProducer<C>, id: &
 /// Writes one record in a transaction of its own and commits it: the
 /// start-up probe, and a session's sync record (kafka::position).
 pub fn write_alone<C: ProducerContext + 'static>(
-    producer: &ThreadedProducer<C>,
+    producer: &BaseProducer<C>,
     id: &str,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
@@ -313,7 +313,7 @@ pub fn write_alone<C: ProducerContext + 'static>(
 /// it finds without a leader) are aborted, not committed by the next
 /// marker, so that the position read back never claims them.
 pub fn abort_alone<C: ProducerContext + 'static>(
-    producer: &ThreadedProducer<C>,
+    producer: &BaseProducer<C>,
     id: &str,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
@@ -349,8 +349,7 @@ pub async fn probe(
     position::ensure_topic(&admin, position_topic, replication_factor).await?;
     let id = probe_id(slot);
     let producer_config = super::transaction::config(config, &id);
-    let producer: ThreadedProducer<TokenContext> = producer_config
-        .create_with_context(TokenContext)
+    let producer = super::polled::create(&producer_config, TokenContext)
         .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
     blocking(move || {

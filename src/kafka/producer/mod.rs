@@ -21,11 +21,12 @@ use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::polled::{self, Polled};
 use super::reachability;
 use super::secrets;
 use super::topics::{TopicManager, TopicPolicy};
@@ -237,7 +238,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 }
 
 pub struct KafkaSink<'a, T: Send + Sync + 'static> {
-    pub(super) producer: ThreadedProducer<DeliveryContext<T>>,
+    pub(super) producer: Polled<DeliveryContext<T>>,
     deliveries: mpsc::UnboundedReceiver<Delivery<T>>,
     topics: TopicManager<'a>,
     /// Tells /readyz and the watchdog whether a broker answers.
@@ -262,23 +263,23 @@ impl<T: Send + Sync + 'static> Parts<T> {
     pub(super) fn producer(
         &self,
         transactional: Option<(&str, transaction::LanePermit)>,
-    ) -> Result<ThreadedProducer<DeliveryContext<T>>> {
+    ) -> Result<Polled<DeliveryContext<T>>> {
         let (config, lane, transactional_id) = match transactional {
             Some((id, lane)) => (transaction::config(&self.config, id), Some(lane), Some(id)),
             None => (self.config.clone(), None, None),
         };
-        config
-            .create_with_context(DeliveryContext {
-                deliveries: self.deliveries.clone(),
-                metrics: self.metrics.clone(),
-                repeats: Mutex::default(),
-                fatal: self.fatal.clone(),
-                login: LoginAdvice::new(&config),
-                refused_id: Mutex::new(None),
-                transactional_id: transactional_id.map(str::to_string),
-                retired: AtomicBool::new(false),
-                _lane: lane,
-            })
+        let context = DeliveryContext {
+            deliveries: self.deliveries.clone(),
+            metrics: self.metrics.clone(),
+            repeats: Mutex::default(),
+            fatal: self.fatal.clone(),
+            login: LoginAdvice::new(&config),
+            refused_id: Mutex::new(None),
+            transactional_id: transactional_id.map(str::to_string),
+            retired: AtomicBool::new(false),
+            _lane: lane,
+        };
+        polled::create(&config, context)
             .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))
     }
 }
@@ -351,7 +352,7 @@ impl<T: Send + Sync + 'static> Drop for KafkaSink<'_, T> {
 /// sent until then (measured: the first acknowledgement after a restart took
 /// about 1.07 s). A second metadata request connects to the broker itself,
 /// and its response finds it connected. Best effort, off the async runtime.
-fn warm_up<T: Send + Sync + 'static>(producer: ThreadedProducer<DeliveryContext<T>>) {
+fn warm_up<T: Send + Sync + 'static>(producer: Polled<DeliveryContext<T>>) {
     const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
     let spawned = std::thread::Builder::new()
         .name("walrelay-kafka-warm-up".into())
