@@ -86,7 +86,10 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
         let published = relay
             .metric("walrelay_events_published_total")
             .unwrap_or(0.0);
-        assert!(published as usize > total, "walrelay published {published} of {total}");
+        assert!(
+            published as usize > total,
+            "walrelay published {published} of {total}"
+        );
     }
     let per_event_us = cpu * 1e6 / total as f64;
     println!(
@@ -117,8 +120,13 @@ fn bare_producer(python: &str, rate: u64, seconds: u64) -> f64 {
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
-    let cpu: f64 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+    let cpu: f64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
     let per_event_us = cpu * 1e6 / (rate * seconds) as f64;
-    println!("bare producer (Python, librdkafka): {per_event_us:.1} µs of CPU per record at {rate}/s");
+    println!(
+        "bare producer (Python, librdkafka): {per_event_us:.1} µs of CPU per record at {rate}/s"
+    );
     per_event_us
 }
