@@ -296,6 +296,16 @@ pub fn write_alone<C: ProducerContext + 'static>(
     id: &str,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
+    open_with(producer, id, record)?;
+    commit(producer, id, || false)
+}
+
+/// Opens a transaction holding `record` alone.
+fn open_with<C: ProducerContext + 'static>(
+    producer: &BaseProducer<C>,
+    id: &str,
+    record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
+) -> Result<()> {
     producer
         .begin_transaction()
         .map_err(failed(producer, "opening a transaction", id))?;
@@ -303,7 +313,7 @@ pub fn write_alone<C: ProducerContext + 'static>(
         let _ = producer.abort_transaction(ABORT_TIMEOUT);
         return Err(failed(producer, "writing a record", id)(e));
     }
-    commit(producer, id, || false)
+    Ok(())
 }
 
 /// Writes one record in a transaction and aborts it. The abort marker
@@ -317,13 +327,7 @@ pub fn abort_alone<C: ProducerContext + 'static>(
     id: &str,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
-    producer
-        .begin_transaction()
-        .map_err(failed(producer, "opening a transaction", id))?;
-    if let Err((e, _)) = producer.send(record) {
-        let _ = producer.abort_transaction(ABORT_TIMEOUT);
-        return Err(failed(producer, "writing a record", id)(e));
-    }
+    open_with(producer, id, record)?;
     delivered(producer, COMMIT_ATTEMPT);
     abort(producer, id)
 }
