@@ -8,6 +8,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod cloudevents;
 mod connector;
 mod messages;
 use connector::{converter_format, outbox_tables, parse};
@@ -359,7 +360,31 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     used.push("extended.headers.enabled".into());
     // topic.prefix names envelope schemas and is the connectorLogicalName header.
     let mut needs_topic_prefix = extended_headers;
+    let mut carried = cloudevents::Carried::default();
+    let header_format = cloudevents::header_format(&config, &mut carried)?;
+    if header_format != "string" {
+        flag(&mut args, "--header-format", Some(header_format.into()));
+    }
     for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
+        let converter = get(&format!("{side}.converter")).unwrap_or_default();
+        if side == "value" && converter.trim().ends_with(".CloudEventsConverter") {
+            cloudevents::value_flags(&config, &mut carried)?;
+            if header_format == "string" {
+                return Err(Error::permanent(
+                    "value.converter=CloudEventsConverter reads its metadata back from headers \
+                     with a JsonConverter, so with SimpleHeaderConverter (the worker's default \
+                     header.converter) Debezium's task fails on every event; set \
+                     header.converter=org.apache.kafka.connect.json.JsonConverter as \
+                     cloudevents.adoc does",
+                ));
+            }
+            // The CloudEvent's source is /debezium/postgresql/<topic.prefix>.
+            needs_topic_prefix = true;
+            for (name, value) in carried.flags.drain(..) {
+                flag(&mut args, name, value);
+            }
+            continue;
+        }
         let (format, note) = converter_format(
             side,
             get(&format!("{side}.converter")),
@@ -490,6 +515,7 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             _ => format!("{key} has no walrelay equivalent and is ignored"),
         })
     };
+    used.append(&mut carried.used);
     for (key, value) in &config {
         if !used.iter().any(|u| u == key) {
             if let Some(note) = explain(key, value) {

@@ -158,6 +158,59 @@ macro_rules! orders {
 }
 const ORDERS: &str = orders!();
 
+/// Debezium's documented CloudEvents set-up after the router
+/// (documentation/modules/ROOT/pages/integrations/cloudevents.adoc,
+/// "Obtaining record metadata"): HeaderFrom$Value copies source, op and
+/// transaction into headers, which the converter reads back through
+/// JsonConverter headers.
+macro_rules! cloudevents_options {
+    ($($extra:expr),* $(,)?) => {
+        &[
+            DEFAULT_ROUTE,
+            ("tombstones.on.delete", "false"),
+            ("transforms", "addMetadataHeaders,outbox"),
+            (
+                "transforms.addMetadataHeaders.type",
+                "org.apache.kafka.connect.transforms.HeaderFrom$Value",
+            ),
+            ("transforms.addMetadataHeaders.fields", "source,op,transaction"),
+            ("transforms.addMetadataHeaders.headers", "source,op,transaction"),
+            ("transforms.addMetadataHeaders.operation", "copy"),
+            ("transforms.addMetadataHeaders.predicate", "isHeartbeat"),
+            ("transforms.addMetadataHeaders.negate", "true"),
+            ("transforms.outbox.table.expand.json.payload", "true"),
+            ("transforms.outbox.table.fields.additional.placement", "type:header"),
+            ("predicates", "isHeartbeat"),
+            (
+                "predicates.isHeartbeat.type",
+                "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+            ),
+            ("predicates.isHeartbeat.pattern", "__debezium-heartbeat.*"),
+            ("key.converter", STRING),
+            ("value.converter", "io.debezium.converters.CloudEventsConverter"),
+            ("value.converter.metadata.source", "header"),
+            ("header.converter", JSON),
+            ("header.converter.schemas.enable", "true"),
+            // The router passes Debezium's own <prefix>.message records on
+            // unrouted, without an id header, and the converter then fails
+            // the task ("Header `id` was not provided") at the first
+            // pg_logical_emit_message of any application in the database.
+            ("message.prefix.exclude.list", ".*"),
+            $($extra),*
+        ]
+    };
+}
+
+/// Rows whose payloads are JSON objects, in one transaction and alone, and
+/// a NULL payload (a null value on both sides).
+const CLOUDEVENTS_ROWS: &str = "BEGIN;
+   INSERT INTO {table} VALUES
+   ('59a42efd-b015-44a9-9dde-cb36d9002425', 'User', '10711fa5', 'UserCreated', '{\"someField1\": \"some value 1\", \"someField2\": 7005}'),
+   ('00000000-0000-0000-0000-0000000001c2', 'order', 'o-1', 'OrderCreated', '{\"total\": 10, \"lines\": [1, 2], \"n\": null, \"nested\": {\"a\": 1.5, \"s\": \"caf\u{e9}\"}}');
+   COMMIT;
+   INSERT INTO {table} VALUES ('00000000-0000-0000-0000-0000000001c3', 'order', 'o-2', 'OrderPaid', '{}');
+   INSERT INTO {table} VALUES ('00000000-0000-0000-0000-0000000001c4', 'order', 'o-3', 'OrderPaid', NULL);";
+
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -833,6 +886,90 @@ fn cases() -> Vec<Case> {
             },
             ..BASE
         },
+        Case {
+            // AbstractCloudEventsConverterTest
+            // .shouldConvertToCloudEventsInJsonWithMetadataAndIdAndTypeInHeadersAfterOutboxEventRouter
+            // (DBZ-3642, DBZ-7016) through a worker, as cloudevents.adoc sets it up.
+            what: "CloudEventsConverter after the router with the metadata in JsonConverter headers",
+            id: "cloudevents",
+            options: cloudevents_options!(),
+            inserts: CLOUDEVENTS_ROWS,
+            topics: &["outbox.event.User", "outbox.event.order"],
+            count: 4,
+            ..BASE
+        },
+        Case {
+            // CloudEventsConverterConfig: json.schemas.enable for data,
+            // extension.attributes.enable (DBZ-6982), and headers under
+            // JsonConverter without schemas.
+            what: "CloudEvents without data's schema and without Debezium's extension attributes",
+            id: "cloudevents_plain",
+            options: cloudevents_options!(
+                ("value.converter.json.schemas.enable", "false"),
+                ("value.converter.extension.attributes.enable", "false"),
+            ),
+            inserts: CLOUDEVENTS_ROWS,
+            topics: &["outbox.event.User", "outbox.event.order"],
+            count: 4,
+            ..BASE
+        },
+        Case {
+            what: "a JSON array payload is no struct, so the CloudEvents converter fails",
+            id: "cloudevents_array",
+            options: cloudevents_options!(),
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001c5', 'order', 'o-1', 'OrderPaid', '[1, 2]');",
+            count: 0,
+            expect: Expect::BothFail {
+                debezium: "DataException",
+                walrelay: "a top-level array is no struct",
+            },
+            ..BASE
+        },
+        Case {
+            what: "header.converter=JsonConverter writes every header as JSON with its column's schema",
+            id: "json_headers",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, shard int NOT NULL DEFAULT 3, amount numeric(10,2), \
+                      flag boolean, at timestamp(3)",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+                ("header.converter", JSON),
+                (
+                    "transforms.outbox.table.fields.additional.placement",
+                    "type:header:eventType,shard:header,amount:header,flag:header,at:header",
+                ),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001d1', 'order', 'o-1', 'A', '{}', 1, 12.50, true, '2026-11-29 10:00:00.250'),
+               ('00000000-0000-0000-0000-0000000001d2', 'order', 'o-2', NULL, '{}', 2, NULL, NULL, NULL);",
+            count: 2,
+            ..BASE
+        },
+        Case {
+            what: "header.converter=JsonConverter without schemas writes the headers' JSON alone",
+            id: "json_headers_plain",
+            columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
+                      payload jsonb, shard int",
+            options: &[
+                DEFAULT_ROUTE,
+                ("key.converter", STRING),
+                ("value.converter", STRING),
+                ("header.converter", JSON),
+                ("header.converter.schemas.enable", "false"),
+                (
+                    "transforms.outbox.table.fields.additional.placement",
+                    "type:header,shard:header",
+                ),
+            ],
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001d3', 'order', 'o-1', 'A', '{}', 7),
+               ('00000000-0000-0000-0000-0000000001d4', 'order', 'o-2', 'B \"q\"', '{}', NULL);",
+            count: 2,
+            ..BASE
+        },
     ]
 }
 
@@ -1067,11 +1204,21 @@ fn compare(case: &Case, dbz: &[Received], wr: &[Received]) -> Vec<String> {
                 if names != DEBEZIUM_CONTEXT_HEADERS {
                     diffs.push(format!("{id}: {side}'s context headers are {names:?}"));
                 }
+                // Under header.converter=JsonConverter, the string inside.
                 let value = headers
                     .iter()
                     .find(|(k, _)| k == DEBEZIUM_CONTEXT_HEADERS[3])
                     .and_then(|(_, v)| v.as_deref())
-                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .map(|v| match serde_json::from_str::<serde_json::Value>(&v) {
+                        Ok(json) => json
+                            .get("payload")
+                            .unwrap_or(&json)
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        Err(_) => v,
+                    });
                 match value {
                     Some(v) if is_uuid_v7(&v) => {
                         run_ids.entry(side.to_string()).or_default().insert(v);

@@ -18,6 +18,8 @@ mod support;
 
 #[path = "debezium_router/binary.rs"]
 mod binary;
+#[path = "debezium_router/cloudevents.rs"]
+mod cloudevents;
 #[path = "debezium_router/converters.rs"]
 mod converters;
 #[path = "debezium_router/event_type.rs"]

@@ -462,12 +462,6 @@ mod tests {
 
     #[test]
     fn json_with_schema_combinations_it_cannot_write_are_refused_at_start_up() {
-        let refused = |extra: &[&str]| {
-            Settings::from_args(&run_args(extra))
-                .err()
-                .unwrap()
-                .to_string()
-        };
         // JsonSchemaData's schema of an expanded payload is written as Debezium writes it.
         let expanded = [
             "--value-format",
@@ -491,12 +485,6 @@ mod tests {
 
     #[test]
     fn extended_headers_need_the_logical_name_and_a_table() {
-        let refused = |extra: &[&str]| {
-            Settings::from_args(&run_args(extra))
-                .err()
-                .unwrap()
-                .to_string()
-        };
         let err = refused(&["--extended-headers"]);
         assert!(err.contains("--schema-topic-prefix"), "{err}");
         let named = ["--extended-headers", "--schema-topic-prefix", "dbserver1"];
@@ -504,5 +492,50 @@ mod tests {
         assert!(err.contains("--source messages"), "{err}");
         let settings = Settings::from_args(&run_args(&named)).unwrap();
         assert!(settings.mapping.extended_headers.is_some());
+    }
+
+    /// Why `extra` is refused at start-up.
+    fn refused(extra: &[&str]) -> String {
+        Settings::from_args(&run_args(extra))
+            .err()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn cloudevents_are_refused_at_start_where_debeziums_task_would_fail_every_event() {
+        let ce = [
+            "--value-format",
+            "cloudevents",
+            "--schema-topic-prefix",
+            "dbserver1",
+        ];
+        let err = refused(&ce);
+        assert!(err.contains("add --expand-json-payload"), "{err}");
+        let expanded = [&ce[..], &["--expand-json-payload"]].concat();
+        let err = refused(&expanded);
+        assert!(err.contains("event_type:header:type"), "{err}");
+        let typed = [
+            &expanded[..],
+            &["--fields-additional-placement", "type:header"],
+        ]
+        .concat();
+        assert!(Settings::from_args(&run_args(&typed)).is_ok());
+        let err = refused(
+            &[
+                &typed[..],
+                &["--fields-additional-placement", "type:header,t:envelope"],
+            ]
+            .concat(),
+        );
+        assert!(err.contains("envelope"), "{err}");
+        let err = refused(&["--key-format", "cloudevents"]);
+        assert!(err.contains("value format"), "{err}");
+        let err = refused(&["--metadata-headers", "--schema-topic-prefix", "p"]);
+        assert!(err.contains("--header-format json-with-schema"), "{err}");
+        let err = refused(&["--metadata-headers", "--header-format", "json"]);
+        assert!(err.contains("--schema-topic-prefix"), "{err}");
+        let err = refused(&["--header-format", "json", "--source", "messages"]);
+        assert!(err.contains("--source messages"), "{err}");
     }
 }

@@ -185,9 +185,25 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = Format::String)]
     pub key_format: Format,
 
-    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would.
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would, or as Debezium's CloudEventsConverter after the router (cloudevents).
     #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
     pub value_format: Format,
+
+    /// How headers are written: as the worker's header.converter, SimpleHeaderConverter (string) or JsonConverter (json, json-with-schema), would.
+    #[arg(long, env = "WALRELAY_HEADER_FORMAT", value_enum, default_value_t = Format::String)]
+    pub header_format: Format,
+
+    /// Send the change event's source, op and transaction as headers before the event's own, as Debezium's documented CloudEvents set-up copies them with HeaderFrom$Value (needs --header-format json or json-with-schema).
+    #[arg(long, env = "WALRELAY_METADATA_HEADERS")]
+    pub metadata_headers: bool,
+
+    /// With --value-format cloudevents: write data's schema beside its payload (the converter's json.schemas.enable).
+    #[arg(long, env = "WALRELAY_CLOUDEVENTS_DATA_SCHEMA", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cloudevents_data_schema: bool,
+
+    /// With --value-format cloudevents: write Debezium's iodebezium* extension attributes (the converter's extension.attributes.enable).
+    #[arg(long, env = "WALRELAY_CLOUDEVENTS_EXTENSION_ATTRIBUTES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cloudevents_extension_attributes: bool,
 
     /// Debezium's topic.prefix, which names an envelope's schema under --value-format json-with-schema (<prefix>.<schema>.<table>.<route value>.Value) and is the connectorLogicalName of --extended-headers.
     #[arg(long, env = "WALRELAY_SCHEMA_TOPIC_PREFIX")]

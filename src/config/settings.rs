@@ -11,6 +11,7 @@ use super::{ExactlyOnce, KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, S
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
 use crate::kafka::topics::{CreationLog, TopicPolicy};
+use crate::outbox::cloudevents::CloudEventsConfig;
 use crate::outbox::expansion::{Behaviour, EmptyArrayBehavior, NullBehavior};
 use crate::outbox::extended_headers::ExtendedHeaders;
 use crate::outbox::format::Format;
@@ -126,6 +127,7 @@ impl Settings {
             ));
         }
         check_formats(args)?;
+        let mapping_config = mapping_config(args, &pg);
         let snapshot = snapshot_plan(args)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
@@ -181,7 +183,7 @@ impl Settings {
                 recreate_missing_slot: source.recreate_missing_slot,
             },
             state_table: StateTable(args.conn.state_table.clone()),
-            mapping: mapping_config(args),
+            mapping: mapping_config,
             router,
             kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
             kafka: kafka_config,
@@ -270,6 +272,7 @@ fn check_formats(args: &RunArgs) -> Result<()> {
              topic.prefix (database.server.name before Debezium 2.0)",
         ));
     }
+    check_cloudevents(args, prefix_set)?;
     let with_schema = |f: Format| f == Format::JsonWithSchema;
     if !with_schema(m.key_format) && !with_schema(m.value_format) {
         return Ok(());
@@ -290,6 +293,77 @@ fn check_formats(args: &RunArgs) -> Result<()> {
              schema after Debezium's topic.prefix: set --schema-topic-prefix to the \
              connector's topic.prefix (database.server.name before Debezium 2.0)",
         ));
+    }
+    Ok(())
+}
+
+/// What --value-format cloudevents, --header-format and --metadata-headers
+/// need, told at start-up: Debezium's task would fail on every event.
+fn check_cloudevents(args: &RunArgs, prefix_set: bool) -> Result<()> {
+    let m = &args.mapping;
+    if m.key_format == Format::CloudEvents || m.header_format == Format::CloudEvents {
+        return Err(Error::permanent(
+            "cloudevents is a value format: use it with --value-format, and string, json or \
+             json-with-schema for --key-format and --header-format",
+        ));
+    }
+    let messages = args.source.source == Source::Messages;
+    if messages && (m.header_format != Format::String || m.metadata_headers) {
+        return Err(Error::permanent(
+            "--header-format and --metadata-headers follow an outbox table's columns, which \
+             --source messages does not have: drop them",
+        ));
+    }
+    if m.metadata_headers && m.header_format == Format::String {
+        return Err(Error::permanent(
+            "--metadata-headers writes the source block as Kafka Connect's JsonConverter \
+             writes a header (the only way Debezium's CloudEventsConverter reads it): add \
+             --header-format json-with-schema (header.converter=JsonConverter)",
+        ));
+    }
+    if (m.metadata_headers || m.value_format == Format::CloudEvents) && !prefix_set {
+        return Err(Error::permanent(
+            "--metadata-headers and --value-format cloudevents name the source by Debezium's \
+             topic.prefix (/debezium/postgresql/<prefix>): set --schema-topic-prefix to the \
+             connector's topic.prefix",
+        ));
+    }
+    if m.value_format != Format::CloudEvents {
+        return Ok(());
+    }
+    if messages {
+        return Err(Error::permanent(
+            "--value-format cloudevents needs an outbox table's rows: --source messages has \
+             none; use string or json",
+        ));
+    }
+    if !m.expand_json_payload {
+        return Err(Error::permanent(
+            "--value-format cloudevents writes the payload as the CloudEvent's data, which must \
+             be a JSON object Debezium's router expanded (otherwise its converter fails every \
+             event with \"Mismatching schema\"): add --expand-json-payload",
+        ));
+    }
+    if m.fields_additional_placement
+        .iter()
+        .any(|p| matches!(p.target, Target::Envelope(_)))
+    {
+        return Err(Error::permanent(
+            "--value-format cloudevents does not wrap an envelope: drop the :envelope \
+             placements (put those columns in headers), or use json-with-schema",
+        ));
+    }
+    let type_header = m
+        .fields_additional_placement
+        .iter()
+        .any(|p| matches!(&p.target, Target::Header(name) if name == "type"));
+    if !type_header {
+        return Err(Error::permanent(format!(
+            "--value-format cloudevents takes the CloudEvent's type from a header called type, \
+             as Debezium's converter does with metadata.source=header: add \
+             --fields-additional-placement {}:header:type",
+            m.field_event_type
+        )));
     }
     Ok(())
 }
@@ -387,7 +461,7 @@ impl Settings {
 }
 
 /// The mapping and routing flags as one mapping.
-fn mapping_config(args: &RunArgs) -> MappingConfig {
+fn mapping_config(args: &RunArgs, pg: &PgTarget) -> MappingConfig {
     let m = &args.mapping;
     MappingConfig {
         id: m.field_event_id.clone(),
@@ -406,7 +480,21 @@ fn mapping_config(args: &RunArgs) -> MappingConfig {
         schema_topic_prefix: m.schema_topic_prefix.clone(),
         extended_headers: m
             .extended_headers
-            .then(|| ExtendedHeaders::for_new_run(m.schema_topic_prefix.as_deref().unwrap_or(""))),
+            .then(|| ExtendedHeaders::for_new_run(m.schema_topic_prefix.as_deref().unwrap_or("")))
+            .map(|headers| headers.in_format(m.header_format)),
+        header_format: m.header_format,
+        metadata_headers: m.metadata_headers,
+        cloudevents: CloudEventsConfig {
+            data_with_schema: m.cloudevents_data_schema,
+            extension_attributes: m.cloudevents_extension_attributes,
+        },
+        // libpq's default: the database named like the user.
+        database: pg
+            .config
+            .get_dbname()
+            .or(pg.config.get_user())
+            .unwrap_or("postgres")
+            .to_string(),
         ignore_missing_placements: m.fields_additional_missing == MissingField::Ignore,
         tracing_span_context: Some(m.field_tracing_span_context.clone()).filter(|c| !c.is_empty()),
         expansion: Behaviour {

@@ -21,6 +21,7 @@ use crate::config::{ReplayArgs, Settings, Source};
 use crate::error::{Error, Result};
 use crate::kafka::producer::KafkaSink;
 use crate::metrics::Metrics;
+use crate::outbox::cloudevents::Change;
 use crate::outbox::mapping::OutboxSchema;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::setup;
@@ -129,7 +130,7 @@ async fn dry_run(
         while let Some(batch) = cursor.next_batch().await? {
             for tuple in batch {
                 rows += 1;
-                let event = match schema.event(tuple) {
+                let event = match schema.event(tuple, &Change::read_at(now_ms * 1000)) {
                     Ok(event) => event,
                     Err(e) => {
                         poison += 1;

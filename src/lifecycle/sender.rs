@@ -15,6 +15,7 @@ use crate::clock;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::outbox::cloudevents::Change;
 use crate::outbox::mapping::OutboxSchema;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::Tuple;
@@ -75,6 +76,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
             commit_lsn: Lsn::ZERO,
             commit_time_us: clock::unix_now_us(),
         };
+        let read = Change::read_at(txn.commit_time_us);
         for tuple in tuples {
             self.publisher.settle_rejected(&mut self.progress).await?;
             while !(self.progress.has_room() && self.publisher.ready_for_more()) {
@@ -82,7 +84,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
                 self.publisher.settle_rejected(&mut self.progress).await?;
             }
             self.pace().await;
-            let mapped = schema.event(tuple);
+            let mapped = schema.event(tuple, &read);
             self.publisher
                 .publish_mapped(&mut self.progress, txn, mapped, Instant::now())
                 .await?;

@@ -76,6 +76,16 @@ impl ExtendedHeaders {
         )
     }
 
+    /// The same headers as the worker's header.converter writes them.
+    pub fn in_format(self, format: crate::outbox::format::Format) -> Self {
+        let headers = self.0.into_iter();
+        ExtendedHeaders(
+            headers
+                .map(|(name, value)| (name, format.string_header(value)))
+                .collect(),
+        )
+    }
+
     /// Puts the headers first in `headers`, before the router's and trace ones.
     pub fn prepend_to(&self, headers: &mut Vec<Header>) {
         headers.splice(0..0, self.0.iter().cloned());

@@ -7,13 +7,14 @@ use bytes::Bytes;
 use std::borrow::Cow;
 use tracing::warn;
 
+use super::cloudevents::{Change, CloudEventsConfig, SourceBlock, DATA_SCHEMA_NAME};
 use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
 use super::connect::json_object;
 use super::expansion::{expand, Behaviour, Expansion};
 use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
-use super::schema::{PayloadSchema, RecordSchemas};
+use super::schema::{Kind, PayloadSchema, RecordSchemas};
 use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
 use crate::postgres::pgoutput::{Datum, Tuple};
@@ -53,6 +54,15 @@ pub struct MappingConfig {
     /// Debezium 3's `__debezium.context.*` headers of this run
     /// (`--extended-headers`), before every event's own.
     pub extended_headers: Option<ExtendedHeaders>,
+    /// The worker's header.converter (`--header-format`).
+    pub header_format: Format,
+    /// HeaderFrom's copies of the change event's `source`, `op` and
+    /// `transaction` (`--metadata-headers`).
+    pub metadata_headers: bool,
+    /// The options of `--value-format cloudevents`.
+    pub cloudevents: CloudEventsConfig,
+    /// The database's name, the source block's `db`.
+    pub database: String,
 }
 
 impl MappingConfig {
@@ -78,7 +88,20 @@ impl MappingConfig {
             tracing_span_context: Some("tracingspancontext".into()),
             schema_topic_prefix: None,
             extended_headers: None,
+            header_format: Format::String,
+            metadata_headers: false,
+            cloudevents: CloudEventsConfig {
+                data_with_schema: true,
+                extension_attributes: true,
+            },
+            database: "postgres".into(),
         }
+    }
+
+    /// Whether events carry Debezium's source block (in a CloudEvent or
+    /// the metadata headers).
+    pub fn writes_source_block(&self) -> bool {
+        self.metadata_headers || self.value_format == Format::CloudEvents
     }
 
     /// Every column the mapping reads, for the start-up check.
@@ -134,6 +157,23 @@ pub struct OutboxSchema {
     /// Each column's DEFAULT as Debezium reads it (Postgres text), by
     /// position: Kafka Connect's Struct.get hands it out for a NULL.
     defaults: Vec<Option<Bytes>>,
+    header_format: Format,
+    /// Under `--header-format json-with-schema`, the schema (JsonConverter's
+    /// text) of each column a header is made of, by position.
+    header_schemas: Vec<Option<String>>,
+    /// The source block's names: topic.prefix, database, schema, table.
+    source_names: SourceNames,
+    metadata_headers: bool,
+    cloudevents: CloudEventsConfig,
+}
+
+/// The names in the source block of this table's rows.
+#[derive(Debug, Clone)]
+struct SourceNames {
+    server: String,
+    database: String,
+    schema: String,
+    table: String,
 }
 
 /// One outbox event, sharing memory with the replication message it came from.
@@ -181,10 +221,13 @@ impl OutboxEvent {
     /// the headers, where Debezium's tracing puts it (before "id"). A
     /// malformed one is logged and left out: the event is still published,
     /// as Debezium publishes it with a new, unconnected trace.
-    pub fn add_trace_context(&mut self, stored: &[u8]) {
+    pub fn add_trace_context(&mut self, stored: &[u8], format: Format) {
         match TraceContext::parse(stored) {
             Ok(Some(context)) => {
-                self.headers.splice(0..0, context.headers());
+                let headers = context
+                    .headers()
+                    .map(|(name, value)| (name, format.string_header(value)));
+                self.headers.splice(0..0, headers);
             }
             Ok(None) => {}
             Err(problem) => warn!(
@@ -214,7 +257,9 @@ pub struct MappingError {
 }
 
 impl OutboxSchema {
-    pub fn event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
+    /// The event of an outbox row; `change` says where the row was read
+    /// (the source block of --value-format cloudevents and --metadata-headers).
+    pub fn event(&self, tuple: Tuple, change: &Change) -> Result<OutboxEvent, MappingError> {
         let get = |col: Col| -> Result<Option<Bytes>, String> {
             match tuple.get(col.index) {
                 Some(Datum::Null) => Ok(None),
@@ -253,15 +298,22 @@ impl OutboxSchema {
                 }
             };
         }
+        // A column's header in --header-format's bytes.
+        macro_rules! column_header {
+            ($name:expr, $col:expr, $text:expr) => {
+                match self.column_header($col, $text) {
+                    Ok(value) => event.headers.push(($name, value)),
+                    Err(reason) => return Err(fail(event, reason)),
+                }
+            };
+        }
         event.id = read_or_default!(self.id);
-        event.headers.push((Cow::Borrowed("id"), event.id.clone()));
+        column_header!(Cow::Borrowed("id"), self.id, event.id.clone());
         event.key = read_or_default!(self.key);
         if let Some(col) = self.event_type {
             // A NULL type sends no header at all, not a null one.
             if let Some(event_type) = read!(col) {
-                event
-                    .headers
-                    .push((Cow::Borrowed("event_type"), Some(event_type)));
+                column_header!(Cow::Borrowed("event_type"), col, Some(event_type));
             }
         }
         event.route_value = read!(self.route_by);
@@ -293,6 +345,9 @@ impl OutboxSchema {
         }
 
         let mut envelope_fields = Vec::new();
+        // The CloudEvent's type: the last header called `type`
+        // (RecordAndMetadataHeaderImpl reads headers.lastHeader).
+        let mut cloud_event_type = None;
         for (col, target) in &self.placements {
             let value = match target {
                 Target::Partition => read!(*col),
@@ -303,20 +358,12 @@ impl OutboxSchema {
                 Err(e) => Err(format!("an additional placement's column: {e}")),
             };
             match target {
-                // Text is its own header text (Values.convertToString of a
-                // String): pass its bytes on untouched, whatever the encoding.
-                Target::Header(name)
-                    if is_text(col.type_oid) && col.type_oid != placement::oid::BYTEA =>
-                {
-                    event.headers.push((Cow::Owned(name.clone()), value))
+                Target::Header(name) => {
+                    if name == "type" {
+                        cloud_event_type = Some(value.clone());
+                    }
+                    column_header!(Cow::Owned(name.clone()), *col, value)
                 }
-                Target::Header(name) => match typed() {
-                    Ok(typed) => event.headers.push((
-                        Cow::Owned(name.clone()),
-                        typed.header_text().map(Bytes::from),
-                    )),
-                    Err(reason) => return Err(fail(event, reason)),
-                },
                 Target::Envelope(alias) => match typed() {
                     Ok(typed) => envelope_fields.push((alias.as_str(), typed.json_text())),
                     Err(reason) => return Err(fail(event, reason)),
@@ -355,12 +402,45 @@ impl OutboxSchema {
 
         if let Some(col) = self.trace_context {
             if let Some(stored) = read!(col) {
-                event.add_trace_context(&stored);
+                event.add_trace_context(&stored, self.header_format);
             }
         }
+        let source = SourceBlock {
+            server: &self.source_names.server,
+            database: &self.source_names.database,
+            schema: &self.source_names.schema,
+            table: &self.source_names.table,
+            change,
+        };
 
         event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
             None
+        } else if self.value_format == Format::CloudEvents {
+            // fromConnectData: a null value stays null.
+            if payload.is_none() {
+                None
+            } else {
+                let data = match self.cloud_event_data(payload.as_ref()) {
+                    Ok(data) => data,
+                    Err(reason) => return Err(fail(event, format!("{CLOUDEVENTS}: {reason}"))),
+                };
+                let id = event.id.as_deref().map(String::from_utf8_lossy);
+                let kind = cloud_event_type.flatten();
+                let kind = kind.as_deref().map(String::from_utf8_lossy);
+                let (Some(id), Some(kind)) = (id, kind) else {
+                    let reason = format!(
+                        "{CLOUDEVENTS}: the event's id or its `type` header is NULL; a CloudEvent \
+                         needs both, and Debezium's converter fails its task on this row"
+                    );
+                    return Err(fail(event, reason));
+                };
+                Some(Bytes::from(source.cloud_event(
+                    self.cloudevents,
+                    &id,
+                    &kind,
+                    &data,
+                )))
+            }
         } else if self.envelope {
             let (payload, schema) = match self.json_payload(payload.as_ref()) {
                 Ok((_, PayloadSchema::Null)) => {
@@ -399,11 +479,68 @@ impl OutboxSchema {
         } else {
             payload
         };
+        if self.metadata_headers {
+            // HeaderFrom$Value appends them to the change record's headers,
+            // before the router's own.
+            event
+                .headers
+                .splice(0..0, source.headers(self.header_format));
+        }
         if let Some(extended) = &self.extended_headers {
             // The change record's headers, which the router appends to.
             extended.prepend_to(&mut event.headers);
         }
         Ok(event)
+    }
+
+    /// The event of a row read from the WAL in a test.
+    #[cfg(test)]
+    pub fn row_event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
+        self.event(tuple, &super::cloudevents::tests::STREAMED)
+    }
+
+    /// A header made of a column's value, in --header-format's bytes.
+    fn column_header(&self, col: Col, text: Option<Bytes>) -> Result<Option<Bytes>, String> {
+        let typed = || self.typed(col, text.as_deref());
+        match self.header_format {
+            // Text is its own header text (Values.convertToString of a
+            // String): pass its bytes on untouched, whatever the encoding.
+            Format::String | Format::CloudEvents
+                if is_text(col.type_oid) && col.type_oid != placement::oid::BYTEA =>
+            {
+                Ok(text)
+            }
+            Format::String | Format::CloudEvents => Ok(typed()?.header_text().map(Bytes::from)),
+            format => {
+                let json = typed()?.json_text();
+                let schema = self.header_schemas[col.index].as_deref().unwrap_or("null");
+                Ok(format.header(None, || json, schema))
+            }
+        }
+    }
+
+    /// CloudEventsConverter's `data`: the router's value (the expanded
+    /// payload, or the envelope around it) as a struct named
+    /// io.debezium.connector.postgresql.Data, with its schema unless
+    /// --cloudevents-data-schema is off.
+    /// (An envelope placement is refused at start-up with this format.)
+    fn cloud_event_data(&self, payload: Option<&Bytes>) -> Result<String, String> {
+        let (json, schema) = self.json_payload(payload)?;
+        let inferred = match schema {
+            PayloadSchema::Inferred(schema) => schema,
+            PayloadSchema::Null => return Err(NOT_A_STRUCT.replace("{what}", "an empty array")),
+            PayloadSchema::Column => {
+                return Err(NOT_A_STRUCT.replace("{what}", "not a JSON object (or not expanded)"))
+            }
+        };
+        if !matches!(inferred.kind(), Kind::Struct(_)) {
+            return Err(NOT_A_STRUCT.replace("{what}", "a JSON array"));
+        }
+        if !self.cloudevents.data_with_schema {
+            return Ok(json);
+        }
+        let schema = inferred.required().json(Some(DATA_SCHEMA_NAME));
+        Ok(format!("{{\"schema\":{schema},\"payload\":{json}}}"))
     }
 
     fn typed(&self, col: Col, text: Option<&[u8]>) -> Result<ConnectValue, String> {
@@ -461,6 +598,14 @@ impl OutboxSchema {
 
 /// How a payload's expansion names itself in an event's failure.
 const EXPANSION: &str = "--expand-json-payload (table.expand.json.payload)";
+
+/// How the CloudEvents format names itself in an event's failure.
+const CLOUDEVENTS: &str = "--value-format cloudevents (Debezium's CloudEventsConverter)";
+
+/// Why a payload cannot be a CloudEvent's data (CloudEventsConverter's
+/// "Mismatching schema" and "Not a struct schema").
+const NOT_A_STRUCT: &str = "the payload is {what}: the converter's data must be a struct, \
+                            and Debezium's task fails on this row";
 
 fn parse_int4(text: &[u8]) -> Option<i32> {
     std::str::from_utf8(text).ok()?.parse().ok()

@@ -68,7 +68,7 @@ pub fn event_from_message(
         });
     }
     if let Some(stored) = trace_field.and_then(|name| scalar(field(name))) {
-        event.add_trace_context(&stored);
+        event.add_trace_context(&stored, crate::outbox::format::Format::String);
     }
     Ok(event)
 }

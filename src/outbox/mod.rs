@@ -1,6 +1,7 @@
 //! The outbox domain: which columns make an event, how extra columns are
 //! placed, and which topic an event goes to (Debezium's outbox event router).
 
+pub mod cloudevents;
 pub mod column;
 pub mod column_default;
 pub mod connect;

@@ -24,6 +24,7 @@ use crate::clock;
 use crate::config::{ExactlyOnce, OnUpdate, Settings, Source};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
+use crate::outbox::cloudevents::Change;
 use crate::outbox::mapping::{MappingError, OutboxEvent, OutboxSchema};
 use crate::outbox::message::event_from_message;
 use crate::postgres::guard;
@@ -49,6 +50,11 @@ pub struct ApplyLoop<'a, U, S> {
     /// The outbox schema by relation oid; `None` for other published tables.
     relations: HashMap<u32, Option<OutboxSchema>>,
     open_txn: Option<TxnRef>,
+    /// The open transaction's place in the WAL, for the source block of
+    /// its rows (--value-format cloudevents, --metadata-headers).
+    change: Change,
+    /// The end of the last commit read in this session.
+    last_commit: Option<Lsn>,
     /// A message with --message-prefix arrived in this session.
     prefix_seen: bool,
     /// Other prefixes already warned about (a few at most).
@@ -79,6 +85,8 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             metrics,
             relations: HashMap::new(),
             open_txn: None,
+            change: Change::read_at(0),
+            last_commit: None,
             prefix_seen: false,
             warned_prefixes: HashSet::new(),
             remember: None,
@@ -202,12 +210,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     ))
                     .with_source(e)
                 })?;
-                self.on_change(message).await
+                self.on_change(message, wal_start).await
             }
         }
     }
 
-    async fn on_change(&mut self, message: LogicalMessage) -> Result<()> {
+    /// `wal_start` is where the message's change is in the WAL.
+    async fn on_change(&mut self, message: LogicalMessage, wal_start: Lsn) -> Result<()> {
         match message {
             LogicalMessage::Begin(begin) => {
                 if self.open_txn.is_some() {
@@ -223,6 +232,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     commit_lsn: begin.final_lsn,
                     commit_time_us,
                 });
+                self.change = Change {
+                    commit_time_us,
+                    xid: Some(begin.xid),
+                    lsn: None,
+                    last_commit: self.last_commit,
+                    read: false,
+                };
             }
             LogicalMessage::Commit(commit) => {
                 let txn = self
@@ -231,11 +247,18 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     .ok_or_else(|| protocol("COMMIT without BEGIN"))?;
                 self.publisher
                     .end_transaction(&mut self.progress, txn, commit.end_lsn);
+                self.last_commit = Some(commit.end_lsn);
             }
             LogicalMessage::Relation(relation) => self.on_relation(relation).await?,
             LogicalMessage::Insert { relation, new } => {
                 let mapped = match self.relations.get(&relation) {
-                    Some(Some(schema)) => schema.event(new),
+                    Some(Some(schema)) => {
+                        let change = Change {
+                            lsn: Some(wal_start),
+                            ..self.change
+                        };
+                        schema.event(new, &change)
+                    }
                     // Placed as another published table when it was described.
                     Some(None) => return Ok(()),
                     None => return Err(protocol("INSERT for a relation never described")),
@@ -247,7 +270,14 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     self.on_outbox_update()?;
                 }
             }
-            LogicalMessage::Message(message) => self.on_emitted_message(message).await?,
+            LogicalMessage::Message(message) => {
+                // Debezium counts a message outside a transaction as a commit
+                // of its own (the source block's lastCommitLsn).
+                if !message.transactional {
+                    self.last_commit = Some(wal_start);
+                }
+                self.on_emitted_message(message).await?
+            }
             LogicalMessage::Delete { .. }
             | LogicalMessage::Truncate { .. }
             | LogicalMessage::Type { .. }

@@ -634,7 +634,11 @@ async fn open(
         .start(
             &settings.slot,
             &settings.publication,
-            settings.source == Source::Messages || guard.is_some(),
+            settings.source == Source::Messages
+                || guard.is_some()
+                // Debezium counts a message's commit in the source block's
+                // lastCommitLsn: walrelay must see them to count them too.
+                || settings.mapping.writes_source_block(),
             if start > ready.confirmed {
                 start
             } else {

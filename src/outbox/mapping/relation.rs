@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
-use super::{Col, MappingConfig, OutboxSchema};
+use super::{Col, MappingConfig, OutboxSchema, SourceNames};
 use crate::error::Error;
 use crate::outbox::column::ConnectValue;
 use crate::outbox::column_default::default_text;
@@ -159,10 +159,50 @@ impl OutboxSchema {
                 value_schema = Some(payload_schema);
             }
         }
+        let id = find(&config.id)?;
+        let event_type = config.event_type.as_deref().map(find).transpose()?;
+        if config.value_format == Format::CloudEvents {
+            // RecordAndMetadataHeaderImpl hands the header's value on as the
+            // CloudEvent's id or type, a String: another type fails the task.
+            let types = placements.iter().filter_map(|(col, target)| match target {
+                Target::Header(name) if name == "type" => Some((*col, "type header")),
+                _ => None,
+            });
+            for (col, what) in [(id, "id")].into_iter().chain(types) {
+                let schema = ConnectSchema::of_column(
+                    col.type_oid,
+                    col.type_modifier,
+                    config.decimals,
+                    true,
+                );
+                if !schema.is_ok_and(|s| s.type_name() == "string") {
+                    let name = &relation.columns[col.index].name;
+                    return Err(Error::permanent(format!(
+                        "--value-format cloudevents: the {what} column {name:?} of {table} is \
+                         not text (or uuid), and a CloudEvent's id and type are strings \
+                         (Debezium's converter fails on every event); use a text or uuid column"
+                    )));
+                }
+            }
+        }
+        // The columns headers are made of, each with its schema, for a
+        // header.converter with schemas.
+        let mut header_schemas = vec![None; relation.columns.len()];
+        if config.header_format == Format::JsonWithSchema {
+            let named = |col: &Col| relation.columns[col.index].name.clone();
+            let headers = placements
+                .iter()
+                .filter(|(_, target)| matches!(target, Target::Header(_)))
+                .map(|(col, _)| *col);
+            for col in [id].into_iter().chain(event_type).chain(headers) {
+                let schema = schema_of(col, &named(&col), "--header-format")?;
+                header_schemas[col.index] = Some(schema.json(None));
+            }
+        }
         Ok(OutboxSchema {
-            id: find(&config.id)?,
+            id,
             key,
-            event_type: config.event_type.as_deref().map(find).transpose()?,
+            event_type,
             payload,
             payload_name: config.payload.clone(),
             route_by: find(&config.route_by)?,
@@ -185,6 +225,16 @@ impl OutboxSchema {
             expansion: config.expansion,
             extended_headers: config.extended_headers.clone(),
             defaults,
+            header_format: config.header_format,
+            header_schemas,
+            source_names: SourceNames {
+                server: config.schema_topic_prefix.clone().unwrap_or_default(),
+                database: config.database.clone(),
+                schema: table.schema.clone(),
+                table: table.name.clone(),
+            },
+            metadata_headers: config.metadata_headers,
+            cloudevents: config.cloudevents,
         })
     }
 }

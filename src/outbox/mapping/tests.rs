@@ -49,7 +49,7 @@ fn columns_are_found_by_name_in_any_order() {
     ]);
     let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let event = schema
-        .event(vec![
+        .row_event(vec![
             text("{}"),
             Datum::Null,
             text("OrderPlaced"),
@@ -88,7 +88,7 @@ fn a_bad_partition_value_names_the_event() {
     ]);
     let schema = place(&rel, &config).unwrap();
     let err = schema
-        .event(vec![
+        .row_event(vec![
             text("e-9"),
             text("k"),
             text("T"),
@@ -159,7 +159,7 @@ mod arbitrary_rows {
             timestamp_oid in prop_oneof![Just(1184u32), Just(1114), Just(20), Just(25)],
             payload_oid in prop_oneof![Just(3802u32), Just(114), Just(25)],
         ) {
-            match schema(timestamp_oid, payload_oid).event(row) {
+            match schema(timestamp_oid, payload_oid).row_event(row) {
                 Ok(event) => prop_assert!(event.partition.is_none_or(|p| p >= 0)),
                 Err(e) => prop_assert!(!e.reason.is_empty()),
             }
@@ -226,7 +226,7 @@ fn row(payload: Option<&str>) -> Tuple {
 
 #[test]
 fn without_an_event_type_column_the_event_has_no_type() {
-    let event = debezium(|_| {}).event(row(Some("{}"))).unwrap();
+    let event = debezium(|_| {}).row_event(row(Some("{}"))).unwrap();
     assert_eq!(event.header("event_type"), None);
     assert_eq!(event.key.as_deref(), Some(&b"1"[..]));
 }
@@ -237,10 +237,10 @@ fn json_formats_quote_the_key_and_the_payload_string() {
         c.key_format = Format::Json;
         c.value_format = Format::Json;
     });
-    let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
+    let event = schema.row_event(row(Some(r#"{"a": 1}"#))).unwrap();
     assert_eq!(event.key.as_deref(), Some(&b"\"1\""[..]));
     assert_eq!(event.payload.as_deref(), Some(&br#""{\"a\": 1}""#[..]));
-    let null = schema.event(row(None)).unwrap();
+    let null = schema.row_event(row(None)).unwrap();
     assert_eq!(null.payload.as_deref(), Some(&b"null"[..]));
 }
 
@@ -259,7 +259,7 @@ fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
     let not_null: BTreeSet<String> = ["aggregateid".to_string()].into();
     let schema =
         OutboxSchema::from_relation(&rel, &c, &table(), &not_null, &BTreeMap::new()).unwrap();
-    let event = schema.event(row(Some(r#"{"a": 1}"#))).unwrap();
+    let event = schema.row_event(row(Some(r#"{"a": 1}"#))).unwrap();
     assert_eq!(
         event.key.as_deref(),
         Some(&br#"{"schema":{"type":"string","optional":false},"payload":"1"}"#[..])
@@ -276,7 +276,7 @@ fn json_with_schema_wraps_key_and_value_in_the_columns_schemas() {
     c.schema_topic_prefix = Some("dbserver1".into());
     let schema =
         OutboxSchema::from_relation(&rel, &c, &table(), &not_null, &BTreeMap::new()).unwrap();
-    let event = schema.event(row(None)).unwrap();
+    let event = schema.row_event(row(None)).unwrap();
     assert_eq!(
         std::str::from_utf8(event.payload.as_deref().unwrap()).unwrap(),
         "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"string\",\"optional\":true,\
@@ -308,7 +308,7 @@ fn an_envelope_placement_of_a_missing_column_still_makes_an_envelope() {
         c.placements.push("region:envelope".parse().unwrap());
         c.ignore_missing_placements = true;
     });
-    let event = schema.event(row(Some("{}"))).unwrap();
+    let event = schema.row_event(row(Some("{}"))).unwrap();
     assert_eq!(event.payload.as_deref(), Some(&br#"{"payload":"{}"}"#[..]));
 }
 
@@ -324,12 +324,12 @@ fn bytea_keys_and_payloads_are_decoded_and_bad_hex_names_the_event() {
     ]);
     let schema = place(&rel, &c).unwrap();
     let event = schema
-        .event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
+        .row_event(vec![text("e-1"), text("\\x00ff"), text("T"), text("\\x5c")])
         .unwrap();
     assert_eq!(event.key.as_deref(), Some(&[0x00, 0xff][..]));
     assert_eq!(event.payload.as_deref(), Some(&b"\\"[..]));
     let err = schema
-        .event(vec![text("e-2"), text("\\x0"), text("T"), text("\\x")])
+        .row_event(vec![text("e-2"), text("\\x0"), text("T"), text("\\x")])
         .unwrap_err();
     assert_eq!(err.event.id_text(), "e-2");
     assert!(err.reason.contains("key column"), "{}", err.reason);
@@ -348,7 +348,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
     let schema = place(&rel, &MappingConfig::defaults()).unwrap();
     let row = |context: Datum| vec![text("e-1"), text("k"), text("T"), text("{}"), context];
     let event = schema
-        .event(row(text(&format!(
+        .row_event(row(text(&format!(
             "#Mon Nov 30 2026\ntraceparent={parent}\n"
         ))))
         .unwrap();
@@ -362,7 +362,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
     );
     // NULL, or malformed: the same event, without trace headers.
     for context in [Datum::Null, text("traceparent=00-zz"), text("")] {
-        let event = schema.event(row(context)).unwrap();
+        let event = schema.row_event(row(context)).unwrap();
         assert_eq!(event.header("traceparent"), None);
         assert_eq!(event.id_text(), "e-1");
     }
@@ -371,7 +371,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
     off.tracing_span_context = None;
     let schema = place(&rel, &off).unwrap();
     let event = schema
-        .event(row(text(&format!("traceparent={parent}"))))
+        .row_event(row(text(&format!("traceparent={parent}"))))
         .unwrap();
     assert_eq!(event.header("traceparent"), None);
 }
@@ -379,7 +379,7 @@ fn the_trace_context_column_becomes_the_first_headers_and_is_optional() {
 #[test]
 fn a_table_without_the_trace_context_column_maps_without_trace_headers() {
     let event = debezium(|c| c.tracing_span_context = Some("tracingspancontext".into()))
-        .event(row(Some("{}")))
+        .row_event(row(Some("{}")))
         .unwrap();
     assert_eq!(event.header("traceparent"), None);
     assert_eq!(event.headers.len(), 1, "only id: {:?}", event.headers);
@@ -404,7 +404,7 @@ fn extended_headers_come_before_the_trace_context_and_the_routers_headers() {
     let schema = place(&rel, &c).unwrap();
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let event = schema
-        .event(vec![
+        .row_event(vec![
             text("e-1"),
             text("order"),
             text("1"),
@@ -463,7 +463,7 @@ fn a_null_column_with_a_default_reads_as_the_default_where_struct_get_reads_it()
     let schema =
         OutboxSchema::from_relation(&rel, &c, &table(), &BTreeSet::new(), &defaults).unwrap();
     let event = schema
-        .event(vec![
+        .row_event(vec![
             text("e-1"),
             Datum::Null,
             Datum::Null,
@@ -513,7 +513,7 @@ fn the_schema_version_column_versions_the_envelope_schema() {
     let schema = place(&rel, &c).unwrap();
     let value = |v: Datum| {
         let row = vec![text("e-1"), text("order"), text("1"), text("{}"), v];
-        String::from_utf8(schema.event(row).unwrap().payload.unwrap().to_vec()).unwrap()
+        String::from_utf8(schema.row_event(row).unwrap().payload.unwrap().to_vec()).unwrap()
     };
     assert!(
         value(text("3"))
