@@ -927,6 +927,19 @@ fn cases() -> Vec<Case> {
             ..BASE
         },
         Case {
+            what: "a NULL type leaves the CloudEvent without its required type, so the converter fails",
+            id: "cloudevents_null_type",
+            options: cloudevents_options!(),
+            inserts: "INSERT INTO {table} VALUES
+               ('00000000-0000-0000-0000-0000000001c6', 'order', 'o-1', NULL, '{\"a\": 1}');",
+            count: 0,
+            expect: Expect::BothFail {
+                debezium: "Invalid value: null used for required field: \\\"type\\\"",
+                walrelay: "its `type` header is NULL",
+            },
+            ..BASE
+        },
+        Case {
             what: "header.converter=JsonConverter writes every header as JSON with its column's schema",
             id: "json_headers",
             columns: "id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, \
