@@ -369,13 +369,16 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         let converter = get(&format!("{side}.converter")).unwrap_or_default();
         if side == "value" && converter.trim().ends_with(".CloudEventsConverter") {
             cloudevents::value_flags(&config, &mut carried)?;
-            if header_format == "string" {
+            // The converter reads them back with its own JsonConverter,
+            // schemas on (CloudEventsConverter.configure).
+            if header_format != "json-with-schema" {
                 return Err(Error::permanent(
                     "value.converter=CloudEventsConverter reads its metadata back from headers \
-                     with a JsonConverter, so with SimpleHeaderConverter (the worker's default \
-                     header.converter) Debezium's task fails on every event; set \
-                     header.converter=org.apache.kafka.connect.json.JsonConverter as \
-                     cloudevents.adoc does",
+                     with a JsonConverter with schemas, so with SimpleHeaderConverter (the \
+                     worker's default header.converter) or schemas.enable=false Debezium's task \
+                     fails on every event; set \
+                     header.converter=org.apache.kafka.connect.json.JsonConverter with \
+                     header.converter.schemas.enable=true, as cloudevents.adoc does",
                 ));
             }
             // The CloudEvent's source is /debezium/postgresql/<topic.prefix>.

@@ -143,3 +143,39 @@ async fn sigterm_drains_confirms_and_exits_zero() {
         "the final status update confirmed the delivered event"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_reads_deliver_every_paced_transaction_in_commit_order_and_confirm_them() {
+    // --read-batch-window: reads pause once the socket is empty, so the
+    // transactions committed meanwhile arrive together; none may be lost,
+    // reordered or left unconfirmed.
+    let stack = Stack::start(&["--read-batch-window", "20ms"]).await;
+    for i in 1..=60u32 {
+        stack
+            .client
+            .batch_execute(&format!(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES ('{}', 'order', 'paced', 'Paced', '{{\"i\": {i}}}')",
+                uuid_for(i)
+            ))
+            .await
+            .unwrap();
+        if i % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(7)).await;
+        }
+    }
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.Paced"]);
+    let got = reader.read(60, WAIT);
+    let ids: Vec<String> = got
+        .iter()
+        .map(|m| m.header("id").unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (1..=60).map(uuid_for).collect();
+    assert_eq!(ids, expected, "one key, one partition: commit order");
+    let lsn_after: u64 = current_lsn(&stack.client).await;
+    eventually(WAIT, "the slot to confirm every transaction", || async {
+        (confirmed_flush_lsn(&stack.client, "walrelay").await >= lsn_after - 1024).then_some(())
+    })
+    .await;
+}

@@ -82,6 +82,8 @@ pub struct Flow {
     pub max_inflight_bytes: usize,
     pub max_pending_transactions: usize,
     pub status_interval: Duration,
+    /// `--read-batch-window` (relay::upstream::ReadBatching).
+    pub read_batch_window: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +203,7 @@ impl Settings {
                 max_inflight_bytes: flow.max_inflight_bytes,
                 max_pending_transactions: flow.max_pending_transactions,
                 status_interval: flow.status_interval,
+                read_batch_window: flow.read_batch_window,
             },
             timeouts: Timeouts {
                 setup: flow.setup_timeout,
@@ -321,6 +324,12 @@ fn check_cloudevents(args: &RunArgs, prefix_set: bool) -> Result<()> {
              --header-format json-with-schema (header.converter=JsonConverter)",
         ));
     }
+    if messages && m.value_format == Format::CloudEvents {
+        return Err(Error::permanent(
+            "--value-format cloudevents needs an outbox table's rows: --source messages has \
+             none; use string or json",
+        ));
+    }
     if (m.metadata_headers || m.value_format == Format::CloudEvents) && !prefix_set {
         return Err(Error::permanent(
             "--metadata-headers and --value-format cloudevents name the source by Debezium's \
@@ -330,12 +339,6 @@ fn check_cloudevents(args: &RunArgs, prefix_set: bool) -> Result<()> {
     }
     if m.value_format != Format::CloudEvents {
         return Ok(());
-    }
-    if messages {
-        return Err(Error::permanent(
-            "--value-format cloudevents needs an outbox table's rows: --source messages has \
-             none; use string or json",
-        ));
     }
     if !m.expand_json_payload {
         return Err(Error::permanent(

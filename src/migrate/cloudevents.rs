@@ -163,7 +163,8 @@ pub fn value_flags(config: &BTreeMap<String, String>, carried: &mut Carried) -> 
     if !metadata_copy(config, carried) {
         return Err(Error::permanent(
             "value.converter=CloudEventsConverter with metadata.source=header but no \
-             HeaderFrom$Value transform copying source, op and transaction into headers: \
+             HeaderFrom$Value transform copying source,op,transaction (in that order, with \
+             operation=copy) into headers of the same names: \
              Debezium writes a null value for every event; add the transform (cloudevents.adoc, \
              \"Obtaining record metadata\") or convert by hand",
         ));

@@ -217,11 +217,20 @@ impl SourceBlock<'_> {
         id: &str,
         kind: &str,
         data: &str,
-    ) -> String {
+    ) -> Result<String, String> {
         let c = self.change;
+        // RFC 3339 writes four-digit years: a commit time past 9999 (a
+        // server clock gone wrong) has no `time`.
+        const YEAR_10000_US: i64 = 253_402_300_800_000_000;
+        if !(0..YEAR_10000_US).contains(&c.commit_time_us) {
+            return Err(format!(
+                "the commit time ({} µs since 1970) is outside the years 1970 to 9999; check the \
+                 database server's clock",
+                c.commit_time_us
+            ));
+        }
         let time = humantime::format_rfc3339_millis(
-            std::time::UNIX_EPOCH
-                + std::time::Duration::from_micros(c.commit_time_us.max(0) as u64),
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(c.commit_time_us as u64),
         );
         let mut out = String::with_capacity(data.len() + 1024);
         let field = |out: &mut String, name: &str, value: &str| {
@@ -256,7 +265,7 @@ impl SourceBlock<'_> {
         out.push_str("\"data\":");
         out.push_str(data);
         out.push('}');
-        out
+        Ok(out)
     }
 }
 
@@ -314,15 +323,17 @@ pub(super) mod tests {
         // "application/json", no dataschema and no traceparent; the order and
         // the int64-as-string attributes are convertToCloudEventsFormat's.
         let change = change();
-        let event = block(&change).cloud_event(
-            CloudEventsConfig {
-                data_with_schema: true,
-                extension_attributes: true,
-            },
-            "59a42efd-b015-44a9-9dde-cb36d9002425",
-            "UserCreated",
-            "{}",
-        );
+        let event = block(&change)
+            .cloud_event(
+                CloudEventsConfig {
+                    data_with_schema: true,
+                    extension_attributes: true,
+                },
+                "59a42efd-b015-44a9-9dde-cb36d9002425",
+                "UserCreated",
+                "{}",
+            )
+            .unwrap();
         let json: serde_json::Value = serde_json::from_str(&event).unwrap();
         let keys: Vec<&str> = json
             .as_object()
@@ -346,18 +357,46 @@ pub(super) mod tests {
     #[test]
     fn without_extension_attributes_the_event_has_only_the_required_ones() {
         let change = change();
-        let event = block(&change).cloud_event(
-            CloudEventsConfig {
-                data_with_schema: false,
-                extension_attributes: false,
-            },
-            "i",
-            "t",
-            "{\"a\":1}",
-        );
+        let event = block(&change)
+            .cloud_event(
+                CloudEventsConfig {
+                    data_with_schema: false,
+                    extension_attributes: false,
+                },
+                "i",
+                "t",
+                "{\"a\":1}",
+            )
+            .unwrap();
         assert_eq!(
             event,
             r#"{"id":"i","source":"/debezium/postgresql/dbz","specversion":"1.0","type":"t","time":"2026-12-03T02:05:10.253Z","datacontenttype":"application/json","data":{"a":1}}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_time_rfc_3339_cannot_write_is_refused_not_a_panic() {
+        let change = Change {
+            commit_time_us: i64::MAX,
+            ..tests::STREAMED
+        };
+        let block = SourceBlock {
+            server: "s",
+            database: "d",
+            schema: "public",
+            table: "outbox",
+            change: &change,
+        };
+        let config = CloudEventsConfig {
+            data_with_schema: true,
+            extension_attributes: true,
+        };
+        let err = block.cloud_event(config, "i", "t", "{}").unwrap_err();
+        assert!(err.contains("server's clock"), "{err}");
     }
 }

@@ -301,19 +301,27 @@ impl OutboxSchema {
         // A column's header in --header-format's bytes.
         macro_rules! column_header {
             ($name:expr, $col:expr, $text:expr) => {
-                match self.column_header($col, $text) {
+                match self.column_header($col, $text, false) {
+                    Ok(value) => event.headers.push(($name, value)),
+                    Err(reason) => return Err(fail(event, reason)),
+                }
+            };
+            // The id and event-type headers: as they always were under
+            // SimpleHeaderConverter, the column's Postgres text.
+            (raw $name:expr, $col:expr, $text:expr) => {
+                match self.column_header($col, $text, true) {
                     Ok(value) => event.headers.push(($name, value)),
                     Err(reason) => return Err(fail(event, reason)),
                 }
             };
         }
         event.id = read_or_default!(self.id);
-        column_header!(Cow::Borrowed("id"), self.id, event.id.clone());
+        column_header!(raw Cow::Borrowed("id"), self.id, event.id.clone());
         event.key = read_or_default!(self.key);
         if let Some(col) = self.event_type {
             // A NULL type sends no header at all, not a null one.
             if let Some(event_type) = read!(col) {
-                column_header!(Cow::Borrowed("event_type"), col, Some(event_type));
+                column_header!(raw Cow::Borrowed("event_type"), col, Some(event_type));
             }
         }
         event.route_value = read!(self.route_by);
@@ -428,18 +436,22 @@ impl OutboxSchema {
                 let kind = cloud_event_type.flatten();
                 let kind = kind.as_deref().map(String::from_utf8_lossy);
                 let (Some(id), Some(kind)) = (id, kind) else {
+                    let what = if event.id.is_none() {
+                        "event id"
+                    } else {
+                        "`type` header"
+                    };
                     let reason = format!(
-                        "{CLOUDEVENTS}: the event's id or its `type` header is NULL; a CloudEvent \
-                         needs both, and Debezium's converter fails its task on this row"
+                        "{CLOUDEVENTS}: its {what} is NULL; a CloudEvent needs an id and a type, \
+                         and Debezium's converter fails its task on this row; make the column \
+                         NOT NULL or give it a DEFAULT"
                     );
                     return Err(fail(event, reason));
                 };
-                Some(Bytes::from(source.cloud_event(
-                    self.cloudevents,
-                    &id,
-                    &kind,
-                    &data,
-                )))
+                match source.cloud_event(self.cloudevents, &id, &kind, &data) {
+                    Ok(event) => Some(Bytes::from(event)),
+                    Err(reason) => return Err(fail(event, format!("{CLOUDEVENTS}: {reason}"))),
+                }
             }
         } else if self.envelope {
             let (payload, schema) = match self.json_payload(payload.as_ref()) {
@@ -500,9 +512,16 @@ impl OutboxSchema {
     }
 
     /// A header made of a column's value, in --header-format's bytes.
-    fn column_header(&self, col: Col, text: Option<Bytes>) -> Result<Option<Bytes>, String> {
+    /// `raw`: under SimpleHeaderConverter, the Postgres text whatever the type.
+    fn column_header(
+        &self,
+        col: Col,
+        text: Option<Bytes>,
+        raw: bool,
+    ) -> Result<Option<Bytes>, String> {
         let typed = || self.typed(col, text.as_deref());
         match self.header_format {
+            Format::String | Format::CloudEvents if raw => Ok(text),
             // Text is its own header text (Values.convertToString of a
             // String): pass its bytes on untouched, whatever the encoding.
             Format::String | Format::CloudEvents

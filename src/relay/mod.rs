@@ -627,6 +627,10 @@ async fn open(
                 .and_then(|d| Some((d.server.clone()?, d.lsn))),
         );
     }
+    // pgoutput takes `messages` from PostgreSQL 14 (13 refuses the option,
+    // and has no messages to count).
+    let source_block_messages = settings.mapping.writes_source_block()
+        && crate::postgres::server_version(&client).await? >= 140000;
     let start = resume::start_point(ready.confirmed, &system, remembered);
     // 0/0 lets the server start from the slot's confirmed_flush_lsn; a later
     // position makes it skip what walrelay already confirmed.
@@ -638,7 +642,7 @@ async fn open(
                 || guard.is_some()
                 // Debezium counts a message's commit in the source block's
                 // lastCommitLsn: walrelay must see them to count them too.
-                || settings.mapping.writes_source_block(),
+                || source_block_messages,
             if start > ready.confirmed {
                 start
             } else {
@@ -667,6 +671,7 @@ async fn open(
             status,
             resolver,
             query_timeout: read_timeout,
+            batching: upstream::ReadBatching::new(settings.flow.read_batch_window),
         },
         start,
         system,

@@ -230,6 +230,7 @@ mod tests {
             max_inflight_bytes: 1 << 20,
             max_pending_transactions: 100,
             status_interval: Duration::from_secs(1),
+            read_batch_window: Duration::ZERO,
         };
         Progress::new(Lsn(100), flow, Metrics::new())
     }

@@ -41,10 +41,49 @@ pub struct PgUpstream {
     pub resolver: Option<RelationResolver>,
     /// The longest a catalog query may take (the replication read timeout).
     pub query_timeout: Duration,
+    pub batching: ReadBatching,
+}
+
+/// Reads in batches at the rate services write: once the socket is empty,
+/// the next look is `window` later instead of at the next byte, so the
+/// transactions that commit meanwhile cost one wake-up, not one each.
+/// Idle, the stream is waited on as usual (no timer ticks); in a backlog
+/// the socket is never empty, so a drain never pauses.
+#[derive(Debug, Default)]
+pub struct ReadBatching {
+    window: Duration,
+    /// Kept across calls: `next` may be dropped mid-pause (it is cancel-safe).
+    pause_until: Option<Instant>,
+}
+
+impl ReadBatching {
+    pub fn new(window: Duration) -> Self {
+        ReadBatching {
+            window,
+            pause_until: None,
+        }
+    }
 }
 
 impl Upstream for PgUpstream {
     async fn next(&mut self) -> Result<ReplicationMessage> {
+        use futures_util::FutureExt;
+        if self.batching.window.is_zero() {
+            return self.stream.next().await;
+        }
+        if self.batching.pause_until.is_none() {
+            // ReplicationStream::next is cancel-safe: a look that finds
+            // nothing loses nothing.
+            if let Some(message) = self.stream.next().now_or_never() {
+                return message;
+            }
+            self.batching.pause_until = Some(Instant::now() + self.batching.window);
+        }
+        if let Some(until) = self.batching.pause_until {
+            tokio::time::sleep_until(until).await;
+            self.batching.pause_until = None;
+        }
+        // What came in the window, or the next byte after a quiet one.
         self.stream.next().await
     }
 

@@ -161,6 +161,17 @@ impl OutboxSchema {
         }
         let id = find(&config.id)?;
         let event_type = config.event_type.as_deref().map(find).transpose()?;
+        let type_placed = placements
+            .iter()
+            .any(|(_, target)| matches!(target, Target::Header(name) if name == "type"));
+        if config.value_format == Format::CloudEvents && !type_placed {
+            return Err(Error::permanent(format!(
+                "--value-format cloudevents takes the CloudEvent's type from the `type` header \
+                 placement, whose column {table} does not have (--fields-additional-missing \
+                 ignore left it out): every event would fail; restore the column or place \
+                 another one as type"
+            )));
+        }
         if config.value_format == Format::CloudEvents {
             // RecordAndMetadataHeaderImpl hands the header's value on as the
             // CloudEvent's id or type, a String: another type fails the task.
