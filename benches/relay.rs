@@ -9,8 +9,10 @@
 //! Throughput: fills the outbox with BENCH_EVENTS events, then times
 //! `pg_recvlogical` draining an identical pgoutput slot to /dev/null (the
 //! walsender's own rate) and walrelay draining its slot into the broker
-//! until the slot is confirmed past the last commit (BENCH_EVENTS=1000000
-//! for the long run).
+//! until the slot is confirmed past the last commit, with each one's CPU per
+//! event (BENCH_EVENTS=1000000 for the long run, BENCH_TXN_SIZE=1 for
+//! one-event transactions, BENCH_PAYLOAD_BYTES=8192 for 8 KB payloads;
+//! relay/drain.rs).
 //!
 //! Big transaction (`-- bigtxn`): one transaction of BENCH_BIG_ROWS
 //! (1,000,000) rows; reports walrelay's peak RSS while it drains it.
@@ -55,6 +57,8 @@ mod cost;
 mod crash_loop;
 #[path = "relay/debezium.rs"]
 mod debezium;
+#[path = "relay/drain.rs"]
+mod drain;
 #[path = "relay/exactly_once.rs"]
 mod exactly_once;
 #[path = "relay/floor.rs"]
@@ -101,7 +105,7 @@ fn main() {
         .build()
         .unwrap();
     if wants("throughput") {
-        runtime.block_on(throughput());
+        runtime.block_on(drain::throughput());
     }
     if wants("latency") {
         runtime.block_on(latency());
@@ -134,121 +138,6 @@ fn main() {
     // Only when asked for: it needs Apache Kafka.
     if filter.iter().any(|f| f == "exactly_once") {
         runtime.block_on(exactly_once::exactly_once());
-    }
-}
-
-async fn throughput() {
-    let events = env_or("BENCH_EVENTS", 200_000) as i64;
-    let txn_size = env_or("BENCH_TXN_SIZE", 100) as i64;
-    let pg = Postgres::start();
-    let broker = Broker::start();
-    let client = pg.client_with_outbox().await;
-    // Separate statements: a slot cannot be created in a transaction that wrote.
-    for sql in [
-        "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')",
-        "SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')",
-        "SELECT pg_create_logical_replication_slot('recvlogical', 'pgoutput')",
-    ] {
-        client.batch_execute(sql).await.unwrap();
-    }
-    let fill = Instant::now();
-    fill_outbox(&client, events, txn_size).await;
-    let end_lsn: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let end: u64 = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64;
-    println!(
-        "filled {events} events in transactions of {txn_size} in {:.1}s",
-        fill.elapsed().as_secs_f64()
-    );
-
-    let started = Instant::now();
-    let status = Command::new(pg.bin("pg_recvlogical"))
-        .args([
-            "-d",
-            &pg.url(),
-            "--slot",
-            "recvlogical",
-            "--start",
-            "--no-loop",
-        ])
-        .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
-        // pgoutput's binary mode (PostgreSQL 14+), to weigh it against text.
-        .args(if std::env::var("BENCH_RECVLOGICAL_BINARY").is_ok() {
-            &["-o", "binary=true"][..]
-        } else {
-            &[][..]
-        })
-        .args(["-E", &end_lsn, "-f", "/dev/null"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let recv_secs = started.elapsed().as_secs_f64();
-
-    let started = Instant::now();
-    let relay = start_relay(&pg, &broker);
-    // Drained = the slot confirmed past the last commit; Kafka's
-    // acknowledgement of every event is timed beside it.
-    loop {
-        if relay
-            .metric("walrelay_events_published_total")
-            .unwrap_or(0.0)
-            >= events as f64
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "walrelay did not drain; log:\n{}",
-            relay.log()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let relay_secs = started.elapsed().as_secs_f64();
-    while confirmed_flush_lsn(&client, "walrelay").await < end {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let confirmed_secs = started.elapsed().as_secs_f64();
-    let rss = rss_kib(relay.pid());
-    if std::env::var("BENCH_SHOW_LOG").is_ok() {
-        println!("{}", relay.log());
-    }
-    println!(
-        "pg_recvlogical: {events} events in {recv_secs:.2}s = {:.0} events/s",
-        events as f64 / recv_secs
-    );
-    println!(
-        "walrelay:       {events} events confirmed in {confirmed_secs:.2}s = {:.0} events/s \
-         ({:.0}% of pg_recvlogical); all acknowledged after {relay_secs:.2}s; peak RSS {} MiB",
-        events as f64 / confirmed_secs,
-        100.0 * recv_secs / confirmed_secs,
-        rss / 1024
-    );
-}
-
-/// `events` small events (an `OrderPlaced` with a `jsonb` payload of about
-/// 70 bytes) in transactions of `txn_size`.
-async fn fill_outbox(client: &tokio_postgres::Client, events: i64, txn_size: i64) {
-    let mut done = 0;
-    while done < events {
-        let n = txn_size.min(events - done);
-        client
-            .execute(
-                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
-                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
-                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i",
-                &[&done, &n],
-            )
-            .await
-            .unwrap();
-        done += n;
     }
 }
 

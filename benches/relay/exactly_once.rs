@@ -18,12 +18,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::drain::fill_outbox;
 use super::support::outbox::events;
 use super::support::pg::confirmed_flush_lsn;
 use super::support::{Broker, BrokerKind, Postgres, Relay};
-use super::{
-    cpu_seconds, env_or, fill_outbox, paced_writes, read_latencies_from, report_latencies,
-};
+use super::{cpu_seconds, env_or, paced_writes, read_latencies_from, report_latencies};
 
 const MODES: [&str; 2] = ["at-least-once", "exactly-once"];
 
@@ -69,7 +68,7 @@ async fn drain() {
             .await
             .unwrap();
     }
-    fill_outbox(&client, events, txn_size).await;
+    fill_outbox(&client, events, txn_size, 0).await;
     let end: u64 = client
         .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
         .await

@@ -1,0 +1,162 @@
+//! Draining a backlog (`-- throughput`): BENCH_EVENTS (200,000) events in
+//! transactions of BENCH_TXN_SIZE (100), each with a jsonb payload of about
+//! 70 bytes, or of BENCH_PAYLOAD_BYTES more (8192 for issue 21's 8 KB
+//! shape). `pg_recvlogical` drains an identical pgoutput slot to /dev/null
+//! (the walsender's own pace, its CPU from `wait4`), then walrelay drains
+//! its slot into the broker until the slot is confirmed past the last
+//! commit (its CPU, every thread, from /proc). Both start cold, so both
+//! figures include a connection and a start.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use super::support::pg::confirmed_flush_lsn;
+use super::support::{Broker, Postgres};
+use super::{cpu_seconds, env_or, rss_kib, start_relay};
+
+pub async fn throughput() {
+    let events = env_or("BENCH_EVENTS", 200_000) as i64;
+    let txn_size = env_or("BENCH_TXN_SIZE", 100) as i64;
+    let pad = env_or("BENCH_PAYLOAD_BYTES", 0) as i64;
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    // Separate statements: a slot cannot be created in a transaction that wrote.
+    for sql in [
+        "CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')",
+        "SELECT pg_create_logical_replication_slot('walrelay', 'pgoutput')",
+        "SELECT pg_create_logical_replication_slot('recvlogical', 'pgoutput')",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let fill = Instant::now();
+    fill_outbox(&client, events, txn_size, pad).await;
+    let end_lsn: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let end: u64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    println!(
+        "filled {events} events in transactions of {txn_size} ({pad} bytes of padding each) in {:.1}s",
+        fill.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    // Reaped by wait4 below, which also reports its CPU.
+    #[allow(clippy::zombie_processes)]
+    let recvlogical = Command::new(pg.bin("pg_recvlogical"))
+        .args([
+            "-d",
+            &pg.url(),
+            "--slot",
+            "recvlogical",
+            "--start",
+            "--no-loop",
+        ])
+        .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
+        // pgoutput's binary mode (PostgreSQL 14+), to weigh it against text.
+        .args(if std::env::var("BENCH_RECVLOGICAL_BINARY").is_ok() {
+            &["-o", "binary=true"][..]
+        } else {
+            &[][..]
+        })
+        .args(["-E", &end_lsn, "-f", "/dev/null"])
+        .spawn()
+        .unwrap();
+    let (status, recv_cpu) = wait_with_cpu(recvlogical.id());
+    assert!(status.success(), "pg_recvlogical: {status:?}");
+    let recv_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let relay = start_relay(&pg, &broker);
+    // Drained = the slot confirmed past the last commit; Kafka's
+    // acknowledgement of every event is timed beside it.
+    loop {
+        if relay
+            .metric("walrelay_events_published_total")
+            .unwrap_or(0.0)
+            >= events as f64
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "walrelay did not drain; log:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let relay_secs = started.elapsed().as_secs_f64();
+    while confirmed_flush_lsn(&client, "walrelay").await < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let confirmed_secs = started.elapsed().as_secs_f64();
+    let relay_cpu = cpu_seconds(relay.pid());
+    let rss = rss_kib(relay.pid());
+    if std::env::var("BENCH_SHOW_LOG").is_ok() {
+        println!("{}", relay.log());
+    }
+    let per_event_us = |cpu: f64| cpu * 1e6 / events as f64;
+    println!(
+        "pg_recvlogical: {events} events in {recv_secs:.2}s = {:.0} events/s; {:.2} µs of CPU per event",
+        events as f64 / recv_secs,
+        per_event_us(recv_cpu)
+    );
+    println!(
+        "walrelay:       {events} events confirmed in {confirmed_secs:.2}s = {:.0} events/s \
+         ({:.0}% of pg_recvlogical); all acknowledged after {relay_secs:.2}s; peak RSS {} MiB; \
+         {:.2} µs of CPU per event ({:.2}x pg_recvlogical's)",
+        events as f64 / confirmed_secs,
+        100.0 * recv_secs / confirmed_secs,
+        rss / 1024,
+        per_event_us(relay_cpu),
+        relay_cpu / recv_cpu
+    );
+}
+
+/// Waits for a child with `wait4`, which reports the CPU (user + system) it
+/// used, in seconds, beside its exit status.
+fn wait_with_cpu(pid: u32) -> (ExitStatus, f64) {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid as libc::pid_t, "wait4 failed");
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        ExitStatus::from_raw(status),
+        seconds(usage.ru_utime) + seconds(usage.ru_stime),
+    )
+}
+
+/// `events` events (an `OrderPlaced` with a `jsonb` payload of about 70
+/// bytes, plus `pad` bytes in a `pad` field) in transactions of `txn_size`.
+/// The padding is hex cut from a longer string at an offset that moves with
+/// each row: text that pglz cannot shrink, so the WAL and the walsender
+/// carry the full size, as they do for real payloads.
+pub async fn fill_outbox(client: &tokio_postgres::Client, events: i64, txn_size: i64, pad: i64) {
+    let mut done = 0;
+    while done < events {
+        let n = txn_size.min(events - done);
+        client
+            .execute(
+                "WITH hex AS (SELECT string_agg(md5(g::text), '') AS s FROM generate_series(1, $3::int / 32 + 40) g) \
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), 'OrderPlaced', \
+                        jsonb_build_object('version', 1, 'seq', i, 'total_cents', 1999, 'currency', 'EUR') \
+                        || CASE WHEN $3::int > 0 \
+                                THEN jsonb_build_object('pad', substr(hex.s, (i % 1000)::int + 1, $3::int)) \
+                                ELSE '{}'::jsonb END \
+                 FROM generate_series($1::bigint, $1::bigint + $2::bigint - 1) i, hex",
+                &[&done, &n, &(pad as i32)],
+            )
+            .await
+            .unwrap();
+        done += n;
+    }
+}
