@@ -39,6 +39,8 @@ use crate::sink::Sink;
 
 /// How long a session that lost Postgres still takes Kafka's deliveries.
 const SETTLE_ON_ERROR: Duration = Duration::from_secs(5);
+/// The most messages applied after one wake-up from what is already read.
+const BUFFERED_BATCH: usize = 256;
 
 pub struct ApplyLoop<'a, U, S> {
     settings: &'a Settings,
@@ -164,7 +166,8 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 }
                 message = self.upstream.next(), if reading => {
                     self.liveness.heard();
-                    self.on_replication(message?).await?
+                    self.on_replication(message?).await?;
+                    self.read_buffered().await?
                 }
                 _ = sleep_until(ask_at.unwrap_or_else(Instant::now)), if reading && ask_at.is_some() => {
                     self.report(true).await?;
@@ -179,6 +182,30 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                     )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Applies the messages already read from the socket, up to
+    /// `BUFFERED_BATCH`, without a trip through the `select!` for each: in a
+    /// backlog, and for the BEGIN, row and COMMIT of one transaction, that
+    /// trip (its timers, wakers and clock reads) cost more than the message.
+    /// Each one is taken on the same terms as the loop takes it: after the
+    /// poison policy has settled what was refused, and only while there is
+    /// room; deliveries and status updates wait at most one batch.
+    async fn read_buffered(&mut self) -> Result<()> {
+        use futures_util::FutureExt;
+        for _ in 0..BUFFERED_BATCH {
+            self.publisher.settle_rejected(&mut self.progress).await?;
+            if !(self.progress.has_room() && self.publisher.ready_for_more()) {
+                break;
+            }
+            // `next` is cancel-safe: a look that finds nothing loses nothing.
+            let Some(message) = self.upstream.next().now_or_never() else {
+                break;
+            };
+            self.liveness.heard();
+            self.on_replication(message?).await?;
         }
         Ok(())
     }
