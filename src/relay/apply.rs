@@ -137,10 +137,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         let mut status_tick = interval(self.settings.flow.status_interval);
         status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            self.publisher.settle_rejected(&mut self.progress).await?;
-            // Backpressure: with the window full, or while a record must
-            // travel alone, stop reading; the walsender waits.
-            let reading = self.progress.has_room() && self.publisher.ready_for_more();
+            let reading = self.may_read().await?;
             if !reading {
                 self.liveness.not_reading();
             }
@@ -186,18 +183,23 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         Ok(())
     }
 
+    /// Settles what Kafka refused, then says whether the next message may be
+    /// read. Backpressure: with the window full, or while a record must
+    /// travel alone, reading stops; the walsender waits.
+    async fn may_read(&mut self) -> Result<bool> {
+        self.publisher.settle_rejected(&mut self.progress).await?;
+        Ok(self.progress.has_room() && self.publisher.ready_for_more())
+    }
+
     /// Applies the messages already read from the socket, up to
-    /// `BUFFERED_BATCH`, without a trip through the `select!` for each: in a
-    /// backlog, and for the BEGIN, row and COMMIT of one transaction, that
-    /// trip (its timers, wakers and clock reads) cost more than the message.
-    /// Each one is taken on the same terms as the loop takes it: after the
-    /// poison policy has settled what was refused, and only while there is
-    /// room; deliveries and status updates wait at most one batch.
+    /// `BUFFERED_BATCH`, without a trip through the `select!` for each (its
+    /// timers, wakers and clock reads are a good part of a small message's
+    /// cost in a backlog). Each one is taken on the loop's own terms
+    /// (`may_read`); deliveries and status updates wait at most one batch.
     async fn read_buffered(&mut self) -> Result<()> {
         use futures_util::FutureExt;
         for _ in 0..BUFFERED_BATCH {
-            self.publisher.settle_rejected(&mut self.progress).await?;
-            if !(self.progress.has_room() && self.publisher.ready_for_more()) {
+            if !self.may_read().await? {
                 break;
             }
             // `next` is cancel-safe: a look that finds nothing loses nothing.
