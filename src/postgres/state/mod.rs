@@ -301,10 +301,12 @@ impl StateTable {
         match client.batch_execute(&self.create_sql()).await {
             // Another walrelay (another slot) created it at the same moment:
             // CREATE TABLE IF NOT EXISTS does not wait for a concurrent one,
-            // it fails on the unique index of the table's row type.
+            // it fails on the unique index of the table's row type, or, when
+            // the other committed first, with "type ... already exists".
             Err(e)
                 if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                    || e.code() == Some(&SqlState::DUPLICATE_TABLE) =>
+                    || e.code() == Some(&SqlState::DUPLICATE_TABLE)
+                    || e.code() == Some(&SqlState::DUPLICATE_OBJECT) =>
             {
                 Ok(())
             }
