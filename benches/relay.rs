@@ -461,7 +461,35 @@ fn unix_us() -> i64 {
 
 /// CPU seconds (user + system, every thread) of a process so far.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_seconds(&format!("/proc/{pid}/stat")).1
+}
+
+/// CPU seconds of each of a process's threads, summed by thread name (the
+/// name without its trailing digits, so librdkafka's `rdk:broker1` and
+/// `rdk:broker2` are one line).
+pub fn thread_cpu_seconds(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let (name, seconds) = stat_cpu_seconds(&format!("{}/stat", task.path().display()));
+        let name = name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        *by_name.entry(name).or_insert(0.0) += seconds;
+    }
+    by_name
+}
+
+/// The command name and user + system CPU seconds of a `stat` file.
+fn stat_cpu_seconds(path: &str) -> (String, f64) {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    let name = stat
+        .split_once('(')
+        .and_then(|(_, rest)| rest.rsplit_once(')'))
+        .map(|(name, _)| name.to_string())
+        .unwrap_or_default();
     // The fields after the command name, which may hold spaces.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -475,7 +503,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz
+    (name, (ticks(11) + ticks(12)) / hz)
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::support::{Broker, Postgres};
-use super::{cpu_seconds, env_or, paced_writes, start_relay, Reference};
+use super::{cpu_seconds, env_or, paced_writes, start_relay, thread_cpu_seconds, Reference};
 use crate::support::outbox::events;
 
 pub async fn cost() {
@@ -78,10 +78,21 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
 
     let total = (rate * seconds) as usize;
     let before = cpu_seconds(pid);
+    let threads_before = thread_cpu_seconds(pid);
     let (achieved, _) = paced_writes(&client, "Latency", rate, 1, total).await;
     // Every event is in Kafka a few milliseconds after its commit.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = cpu_seconds(pid) - before;
+    // Which threads the time went to: where to look first.
+    for (thread, seconds) in thread_cpu_seconds(pid) {
+        let spent = seconds - threads_before.get(&thread).copied().unwrap_or(0.0);
+        if spent > 0.0 {
+            println!(
+                "  {name} thread {thread}: {:.1} µs per event",
+                spent * 1e6 / total as f64
+            );
+        }
+    }
     if let Some(relay) = &relay {
         let published = relay
             .metric("walrelay_events_published_total")
