@@ -437,12 +437,13 @@ impl Metrics {
             .set(rate.left.map_or(-1.0, |left| left.as_secs_f64()));
     }
 
-    pub fn record_delivery(&self, topic: &str, commit_time_us: i64) {
+    /// `taken_after`: how long the acknowledgement waited for the apply
+    /// loop, which is not part of the delivery's latency.
+    pub fn record_delivery(&self, topic: &str, commit_time_us: i64, taken_after: Duration) {
         self.0.events_published.with_label_values(&[topic]).inc();
         self.0.acked.fetch_add(1, Ordering::Relaxed);
-        self.0
-            .delivery_latency
-            .observe(crate::clock::since_unix_us(commit_time_us).as_secs_f64());
+        let latency = crate::clock::since_unix_us(commit_time_us).saturating_sub(taken_after);
+        self.0.delivery_latency.observe(latency.as_secs_f64());
     }
 
     /// A refused delivery, by the sink's short stable reason.

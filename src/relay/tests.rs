@@ -275,6 +275,32 @@ async fn a_full_window_stops_reading_until_an_acknowledgement() {
 }
 
 #[tokio::test]
+async fn acknowledgements_are_taken_while_the_server_never_stops_sending() {
+    // Deliveries do not wake a loop that reads; a server that keeps it busy
+    // must not keep them from being taken.
+    let relay = Relay::start(&[]);
+    relay.feed(INSERT);
+    relay.wait_for_records(1).await;
+    let feed = relay.feed.clone();
+    let chatter = tokio::spawn(async move {
+        loop {
+            let keepalive = ReplicationMessage::Keepalive {
+                wal_end: START,
+                reply_requested: false,
+            };
+            if feed.send(keepalive).is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+
+    relay.ack_until_confirmed(0, commit_end(INSERT)).await;
+    chatter.abort();
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn acknowledgements_out_of_order_confirm_only_the_unbroken_prefix() {
     let relay = Relay::start(&[]);
     relay.feed(INSERT);

@@ -201,6 +201,7 @@ impl<T> MemoryHandle<T> {
         let _ = state.deliveries.send(Delivery {
             ticket,
             took: sent_at.elapsed(),
+            at: Instant::now(),
             result,
         });
     }
@@ -245,6 +246,10 @@ impl<T> Sink<T> for MemorySink<T> {
 
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
+    }
+
+    fn try_delivery(&mut self) -> Option<Delivery<T>> {
+        self.deliveries.try_recv().ok()
     }
 
     fn transactional(&self) -> bool {

@@ -155,6 +155,8 @@ pub struct Delivery<T> {
     pub ticket: T,
     /// From `send` to the outcome, as the sink measured it.
     pub took: Duration,
+    /// When the sink learned the outcome: the loop may take it later.
+    pub at: std::time::Instant,
     pub result: std::result::Result<(), Box<Failure>>,
 }
 
@@ -221,6 +223,10 @@ pub trait Sink<T> {
     /// The next delivery; None once the sink can deliver nothing more.
     /// Cancel-safe.
     async fn delivery(&mut self) -> Option<Delivery<T>>;
+
+    /// A delivery already at hand, without waiting for one (and without
+    /// asking to be woken by the next).
+    fn try_delivery(&mut self) -> Option<Delivery<T>>;
 
     /// Whether records go in transactions that `commit` closes. A delivery
     /// then means only that the record is in the open transaction: it is

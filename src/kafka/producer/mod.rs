@@ -232,6 +232,7 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
         let _ = self.deliveries.send(Delivery {
             ticket,
             took: in_flight.sent_at.elapsed(),
+            at: Instant::now(),
             result,
         });
     }
@@ -426,6 +427,10 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
 
     async fn delivery(&mut self) -> Option<Delivery<T>> {
         self.deliveries.recv().await
+    }
+
+    fn try_delivery(&mut self) -> Option<Delivery<T>> {
+        self.deliveries.try_recv().ok()
     }
 
     fn transactional(&self) -> bool {

@@ -100,6 +100,19 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         }
     }
 
+    /// A delivery already at hand. An exactly-once publisher's closing
+    /// outcomes come only through `delivery`.
+    pub fn try_delivery(&mut self) -> Option<Outcome> {
+        self.sink.try_delivery().map(Outcome::Delivery)
+    }
+
+    /// Whether deliveries must be taken the moment they come: a Kafka
+    /// transaction's close waits on them. Otherwise the loop takes them
+    /// when it wakes for its own reasons.
+    pub fn wants_prompt_deliveries(&self) -> bool {
+        self.transactions.is_some()
+    }
+
     /// Applies the policy to deliveries refused as poison since the last
     /// call, and sends alone each record whose batch was refused for size.
     pub async fn settle_rejected(&mut self, progress: &mut Progress) -> Result<()> {
@@ -303,13 +316,14 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         let Delivery {
             ticket,
             took,
+            at,
             result,
         } = delivery;
         self.alone_in_flight &= !ticket.alone;
         let failure = match result {
             Ok(()) => {
                 self.metrics
-                    .record_delivery(&ticket.topic, ticket.commit_time_us);
+                    .record_delivery(&ticket.topic, ticket.commit_time_us, at.elapsed());
                 self.metrics.observe_stage(Stage::ProducedToAcked, took);
                 progress.acked(ticket.txn, ticket.bytes);
                 return Ok(());
