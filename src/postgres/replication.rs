@@ -7,6 +7,7 @@ use postgres_protocol::message::backend::Message;
 
 use super::lsn::Lsn;
 pub use super::names::{quote_ident, quote_literal};
+use super::socket::ReadHold;
 use super::state::ServerId;
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
 use super::PgTarget;
@@ -75,6 +76,11 @@ pub struct ReplicationStream {
 }
 
 impl ReplicationStream {
+    /// Holds back the socket's wake-ups while reads pause.
+    pub fn read_hold(&self) -> ReadHold {
+        self.reader.hold
+    }
+
     /// The next message from the server. Cancel-safe.
     pub async fn next(&mut self) -> Result<ReplicationMessage> {
         loop {

@@ -17,6 +17,56 @@ use crate::error::{Error, Result};
 pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Socket for T {}
 
+/// What may wait in the kernel during a hold before it wakes walrelay:
+/// a backlog that big is worth reading at once. Below half the default
+/// receive buffer, so the kernel keeps the buffer and window it had.
+const HOLD_BYTES: libc::c_int = 32 * 1024;
+
+/// Keeps data that arrives while walrelay pauses its reads
+/// (`--read-batch-window`) from waking it. A socket registered with epoll
+/// wakes its thread for every arrival, read or not, so a pause alone saves
+/// only the reads; with the receive low-water mark raised (`SO_RCVLOWAT`)
+/// the kernel signals nothing until the pause ends. TCP only: a Unix
+/// socket ignores the mark for readiness, and its pause saves what it can.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadHold(Option<std::os::fd::RawFd>);
+
+impl ReadHold {
+    /// Arrivals wake nobody until HOLD_BYTES wait.
+    pub fn hold(&self) {
+        self.set_low_water_mark(HOLD_BYTES);
+    }
+
+    /// Back to waking at the first byte. Lowering the mark makes the kernel
+    /// signal at once what is already waiting (Linux 4.19 and later).
+    pub fn release(&self) {
+        self.set_low_water_mark(1);
+    }
+
+    fn set_low_water_mark(&self, bytes: libc::c_int) {
+        let Some(fd) = self.0 else { return };
+        // SAFETY: the descriptor belongs to the socket this hold came with,
+        // and lives as long as its reader, the only one to call this.
+        let failed = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                std::ptr::from_ref(&bytes).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        } != 0;
+        if failed {
+            // A mark left raised would delay reads until HOLD_BYTES wait.
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                bytes,
+                "cannot set the replication socket's receive low-water mark"
+            );
+        }
+    }
+}
+
 /// Opens a socket to one host. `Ok(Err(_))` is a host that does not answer,
 /// after which the next host is worth a try; `Err(_)` (TLS refused or not
 /// verified) is not.
@@ -24,7 +74,7 @@ pub async fn open(
     target: &PgTarget,
     host: &Host,
     port: u16,
-) -> Result<std::result::Result<Box<dyn Socket>, std::io::Error>> {
+) -> Result<std::result::Result<(Box<dyn Socket>, ReadHold), std::io::Error>> {
     let timeout = target
         .config
         .get_connect_timeout()
@@ -36,7 +86,8 @@ pub async fn open(
                 let stream = TcpStream::connect((name.as_str(), port)).await?;
                 stream.set_nodelay(true)?;
                 watch_for_dead_peer(&stream, &target.config)?;
-                Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name)))
+                let hold = ReadHold(Some(std::os::fd::AsRawFd::as_raw_fd(&stream)));
+                Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name), hold))
             }
             // Like libpq, no TLS over a Unix socket.
             Host::Unix(dir) => {
@@ -44,13 +95,16 @@ pub async fn open(
                 Ok((
                     Box::new(UnixStream::connect(path).await?) as Box<dyn Socket>,
                     None,
+                    ReadHold::default(),
                 ))
             }
         }
     };
     match tokio::time::timeout(timeout, attempt).await {
-        Ok(Ok((socket, Some(name)))) => Ok(Ok(negotiate_tls(socket, name, target).await?)),
-        Ok(Ok((socket, None))) => Ok(Ok(socket)),
+        Ok(Ok((socket, Some(name), hold))) => {
+            Ok(Ok((negotiate_tls(socket, name, target).await?, hold)))
+        }
+        Ok(Ok((socket, None, hold))) => Ok(Ok((socket, hold))),
         Ok(Err(e)) => Ok(Err(e)),
         Err(_) => Ok(Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -128,4 +182,54 @@ async fn negotiate_tls(
 
 fn connection_lost(e: std::io::Error) -> Error {
     Error::transient("lost the replication connection to Postgres").with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::ReadHold;
+
+    /// Bytes the kernel holds for `stream`, read or not.
+    fn queued(stream: &TcpStream) -> libc::c_int {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int for a socket descriptor we own.
+        unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut bytes) };
+        bytes
+    }
+
+    #[tokio::test]
+    async fn held_reads_are_not_woken_by_arrivals_and_are_woken_at_once_on_release() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut server = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (reader, _) = listener.accept().await.unwrap();
+        let hold = ReadHold(Some(reader.as_raw_fd()));
+        // As in a session: the pause starts after a read found nothing.
+        let nothing = reader.try_read(&mut [0; 1]).unwrap_err();
+        assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
+
+        hold.hold();
+        server.write_all(&[b'x'; 100]).await.unwrap();
+        for _ in 0..200 {
+            if queued(&reader) == 100 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(queued(&reader), 100, "the bytes never arrived");
+        let woken = tokio::time::timeout(Duration::from_millis(100), reader.readable()).await;
+        assert!(woken.is_err(), "an arrival woke a held reader");
+
+        hold.release();
+        tokio::time::timeout(Duration::from_secs(5), reader.readable())
+            .await
+            .expect("the release did not signal the bytes already waiting")
+            .unwrap();
+    }
 }

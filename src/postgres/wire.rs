@@ -12,7 +12,7 @@ use postgres_protocol::message::{backend::Message, frontend};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 
-use super::socket::{self, Socket};
+use super::socket::{self, ReadHold, Socket};
 use super::{classify_sqlstate, describe_target, PgTarget};
 use crate::error::{Error, Result};
 
@@ -112,6 +112,8 @@ pub struct WireConnection {
 pub struct WireReader {
     socket: ReadHalf<Box<dyn Socket>>,
     buf: BytesMut,
+    /// The socket's wake-ups while reads pause.
+    pub hold: ReadHold,
 }
 
 pub struct WireWriter {
@@ -138,8 +140,8 @@ impl WireConnection {
         let mut last_error = None;
         for (i, host) in hosts.iter().enumerate() {
             let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-            let socket = match socket::open(target, host, port).await? {
-                Ok(socket) => socket,
+            let (socket, hold) = match socket::open(target, host, port).await? {
+                Ok(opened) => opened,
                 Err(e) => {
                     last_error = Some(
                         Error::transient(format!(
@@ -156,6 +158,7 @@ impl WireConnection {
                 reader: WireReader {
                     socket: read_half,
                     buf: BytesMut::with_capacity(64 * 1024),
+                    hold,
                 },
                 writer: WireWriter {
                     socket: write_half,

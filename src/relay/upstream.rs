@@ -46,7 +46,8 @@ pub struct PgUpstream {
 
 /// Reads in batches at the rate services write: once the socket is empty,
 /// the next look is `window` later instead of at the next byte, so the
-/// transactions that commit meanwhile cost one wake-up, not one each.
+/// transactions that commit meanwhile cost one wake-up, not one each (over
+/// TCP the socket's own wake-ups are held back meanwhile: `ReadHold`).
 /// Idle, the stream is waited on as usual (no timer ticks); in a backlog
 /// the socket is never empty, so a drain never pauses.
 #[derive(Debug, Default)]
@@ -78,10 +79,12 @@ impl Upstream for PgUpstream {
                 return message;
             }
             self.batching.pause_until = Some(Instant::now() + self.batching.window);
+            self.stream.read_hold().hold();
         }
         if let Some(until) = self.batching.pause_until {
             tokio::time::sleep_until(until).await;
             self.batching.pause_until = None;
+            self.stream.read_hold().release();
         }
         // What came in the window, or the next byte after a quiet one.
         self.stream.next().await
