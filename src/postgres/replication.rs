@@ -7,7 +7,6 @@ use postgres_protocol::message::backend::Message;
 
 use super::lsn::Lsn;
 pub use super::names::{quote_ident, quote_literal};
-use super::socket::ReadHold;
 use super::state::ServerId;
 use super::wire::{ServerError, WireConnection, WireReader, WireWriter};
 use super::PgTarget;
@@ -76,9 +75,14 @@ pub struct ReplicationStream {
 }
 
 impl ReplicationStream {
-    /// Holds back the socket's wake-ups while reads pause.
-    pub fn read_hold(&self) -> ReadHold {
-        self.reader.hold
+    /// Data that arrives from now on wakes nobody, until `release_reads`.
+    pub fn hold_reads(&self) {
+        self.reader.hold_reads();
+    }
+
+    /// Arrivals wake walrelay again, and what waits already does now.
+    pub fn release_reads(&self) -> Result<()> {
+        self.reader.release_reads()
     }
 
     /// The next message from the server. Cancel-safe.

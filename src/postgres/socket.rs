@@ -18,35 +18,51 @@ pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Socket for T {}
 
 /// What may wait in the kernel during a hold before it wakes walrelay:
-/// a backlog that big is worth reading at once. Below half the default
-/// receive buffer, so the kernel keeps the buffer and window it had.
+/// a backlog that big is worth reading at once. With Linux's default
+/// `tcp_rmem` this is under half the receive buffer, which the kernel then
+/// leaves as it was; with a smaller buffer it grows the buffer to fit.
 const HOLD_BYTES: libc::c_int = 32 * 1024;
 
 /// Keeps data that arrives while walrelay pauses its reads
 /// (`--read-batch-window`) from waking it. A socket registered with epoll
 /// wakes its thread for every arrival, read or not, so a pause alone saves
 /// only the reads; with the receive low-water mark raised (`SO_RCVLOWAT`)
-/// the kernel signals nothing until the pause ends. TCP only: a Unix
-/// socket ignores the mark for readiness, and its pause saves what it can.
-#[derive(Debug, Clone, Copy, Default)]
+/// the kernel signals nothing until the pause ends, and lowering it
+/// signals what already waits (Linux 4.19 and later). Linux and TCP only:
+/// elsewhere, and on a Unix socket (which ignores the mark for readiness),
+/// a hold does nothing and a pause saves what it can.
+#[derive(Debug, Default)]
 pub struct ReadHold(Option<std::os::fd::RawFd>);
 
 impl ReadHold {
-    /// Arrivals wake nobody until HOLD_BYTES wait.
+    /// The hold of `stream`, whose reader is the only one to use it: the
+    /// descriptor is used only while that reader, and so the socket, lives.
+    fn of(stream: &TcpStream) -> Self {
+        if cfg!(target_os = "linux") {
+            ReadHold(Some(std::os::fd::AsRawFd::as_raw_fd(stream)))
+        } else {
+            ReadHold(None)
+        }
+    }
+
+    /// Arrivals wake nobody until HOLD_BYTES wait. A hold that fails only
+    /// costs the wake-ups it would have saved.
     pub fn hold(&self) {
-        self.set_low_water_mark(HOLD_BYTES);
+        if let Err(e) = self.set_low_water_mark(HOLD_BYTES) {
+            tracing::warn!(error = %e, "cannot hold the replication socket's wake-ups during --read-batch-window");
+        }
     }
 
-    /// Back to waking at the first byte. Lowering the mark makes the kernel
-    /// signal at once what is already waiting (Linux 4.19 and later).
-    pub fn release(&self) {
-        self.set_low_water_mark(1);
+    /// Back to waking at the first byte. An error leaves the mark raised,
+    /// which would delay reads until HOLD_BYTES wait: the session must end.
+    pub fn release(&self) -> std::io::Result<()> {
+        self.set_low_water_mark(1)
     }
 
-    fn set_low_water_mark(&self, bytes: libc::c_int) {
-        let Some(fd) = self.0 else { return };
-        // SAFETY: the descriptor belongs to the socket this hold came with,
-        // and lives as long as its reader, the only one to call this.
+    fn set_low_water_mark(&self, bytes: libc::c_int) -> std::io::Result<()> {
+        let Some(fd) = self.0 else { return Ok(()) };
+        // SAFETY: the descriptor is the socket's, which lives as long as the
+        // reader that owns this hold (see `of`); setsockopt reads one int.
         let failed = unsafe {
             libc::setsockopt(
                 fd,
@@ -56,13 +72,9 @@ impl ReadHold {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         } != 0;
-        if failed {
-            // A mark left raised would delay reads until HOLD_BYTES wait.
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                bytes,
-                "cannot set the replication socket's receive low-water mark"
-            );
+        match failed {
+            true => Err(std::io::Error::last_os_error()),
+            false => Ok(()),
         }
     }
 }
@@ -86,7 +98,7 @@ pub async fn open(
                 let stream = TcpStream::connect((name.as_str(), port)).await?;
                 stream.set_nodelay(true)?;
                 watch_for_dead_peer(&stream, &target.config)?;
-                let hold = ReadHold(Some(std::os::fd::AsRawFd::as_raw_fd(&stream)));
+                let hold = ReadHold::of(&stream);
                 Ok::<_, std::io::Error>((Box::new(stream) as Box<dyn Socket>, Some(name), hold))
             }
             // Like libpq, no TLS over a Unix socket.
@@ -209,7 +221,7 @@ mod tests {
             .await
             .unwrap();
         let (reader, _) = listener.accept().await.unwrap();
-        let hold = ReadHold(Some(reader.as_raw_fd()));
+        let hold = ReadHold::of(&reader);
         // As in a session: the pause starts after a read found nothing.
         let nothing = reader.try_read(&mut [0; 1]).unwrap_err();
         assert_eq!(nothing.kind(), std::io::ErrorKind::WouldBlock);
@@ -226,7 +238,7 @@ mod tests {
         let woken = tokio::time::timeout(Duration::from_millis(100), reader.readable()).await;
         assert!(woken.is_err(), "an arrival woke a held reader");
 
-        hold.release();
+        hold.release().unwrap();
         tokio::time::timeout(Duration::from_secs(5), reader.readable())
             .await
             .expect("the release did not signal the bytes already waiting")

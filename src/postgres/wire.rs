@@ -113,12 +113,30 @@ pub struct WireReader {
     socket: ReadHalf<Box<dyn Socket>>,
     buf: BytesMut,
     /// The socket's wake-ups while reads pause.
-    pub hold: ReadHold,
+    hold: ReadHold,
 }
 
 pub struct WireWriter {
     socket: WriteHalf<Box<dyn Socket>>,
     buf: BytesMut,
+}
+
+impl WireReader {
+    /// Data that arrives from now on wakes nobody (`ReadHold`).
+    pub fn hold_reads(&self) {
+        self.hold.hold();
+    }
+
+    /// Arrivals wake the reader again, and what waits already does now.
+    pub fn release_reads(&self) -> Result<()> {
+        self.hold.release().map_err(|e| {
+            Error::transient(
+                "cannot lower the replication socket's receive low-water mark after a \
+                 --read-batch-window pause; reconnecting",
+            )
+            .with_source(e)
+        })
+    }
 }
 
 impl WireConnection {

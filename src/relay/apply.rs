@@ -44,6 +44,8 @@ const BUFFERED_BATCH: usize = 256;
 /// The longest deliveries wait to be taken while the loop has no other
 /// reason to wake (see `stream`).
 const DELIVERY_DELAY: Duration = Duration::from_millis(10);
+/// The longest, after looks that found nothing (Kafka does not answer).
+const MAX_DELIVERY_DELAY: Duration = Duration::from_millis(160);
 
 pub struct ApplyLoop<'a, U, S> {
     settings: &'a Settings,
@@ -68,6 +70,8 @@ pub struct ApplyLoop<'a, U, S> {
     remember: Option<(ServerId, &'a Position)>,
     /// What the guard's messages are judged against, when it is installed.
     guard: Option<guard::Watch>,
+    /// How long deliveries may wait to be taken now (see `stream`).
+    delivery_delay: Duration,
 }
 
 impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
@@ -96,6 +100,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             warned_prefixes: HashSet::new(),
             remember: None,
             guard: None,
+            delivery_delay: DELIVERY_DELAY,
         }
     }
 
@@ -143,17 +148,20 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             // Deliveries do not wake the loop while it reads: each one would
             // cost a wake-up of its own (at 2,000 one-event transactions a
             // second, a third of them). They are taken at every wake-up
-            // instead, and within DELIVERY_DELAY when nothing else comes.
-            // With the window full, or a Kafka transaction to close, they
-            // are what the loop waits for, so then they wake it.
-            self.take_deliveries()?;
+            // instead, and within DELIVERY_DELAY when nothing else comes
+            // (longer while looks find none). With the window full, or with
+            // exactly-once delivery, they are what the loop waits for, so
+            // then they wake it.
+            if self.take_deliveries()? > 0 {
+                self.delivery_delay = DELIVERY_DELAY;
+            }
             let reading = self.may_read().await?;
             if !reading {
                 self.liveness.not_reading();
             }
             let prompt = !reading || self.publisher.wants_prompt_deliveries();
             let deliveries_due = (!prompt && self.progress.inflight_events() > 0)
-                .then(|| Instant::now() + DELIVERY_DELAY);
+                .then(|| Instant::now() + self.delivery_delay);
             let report_at = self.progress.report_due();
             let close_at = self.publisher.close_at();
             let ask_at = self.liveness.ask_at();
@@ -165,8 +173,12 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 Some(delivery) = self.publisher.delivery(), if prompt => {
                     self.publisher.on_delivery(&mut self.progress, delivery)?
                 }
-                // Taken at the loop's top.
-                _ = sleep_until(deliveries_due.unwrap_or_else(Instant::now)), if deliveries_due.is_some() => {}
+                _ = sleep_until(deliveries_due.unwrap_or_else(Instant::now)), if deliveries_due.is_some() => {
+                    self.delivery_delay = match self.take_deliveries()? {
+                        0 => (self.delivery_delay * 2).min(MAX_DELIVERY_DELAY),
+                        _ => DELIVERY_DELAY,
+                    };
+                }
                 _ = status_tick.tick() => self.report(false).await?,
                 _ = sleep_until(report_at.unwrap_or_else(Instant::now)), if report_at.is_some() => {
                     self.report(false).await?
@@ -198,12 +210,14 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         Ok(())
     }
 
-    /// Takes every delivery already at hand.
-    fn take_deliveries(&mut self) -> Result<()> {
+    /// Takes every delivery already at hand; says how many.
+    fn take_deliveries(&mut self) -> Result<usize> {
+        let mut taken = 0;
         while let Some(delivery) = self.publisher.try_delivery() {
             self.publisher.on_delivery(&mut self.progress, delivery)?;
+            taken += 1;
         }
-        Ok(())
+        Ok(taken)
     }
 
     /// Settles what Kafka refused, then says whether the next message may be

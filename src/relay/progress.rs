@@ -119,7 +119,7 @@ impl Progress {
     pub fn keepalive(&mut self, wal_end: Lsn) {
         self.received(wal_end);
         if self.checkpoint.observe_wal_end(wal_end) {
-            self.moved();
+            self.moved(Instant::now());
         }
     }
 
@@ -160,13 +160,15 @@ impl Progress {
         );
     }
 
-    /// The sink acknowledged a record of `seq` (or its dead-letter copy took its place).
-    pub fn acked(&mut self, seq: TxnSeq, bytes: usize) {
+    /// The sink acknowledged a record of `seq` (or its dead-letter copy
+    /// took its place) `at` that moment, which may be a little before the
+    /// loop took the news.
+    pub fn acked(&mut self, seq: TxnSeq, bytes: usize, at: std::time::Instant) {
         self.checkpoint.event_acked(seq);
         self.inflight_events -= 1;
         self.inflight_bytes -= bytes;
         self.show_inflight();
-        self.advance();
+        self.advance_since(Instant::from_std(at));
     }
 
     /// Transactions read but not yet confirmed.
@@ -207,16 +209,21 @@ impl Progress {
     }
 
     fn advance(&mut self) {
+        self.advance_since(Instant::now());
+    }
+
+    /// `since`: when what moved the position happened.
+    fn advance_since(&mut self, since: Instant) {
         if self.checkpoint.advance() {
-            self.moved();
+            self.moved(since);
         }
         self.metrics
             .set_pending_transactions(self.checkpoint.pending());
     }
 
-    fn moved(&mut self) {
+    fn moved(&mut self, since: Instant) {
         self.metrics.set_confirmed(self.checkpoint.confirmed().0);
-        self.confirmable_since.get_or_insert_with(Instant::now);
+        self.confirmable_since.get_or_insert(since);
     }
 }
 
@@ -243,7 +250,7 @@ mod tests {
         assert!(p.has_room());
         p.sent(t, 10);
         assert!(!p.has_room());
-        p.acked(t, 10);
+        p.acked(t, 10, std::time::Instant::now());
         assert!(p.has_room());
     }
 
@@ -258,7 +265,7 @@ mod tests {
         p.waiting_for_topic(false);
         p.sent(t, 10);
         assert_eq!(metrics.inflight_events(), 1);
-        p.acked(t, 10);
+        p.acked(t, 10, std::time::Instant::now());
         assert_eq!(metrics.inflight_events(), 0);
     }
 
@@ -270,7 +277,7 @@ mod tests {
         p.sent(t, 1);
         p.commit(t, Lsn(200));
         assert_eq!(p.report_due(), None, "not acknowledged yet");
-        p.acked(t, 1);
+        p.acked(t, 1, std::time::Instant::now());
         assert!(p.report_due().is_some());
         assert_eq!(p.report(), (Lsn(100), Lsn(200)));
         assert_eq!(p.report_due(), None);
@@ -285,7 +292,7 @@ mod tests {
         p.commit(first, Lsn(200));
         let second = p.begin();
         p.commit(second, Lsn(300));
-        p.acked(first, 1);
+        p.acked(first, 1, std::time::Instant::now());
         assert_eq!(p.report_due(), None, "acknowledged, not committed");
         p.keepalive(Lsn(400));
         assert_eq!(p.confirmed(), Lsn(100));

@@ -79,12 +79,12 @@ impl Upstream for PgUpstream {
                 return message;
             }
             self.batching.pause_until = Some(Instant::now() + self.batching.window);
-            self.stream.read_hold().hold();
+            self.stream.hold_reads();
         }
         if let Some(until) = self.batching.pause_until {
             tokio::time::sleep_until(until).await;
             self.batching.pause_until = None;
-            self.stream.read_hold().release();
+            self.stream.release_reads()?;
         }
         // What came in the window, or the next byte after a quiet one.
         self.stream.next().await

@@ -325,7 +325,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 self.metrics
                     .record_delivery(&ticket.topic, ticket.commit_time_us, at.elapsed());
                 self.metrics.observe_stage(Stage::ProducedToAcked, took);
-                progress.acked(ticket.txn, ticket.bytes);
+                progress.acked(ticket.txn, ticket.bytes, at);
                 return Ok(());
             }
             Err(failure) => *failure,
@@ -448,7 +448,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 self.metrics.record_dead_letter();
                 // A refused original no longer waits for the sink: its copy does.
                 if let Some(bytes) = poisoned.inflight_bytes {
-                    progress.acked(poisoned.seq, bytes);
+                    progress.acked(poisoned.seq, bytes, std::time::Instant::now());
                 }
                 Ok(())
             }
