@@ -72,10 +72,10 @@ impl ReadHold {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         } != 0;
-        match failed {
-            true => Err(std::io::Error::last_os_error()),
-            false => Ok(()),
+        if failed {
+            return Err(std::io::Error::last_os_error());
         }
+        Ok(())
     }
 }
 

@@ -198,10 +198,11 @@ impl<T> MemoryHandle<T> {
             .waiting
             .remove(&index)
             .unwrap_or_else(|| panic!("record {index} is not waiting for an outcome"));
+        let at = Instant::now();
         let _ = state.deliveries.send(Delivery {
             ticket,
-            took: sent_at.elapsed(),
-            at: Instant::now(),
+            took: at.saturating_duration_since(sent_at),
+            at,
             result,
         });
     }

@@ -229,10 +229,11 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
         };
         // The receiver is gone only when the session has ended; its events
         // will be read again from the slot.
+        let at = Instant::now();
         let _ = self.deliveries.send(Delivery {
             ticket,
-            took: in_flight.sent_at.elapsed(),
-            at: Instant::now(),
+            took: at.saturating_duration_since(in_flight.sent_at),
+            at,
             result,
         });
     }
