@@ -71,6 +71,8 @@ struct Inner {
     kafka_silent_since_us: AtomicU64,
     kafka_reachable_gauge: IntGauge,
     started: Instant,
+    /// Acknowledgement instants on the Unix epoch, for the delivery latency.
+    unix: crate::clock::UnixInstants,
     /// Microseconds after `started` at which the confirmed LSN last moved, or
     /// nothing was pending.
     last_progress_us: AtomicU64,
@@ -171,6 +173,16 @@ pub struct SlotFigures {
     pub safe_wal_size_bytes: Option<i64>,
     pub wal_status: Option<String>,
     pub active: bool,
+}
+
+/// One topic's `walrelay_events_published_total`, looked up once per route.
+#[derive(Clone)]
+pub struct Published(prometheus::IntCounter);
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Published").field(&self.0.get()).finish()
+    }
 }
 
 impl Metrics {
@@ -396,6 +408,7 @@ impl Metrics {
             kafka_silent_since_us: AtomicU64::new(0),
             kafka_reachable_gauge,
             started: Instant::now(),
+            unix: crate::clock::UnixInstants::new(),
             last_progress_us: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             events_published,
@@ -437,12 +450,20 @@ impl Metrics {
             .set(rate.left.map_or(-1.0, |left| left.as_secs_f64()));
     }
 
-    /// `taken_after`: how long the acknowledgement waited for the apply
-    /// loop, which is not part of the delivery's latency.
-    pub fn record_delivery(&self, topic: &str, commit_time_us: i64, taken_after: Duration) {
-        self.0.events_published.with_label_values(&[topic]).inc();
+    /// The published-events counter of `topic`, to count its deliveries
+    /// without a lookup by label for each.
+    pub fn published(&self, topic: &str) -> Published {
+        Published(self.0.events_published.with_label_values(&[topic]))
+    }
+
+    /// An acknowledged event: `acked_at` is when Kafka's answer came, which
+    /// may be a little before the apply loop took it; the wait is not part
+    /// of the delivery's latency.
+    pub fn record_delivery(&self, published: &Published, commit_time_us: i64, acked_at: Instant) {
+        published.0.inc();
         self.0.acked.fetch_add(1, Ordering::Relaxed);
-        let latency = crate::clock::since_unix_us(commit_time_us).saturating_sub(taken_after);
+        let acked_us = self.0.unix.unix_us(acked_at);
+        let latency = Duration::from_micros(acked_us.saturating_sub(commit_time_us).max(0) as u64);
         self.0.delivery_latency.observe(latency.as_secs_f64());
     }
 

@@ -233,8 +233,12 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
     /// timers, wakers and clock reads are a good part of a small message's
     /// cost in a backlog). Each one is taken on the loop's own terms
     /// (`may_read`); deliveries and status updates wait at most one batch.
+    /// The batch counts as heard when the loop woke for it (each message's
+    /// arrival, for `received_to_produced`) and again at its end: a clock
+    /// read per batch, not per message.
     async fn read_buffered(&mut self) -> Result<()> {
         use futures_util::FutureExt;
+        let mut read = false;
         for _ in 0..BUFFERED_BATCH {
             if !self.may_read().await? {
                 break;
@@ -243,8 +247,11 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             let Some(message) = self.upstream.next().now_or_never() else {
                 break;
             };
-            self.liveness.heard();
+            read = true;
             self.on_replication(message?).await?;
+        }
+        if read {
+            self.liveness.heard();
         }
         Ok(())
     }

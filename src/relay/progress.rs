@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::checkpoint::{Checkpoint, TxnSeq};
 use crate::config::Flow;
-use crate::metrics::{Metrics, Stage};
+use crate::metrics::{Metrics, Published, Stage};
 use crate::postgres::lsn::Lsn;
 
 /// How soon a moved confirmation is reported: often enough that a crash
@@ -35,6 +35,8 @@ pub struct Ticket {
     pub bytes: usize,
     pub event_id: Option<Bytes>,
     pub topic: Arc<str>,
+    /// The topic's published-events counter, counted on acknowledgement.
+    pub published: Published,
     /// The record's own timestamp, for sending it again.
     pub timestamp_ms: i64,
     /// A dead-letter copy, not the event itself.

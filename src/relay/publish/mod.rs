@@ -26,7 +26,7 @@ use super::progress::{Progress, Ticket, TxnRef};
 use crate::clock;
 use crate::config::{OnPoison, Settings};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Stage};
+use crate::metrics::{Metrics, Published, Stage};
 use crate::outbox::mapping::{MappingError, OutboxEvent};
 use crate::sink::{Delivery, Record, Refusal, Rejection, SendError, Sink, TopicAccess, TopicInfo};
 
@@ -35,11 +35,19 @@ const ROUTE_CACHE_LIMIT: usize = 10_000;
 
 /// Where a route-by value sends its events.
 enum Route {
-    To(Arc<str>, TopicInfo),
+    To(Routed),
     /// Why the event cannot go anywhere: it is poison. The topic it was
     /// routed to, when it has a legal one (a dead-letter copy names it,
     /// for `walrelay redrive` once the topic may be used).
     Nowhere(Option<String>, String),
+}
+
+/// A topic checked (and created) for a route-by value.
+#[derive(Clone)]
+struct Routed {
+    topic: Arc<str>,
+    info: TopicInfo,
+    published: Published,
 }
 
 /// What comes back from the sink: a record's delivery, or how the sink's
@@ -60,7 +68,7 @@ pub struct Publisher<'a, S> {
     sink: S,
     metrics: Metrics,
     /// Topics by route-by value, already checked (and created).
-    routes: HashMap<Bytes, (Arc<str>, TopicInfo)>,
+    routes: HashMap<Bytes, Routed>,
     /// Deliveries the sink refused as poison, waiting for the policy.
     rejected: VecDeque<Poisoned>,
     /// Records whose batch was refused for size, to be sent again alone.
@@ -160,8 +168,12 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                 .reject(progress, Poisoned::new(txn, &event, None, reason))
                 .await;
         };
-        let (topic, info) = match self.route(progress, route_value).await? {
-            Route::To(topic, info) => (topic, info),
+        let Routed {
+            topic,
+            info,
+            published,
+        } = match self.route(progress, route_value).await? {
+            Route::To(routed) => routed,
             Route::Nowhere(topic, reason) => {
                 return self
                     .reject(
@@ -202,6 +214,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             bytes: record.size(),
             event_id: event.id.clone(),
             topic: topic.clone(),
+            published,
             timestamp_ms: record.timestamp_ms,
             dead_letter: false,
             alone,
@@ -243,8 +256,8 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
     /// Routing and the topic's checks run once per distinct value in a
     /// session; after that it is one lookup.
     async fn route(&mut self, progress: &mut Progress, route_value: &Bytes) -> Result<Route> {
-        if let Some((topic, info)) = self.routes.get(route_value) {
-            return Ok(Route::To(topic.clone(), *info));
+        if let Some(routed) = self.routes.get(route_value) {
+            return Ok(Route::To(routed.clone()));
         }
         let routed = self
             .settings
@@ -265,11 +278,15 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         if self.routes.len() >= ROUTE_CACHE_LIMIT {
             self.routes.clear();
         }
-        let topic: Arc<str> = topic.into();
+        let routed = Routed {
+            published: self.metrics.published(&topic),
+            topic: topic.into(),
+            info,
+        };
         // A copy of the key: a slice would pin the whole replication message.
         self.routes
-            .insert(Bytes::copy_from_slice(route_value), (topic.clone(), info));
-        Ok(Route::To(topic, info))
+            .insert(Bytes::copy_from_slice(route_value), routed.clone());
+        Ok(Route::To(routed))
     }
 
     /// Hands one record to the sink and counts it in flight. A full queue
@@ -323,7 +340,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         let failure = match result {
             Ok(()) => {
                 self.metrics
-                    .record_delivery(&ticket.topic, ticket.commit_time_us, at.elapsed());
+                    .record_delivery(&ticket.published, ticket.commit_time_us, at);
                 self.metrics.observe_stage(Stage::ProducedToAcked, took);
                 progress.acked(ticket.txn, ticket.bytes, at);
                 return Ok(());
@@ -419,6 +436,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     bytes: record.size(),
                     event_id: poisoned.event_id.clone(),
                     topic: copy.topic.as_str().into(),
+                    published: self.metrics.published(&copy.topic),
                     timestamp_ms: record.timestamp_ms,
                     dead_letter: true,
                     alone: false,
