@@ -37,7 +37,8 @@ pub type Header = (Cow<'static, str>, Option<Bytes>);
 pub struct Record<'a> {
     pub topic: &'a str,
     pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
+    /// Shared, not borrowed: a sink may keep it rather than copy it.
+    pub value: Option<&'a Bytes>,
     pub headers: &'a [Header],
     /// An explicit partition; else the sink picks one by key.
     pub partition: Option<i32>,
@@ -48,7 +49,7 @@ pub struct Record<'a> {
 impl Record<'_> {
     /// Key and value bytes: what flow control counts.
     pub fn size(&self) -> usize {
-        self.key.map_or(0, <[u8]>::len) + self.value.map_or(0, <[u8]>::len)
+        self.key.map_or(0, <[u8]>::len) + self.value.map_or(0, Bytes::len)
     }
 
     /// The record's bytes as a broker counts them against a topic's limit
@@ -66,7 +67,8 @@ impl Record<'_> {
         OwnedRecord {
             topic: self.topic.to_string(),
             key: self.key.map(Bytes::copy_from_slice),
-            value: self.value.map(Bytes::copy_from_slice),
+            // A copy: a slice would keep the whole replication buffer.
+            value: self.value.map(|v| Bytes::copy_from_slice(&v[..])),
             headers: self.headers.to_vec(),
             partition: self.partition,
         }
@@ -89,7 +91,7 @@ impl OwnedRecord {
         Record {
             topic: &self.topic,
             key: self.key.as_deref(),
-            value: self.value.as_deref(),
+            value: self.value.as_ref(),
             headers: &self.headers,
             partition: self.partition,
             timestamp_ms,
@@ -318,7 +320,7 @@ mod tests {
         let record = Record {
             topic: "t",
             key: Some(b"k"),
-            value: Some(b"value"),
+            value: Some(&Bytes::from_static(b"value")),
             headers: &headers,
             partition: None,
             timestamp_ms: 0,
