@@ -212,7 +212,7 @@ impl Output {
                     "partition": record.partition,
                     "key": record.key.map(bytes_json),
                     "headers": headers,
-                    "value": record.value.map(|v| bytes_json(v)),
+                    "value": record.value.map(bytes_json),
                     "timestamp_ms": record.timestamp_ms,
                 }})
             );
@@ -231,7 +231,7 @@ impl Output {
             record.topic,
             text(record.key),
             headers.join(", "),
-            text(record.value.map(|v| &v[..]))
+            text(record.value)
         );
     }
 

@@ -202,7 +202,7 @@ impl OutboxEvent {
         Record {
             topic,
             key: self.key.as_deref(),
-            value: self.payload.as_ref(),
+            value: self.payload.as_deref(),
             headers: &self.headers,
             partition: self.partition,
             timestamp_ms: self.timestamp_ms.unwrap_or(commit_time_ms),

@@ -37,8 +37,7 @@ pub type Header = (Cow<'static, str>, Option<Bytes>);
 pub struct Record<'a> {
     pub topic: &'a str,
     pub key: Option<&'a [u8]>,
-    /// Shared, not borrowed: a sink may keep it rather than copy it.
-    pub value: Option<&'a Bytes>,
+    pub value: Option<&'a [u8]>,
     pub headers: &'a [Header],
     /// An explicit partition; else the sink picks one by key.
     pub partition: Option<i32>,
@@ -49,7 +48,7 @@ pub struct Record<'a> {
 impl Record<'_> {
     /// Key and value bytes: what flow control counts.
     pub fn size(&self) -> usize {
-        self.key.map_or(0, <[u8]>::len) + self.value.map_or(0, Bytes::len)
+        self.key.map_or(0, <[u8]>::len) + self.value.map_or(0, <[u8]>::len)
     }
 
     /// The record's bytes as a broker counts them against a topic's limit
@@ -67,8 +66,7 @@ impl Record<'_> {
         OwnedRecord {
             topic: self.topic.to_string(),
             key: self.key.map(Bytes::copy_from_slice),
-            // A copy: a slice would keep the whole replication buffer.
-            value: self.value.map(|v| Bytes::copy_from_slice(&v[..])),
+            value: self.value.map(Bytes::copy_from_slice),
             headers: self.headers.to_vec(),
             partition: self.partition,
         }
@@ -91,7 +89,7 @@ impl OwnedRecord {
         Record {
             topic: &self.topic,
             key: self.key.as_deref(),
-            value: self.value.as_ref(),
+            value: self.value.as_deref(),
             headers: &self.headers,
             partition: self.partition,
             timestamp_ms,
@@ -320,7 +318,7 @@ mod tests {
         let record = Record {
             topic: "t",
             key: Some(b"k"),
-            value: Some(&Bytes::from_static(b"value")),
+            value: Some(b"value"),
             headers: &headers,
             partition: None,
             timestamp_ms: 0,

@@ -8,7 +8,6 @@
 //! transactional once it holds the slot (`KafkaSink::exactly_once`), and the
 //! records go in transactions (`kafka::transaction`).
 
-mod shared;
 mod transactional;
 
 use std::borrow::Cow;
@@ -47,9 +46,6 @@ use transactional::Transactional;
 pub(super) struct InFlight<T> {
     ticket: Option<T>,
     sent_at: Instant,
-    /// A value librdkafka did not copy (`shared`): it reads it until the
-    /// report.
-    _value: Option<Bytes>,
 }
 
 pub(super) struct DeliveryContext<T> {
@@ -331,45 +327,11 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
     }
 }
 
-impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
-    /// `record` through rust-rdkafka, which has librdkafka copy the value.
-    fn send_copied(
-        &self,
-        record: &Record<'_>,
-        in_flight: Box<InFlight<T>>,
-    ) -> std::result::Result<(), (KafkaError, Box<InFlight<T>>)> {
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (key, value) in record.headers {
-            headers = headers.insert(KafkaHeader {
-                key,
-                value: value.as_deref(),
-            });
-        }
-        let mut base: BaseRecord<'_, [u8], [u8], Box<InFlight<T>>> =
-            BaseRecord::with_opaque_to(record.topic, in_flight)
-                .headers(headers)
-                .timestamp(record.timestamp_ms);
-        if let Some(partition) = record.partition {
-            base = base.partition(partition);
-        }
-        if let Some(key) = record.key {
-            base = base.key(key);
-        }
-        if let Some(value) = record.value {
-            base = base.payload(&value[..]);
-        }
-        self.producer
-            .send(base)
-            .map_err(|(e, base)| (e, base.delivery_opaque))
-    }
-}
-
 /// The opaque of a record of walrelay's own: no ticket, no delivery report.
 pub(super) fn own_record<T>() -> Box<InFlight<T>> {
     Box::new(InFlight {
         ticket: None,
         sent_at: Instant::now(),
-        _value: None,
     })
 }
 
@@ -422,25 +384,40 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
     }
 
     fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (key, value) in record.headers {
+            headers = headers.insert(KafkaHeader {
+                key,
+                value: value.as_deref(),
+            });
+        }
         if let Err(refusal) = self.begin() {
             return Err(SendError::Refused(refusal));
         }
-        let shared = record
-            .value
-            .filter(|value| value.len() >= shared::SHARED_VALUE_MIN);
         let in_flight = Box::new(InFlight {
             ticket: Some(ticket),
             sent_at: Instant::now(),
-            _value: shared.cloned(),
         });
-        let sent = match shared {
-            Some(value) => shared::produce(&self.producer, record, value, in_flight),
-            None => self.send_copied(record, in_flight),
-        };
-        match sent {
+        let mut base: BaseRecord<'_, [u8], [u8], Box<InFlight<T>>> =
+            BaseRecord::with_opaque_to(record.topic, in_flight)
+                .headers(headers)
+                .timestamp(record.timestamp_ms);
+        if let Some(partition) = record.partition {
+            base = base.partition(partition);
+        }
+        if let Some(key) = record.key {
+            base = base.key(key);
+        }
+        if let Some(value) = record.value {
+            base = base.payload(value);
+        }
+        match self.producer.send(base) {
             Ok(()) => Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), in_flight)) => {
-                let ticket = in_flight.ticket.expect("an event's record has a ticket");
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
+                let ticket = base
+                    .delivery_opaque
+                    .ticket
+                    .expect("an event's record has a ticket");
                 Err(SendError::Full(ticket))
             }
             Err((e, _)) => Err(SendError::Refused(
