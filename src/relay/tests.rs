@@ -258,6 +258,32 @@ async fn a_commit_is_confirmed_only_after_the_sink_acknowledges_its_event() {
 }
 
 #[tokio::test]
+async fn an_event_in_flight_does_not_keep_its_replication_message_alive() {
+    // Each message is a slice of a read buffer of 64 KiB or more: a ticket
+    // holding a slice of it would keep the whole buffer for as long as
+    // Kafka takes, which --max-inflight-bytes does not count.
+    let relay = Relay::start(&[]);
+    let messages = captured_pg15()[INSERT].to_vec();
+    for (lsn, data) in &messages {
+        relay.feed_raw(*lsn, data.clone());
+    }
+    relay.wait_for_records(1).await;
+    let tickets = relay.sink.waiting_tickets();
+    assert_eq!(tickets.len(), 1);
+    let id = tickets[0].event_id.as_ref().expect("the event has an id");
+    assert_eq!(&id[..], b"11111111-1111-1111-1111-111111111111");
+    for (_, data) in &messages {
+        let message = data.as_ptr() as usize..data.as_ptr() as usize + data.len();
+        assert!(
+            !message.contains(&(id.as_ptr() as usize)),
+            "the ticket's event id is a slice of the replication message"
+        );
+    }
+    relay.ack_until_confirmed(0, commit_end(INSERT)).await;
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn a_full_window_stops_reading_until_an_acknowledgement() {
     let relay = Relay::start(&["--max-inflight-events", "1"]);
     relay.feed(INSERT);

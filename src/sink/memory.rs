@@ -114,6 +114,18 @@ impl<T> MemoryHandle<T> {
         self.lock().sent.clone()
     }
 
+    /// The tickets of the records not yet acknowledged or refused.
+    pub fn waiting_tickets(&self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        self.lock()
+            .waiting
+            .values()
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
     /// Acknowledges record `index`.
     pub fn ack(&self, index: usize) {
         self.finish(index, Ok(()));

@@ -212,7 +212,10 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             commit_lsn: txn.commit_lsn,
             commit_time_us: txn.commit_time_us,
             bytes: record.size(),
-            event_id: event.id.clone(),
+            // A copy: a slice would keep the whole replication read buffer
+            // (64 KiB or more) while the record is in flight, memory that
+            // --max-inflight-bytes does not count.
+            event_id: event.id.as_deref().map(Bytes::copy_from_slice),
             topic: topic.clone(),
             published,
             timestamp_ms: record.timestamp_ms,
@@ -434,7 +437,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     commit_lsn: poisoned.commit_lsn,
                     commit_time_us: now_us,
                     bytes: record.size(),
-                    event_id: poisoned.event_id.clone(),
+                    event_id: poisoned.event_id.as_deref().map(Bytes::copy_from_slice),
                     topic: copy.topic.as_str().into(),
                     published: self.metrics.published(&copy.topic),
                     timestamp_ms: record.timestamp_ms,
