@@ -28,7 +28,13 @@ pub fn pg_to_unix_us(pg_us: i64) -> i64 {
 
 /// How long ago a Unix-epoch instant was; zero if the clocks disagree.
 pub fn since_unix_us(then_us: i64) -> Duration {
-    Duration::from_micros(unix_now_us().saturating_sub(then_us).max(0) as u64)
+    unix_span_us(then_us, unix_now_us())
+}
+
+/// The time from one Unix-epoch instant to a later one; zero if `to_us`
+/// comes first (two hosts' clocks may disagree).
+pub fn unix_span_us(from_us: i64, to_us: i64) -> Duration {
+    Duration::from_micros(to_us.saturating_sub(from_us).max(0) as u64)
 }
 
 /// How often `UnixInstants` reads the wall clock again, so that a step of

@@ -462,8 +462,7 @@ impl Metrics {
     pub fn record_delivery(&self, published: &Published, commit_time_us: i64, acked_at: Instant) {
         published.0.inc();
         self.0.acked.fetch_add(1, Ordering::Relaxed);
-        let acked_us = self.0.unix.unix_us(acked_at);
-        let latency = Duration::from_micros(acked_us.saturating_sub(commit_time_us).max(0) as u64);
+        let latency = crate::clock::unix_span_us(commit_time_us, self.0.unix.unix_us(acked_at));
         self.0.delivery_latency.observe(latency.as_secs_f64());
     }
 
