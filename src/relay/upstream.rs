@@ -49,12 +49,16 @@ pub struct PgUpstream {
 /// transactions that commit meanwhile cost one wake-up, not one each (over
 /// TCP the socket's own wake-ups are held back meanwhile: `ReadHold`).
 /// Idle, the stream is waited on as usual (no timer ticks); in a backlog
-/// the socket is never empty, so a drain never pauses.
+/// the socket is never empty, so a drain never pauses. Nor does a
+/// transaction whose rest the walsender is still decoding: pausing inside
+/// it would hold back all of its events and save no wake-up worth having.
 #[derive(Debug, Default)]
 pub struct ReadBatching {
     window: Duration,
     /// Kept across calls: `next` may be dropped mid-pause (it is cancel-safe).
     pause_until: Option<Instant>,
+    /// Between a Begin and its Commit.
+    in_transaction: bool,
 }
 
 impl ReadBatching {
@@ -62,32 +66,32 @@ impl ReadBatching {
         ReadBatching {
             window,
             pause_until: None,
+            in_transaction: false,
+        }
+    }
+
+    /// Whether an empty socket starts a pause now.
+    fn may_pause(&self) -> bool {
+        !self.window.is_zero() && !self.in_transaction
+    }
+
+    /// Follows transaction boundaries in what the stream returned.
+    fn saw(&mut self, message: &ReplicationMessage) {
+        if let ReplicationMessage::XLogData { data, .. } = message {
+            match data.first() {
+                Some(b'B') => self.in_transaction = true,
+                Some(b'C') => self.in_transaction = false,
+                _ => {}
+            }
         }
     }
 }
 
 impl Upstream for PgUpstream {
     async fn next(&mut self) -> Result<ReplicationMessage> {
-        use futures_util::FutureExt;
-        if self.batching.window.is_zero() {
-            return self.stream.next().await;
-        }
-        if self.batching.pause_until.is_none() {
-            // ReplicationStream::next is cancel-safe: a look that finds
-            // nothing loses nothing.
-            if let Some(message) = self.stream.next().now_or_never() {
-                return message;
-            }
-            self.batching.pause_until = Some(Instant::now() + self.batching.window);
-            self.stream.hold_reads();
-        }
-        if let Some(until) = self.batching.pause_until {
-            tokio::time::sleep_until(until).await;
-            self.batching.pause_until = None;
-            self.stream.release_reads()?;
-        }
-        // What came in the window, or the next byte after a quiet one.
-        self.stream.next().await
+        let message = self.next_batched().await?;
+        self.batching.saw(&message);
+        Ok(message)
     }
 
     async fn report(&mut self, received: Lsn, confirmed: Lsn, reply_requested: bool) -> Result<()> {
@@ -120,6 +124,32 @@ impl Upstream for PgUpstream {
 
     async fn close(self) {
         self.status.close().await;
+    }
+}
+
+impl PgUpstream {
+    /// The next message, after a `ReadBatching` pause if the socket is empty.
+    async fn next_batched(&mut self) -> Result<ReplicationMessage> {
+        use futures_util::FutureExt;
+        if self.batching.pause_until.is_none() {
+            if !self.batching.may_pause() {
+                return self.stream.next().await;
+            }
+            // ReplicationStream::next is cancel-safe: a look that finds
+            // nothing loses nothing.
+            if let Some(message) = self.stream.next().now_or_never() {
+                return message;
+            }
+            self.batching.pause_until = Some(Instant::now() + self.batching.window);
+            self.stream.hold_reads();
+        }
+        if let Some(until) = self.batching.pause_until {
+            tokio::time::sleep_until(until).await;
+            self.batching.pause_until = None;
+            self.stream.release_reads()?;
+        }
+        // What came in the window, or the next byte after a quiet one.
+        self.stream.next().await
     }
 }
 
@@ -174,5 +204,43 @@ impl Liveness {
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(tag: u8) -> ReplicationMessage {
+        ReplicationMessage::XLogData {
+            wal_start: Lsn(0),
+            wal_end: Lsn(0),
+            data: bytes::Bytes::copy_from_slice(&[tag]),
+        }
+    }
+
+    #[test]
+    fn reads_pause_between_transactions_and_never_inside_one() {
+        let mut batching = ReadBatching::new(Duration::from_millis(4));
+        assert!(batching.may_pause(), "nothing read yet");
+        batching.saw(&data(b'B'));
+        assert!(!batching.may_pause(), "after Begin");
+        batching.saw(&data(b'I'));
+        batching.saw(&ReplicationMessage::Keepalive {
+            wal_end: Lsn(0),
+            reply_requested: false,
+        });
+        assert!(!batching.may_pause(), "a keepalive inside a transaction");
+        batching.saw(&data(b'C'));
+        assert!(batching.may_pause(), "after Commit");
+        batching.saw(&data(b'M'));
+        assert!(batching.may_pause(), "a message outside any transaction");
+    }
+
+    #[test]
+    fn a_zero_window_never_pauses() {
+        let mut batching = ReadBatching::new(Duration::ZERO);
+        batching.saw(&data(b'C'));
+        assert!(!batching.may_pause());
     }
 }
