@@ -322,8 +322,8 @@ pub struct FlowArgs {
     #[arg(long, env = "WALRELAY_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub status_interval: Duration,
 
-    /// Once the replication socket is empty, how long before looking again: the transactions committed meanwhile are read in one wake-up, for less CPU and more latency. 0s (the default) reads each as it arrives.
-    #[arg(long, env = "WALRELAY_READ_BATCH_WINDOW", default_value = "0s", value_parser = parse_duration)]
+    /// Once the replication socket is empty between transactions, how long before looking again: the transactions committed meanwhile are read in one wake-up, for less CPU and more latency. 0s reads each as it arrives.
+    #[arg(long, env = "WALRELAY_READ_BATCH_WINDOW", default_value = "4ms", value_parser = parse_duration)]
     pub read_batch_window: Duration,
 
     /// How long shutdown waits for in-flight deliveries before giving up on them.

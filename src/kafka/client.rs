@@ -75,7 +75,11 @@ const DEFAULTS: &[(&str, &str)] = &[
     // 0 means librdkafka retries a delivery forever: a broker that is down
     // delays events, it never fails them.
     ("message.timeout.ms", "0"),
-    ("linger.ms", "5"),
+    // No wait: at the rate services write, --read-batch-window already
+    // hands librdkafka a window's events at once, and a backlog fills each
+    // batch while the one request in flight is out. A linger on top would
+    // only add latency (docs/benchmarks.md, "One batch, not two").
+    ("linger.ms", "0"),
     ("batch.num.messages", "10000"),
     ("queue.buffering.max.messages", "1000000"),
     ("queue.buffering.max.kbytes", "1048576"),
