@@ -100,17 +100,22 @@ pub struct DecodeError(String);
 
 type Result<T> = std::result::Result<T, DecodeError>;
 
+/// The first byte of a Begin and of a Commit message, also read where a
+/// transaction's bounds matter before decoding (relay::upstream::ReadBatching).
+pub const BEGIN_TAG: u8 = b'B';
+pub const COMMIT_TAG: u8 = b'C';
+
 /// Decodes one pgoutput message. The returned values share `data`'s memory.
 pub fn decode(data: Bytes) -> Result<LogicalMessage> {
     let mut r = Reader(data);
     let tag = r.u8("message type")?;
     let message = match tag {
-        b'B' => LogicalMessage::Begin(Begin {
+        BEGIN_TAG => LogicalMessage::Begin(Begin {
             final_lsn: r.lsn()?,
             commit_time: r.i64("commit timestamp")?,
             xid: r.u32("xid")?,
         }),
-        b'C' => {
+        COMMIT_TAG => {
             let _flags = r.u8("commit flags")?;
             LogicalMessage::Commit(Commit {
                 commit_lsn: r.lsn()?,

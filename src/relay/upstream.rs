@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::error::{Error, Result};
 use crate::postgres::lsn::Lsn;
-use crate::postgres::pgoutput::Relation;
+use crate::postgres::pgoutput::{Relation, BEGIN_TAG, COMMIT_TAG};
 use crate::postgres::placement::{RelationResolver, RelationRole};
 use crate::postgres::replication::{ReplicationMessage, ReplicationStream, StatusSender};
 
@@ -79,8 +79,8 @@ impl ReadBatching {
     fn saw(&mut self, message: &ReplicationMessage) {
         if let ReplicationMessage::XLogData { data, .. } = message {
             match data.first() {
-                Some(b'B') => self.in_transaction = true,
-                Some(b'C') => self.in_transaction = false,
+                Some(&BEGIN_TAG) => self.in_transaction = true,
+                Some(&COMMIT_TAG) => self.in_transaction = false,
                 _ => {}
             }
         }
