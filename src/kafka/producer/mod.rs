@@ -12,7 +12,7 @@ mod transactional;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -30,7 +30,7 @@ use super::polled::{self, Polled};
 use super::reachability;
 use super::secrets;
 use super::topics::{TopicManager, TopicPolicy};
-use super::transaction;
+use super::transaction::{self, TransactionalId};
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -63,7 +63,7 @@ pub(super) struct DeliveryContext<T> {
     refused_id: Mutex<Option<String>>,
     /// The transactional.id of an exactly-once producer: a fatal error
     /// (fenced by another producer of the slot) stops walrelay.
-    transactional_id: Option<String>,
+    transactional_id: Option<Arc<TransactionalId>>,
     /// The session that made it has ended: its errors no longer matter,
     /// and a commit it still retries gives up.
     retired: AtomicBool,
@@ -137,7 +137,9 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
             *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
         }
         // A fenced transactional producer can never write again: stop now,
-        // before a delivery's error starts a new session instead.
+        // before a delivery's error starts a new session instead. Not for
+        // a fence of its own timed-out transaction, which the failing call
+        // or delivery turns into a new session (`transaction::error`).
         let code = error.rdkafka_error_code();
         if let (Some(id), Some(code @ (RDKafkaErrorCode::Fatal | RDKafkaErrorCode::Fenced))) =
             (&self.transactional_id, code)
@@ -145,7 +147,9 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
             if !self.is_retired() {
                 let cause = (code, reason.to_string());
                 let stop = transaction::error("producing", id, error, Some(cause));
-                let _ = self.fatal.try_send(stop);
+                if !stop.is_transient() {
+                    let _ = self.fatal.try_send(stop);
+                }
             }
         }
     }
@@ -264,7 +268,7 @@ impl<T: Send + Sync + 'static> Parts<T> {
     /// lane it holds until it is destroyed.
     pub(super) fn producer(
         &self,
-        transactional: Option<(&str, transaction::LanePermit)>,
+        transactional: Option<(&Arc<TransactionalId>, transaction::LanePermit)>,
     ) -> Result<Polled<DeliveryContext<T>>> {
         let (config, lane, transactional_id) = match transactional {
             Some((id, lane)) => (transaction::config(&self.config, id), Some(lane), Some(id)),
@@ -277,7 +281,7 @@ impl<T: Send + Sync + 'static> Parts<T> {
             fatal: self.fatal.clone(),
             login: LoginAdvice::new(&config),
             refused_id: Mutex::new(None),
-            transactional_id: transactional_id.map(str::to_string),
+            transactional_id: transactional_id.cloned(),
             retired: AtomicBool::new(false),
             _lane: lane,
         };

@@ -4,6 +4,8 @@
 //! position record (`kafka::position`). The transaction calls themselves
 //! and what their errors mean are `kafka::transaction`'s.
 
+use std::sync::Arc;
+
 use rdkafka::producer::{BaseRecord, Producer};
 use tokio::time::Instant;
 
@@ -12,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::kafka::position::{self, Position};
 use crate::kafka::transaction::{
     abort, abort_alone, blocking, commit, failed, init, transactional_id, write_alone, Lane,
+    TransactionalId,
 };
 use crate::postgres::lsn::Lsn;
 use crate::postgres::state::ServerId;
@@ -19,7 +22,7 @@ use crate::sink::{Closing, Refusal, Rejection};
 
 /// A session's transactions, once its producer is transactional.
 pub struct Transactional {
-    id: String,
+    id: Arc<TransactionalId>,
     topic: String,
     /// The position record's key and what it says besides the LSN.
     key: String,
@@ -43,7 +46,10 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         lane: &Lane,
         deadline: Instant,
     ) -> Result<Option<Position>> {
-        let id = transactional_id(&server.system_id, slot);
+        let id = TransactionalId::new(
+            transactional_id(&server.system_id, slot),
+            &self.parts.config,
+        );
         let permit = lane.take(deadline).await?;
         let producer = self.parts.producer(Some((&id, permit)))?;
         self.producer = producer.clone();
@@ -102,6 +108,7 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
             rejection: Rejection::Retriable,
             message: failed(&self.producer, "opening a transaction", &t.id)(e).report(),
         })?;
+        t.id.begun();
         t.open = true;
         Ok(())
     }

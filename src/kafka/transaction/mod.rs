@@ -18,6 +18,11 @@
 //!
 //! A broker without transactions (tansu) is found before anything is
 //! created by a probe: a transaction of one record under an id of its own.
+//!
+//! A fence stops walrelay, except one reported for a transaction older
+//! than `transaction.timeout.ms`: the coordinator fenced its own timed-out
+//! transaction (`id`), and a new session takes the id again once it holds
+//! the slot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +35,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::{info, warn};
+
+mod id;
+
+pub use id::{config, probe_id, transactional_id, TransactionalId};
 
 use super::msk_iam::TokenContext;
 use super::position;
@@ -76,39 +85,12 @@ impl Lane {
     }
 }
 
-/// The transactional.id of walrelay on a slot of a database cluster.
-pub fn transactional_id(system_id: &str, slot: &str) -> String {
-    format!("walrelay-{system_id}-{slot}")
-}
-
-/// The id of a start-up probe: its own, so that it fences nobody.
-pub fn probe_id(slot: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("walrelay-probe-{slot}-{:x}-{nanos:x}", std::process::id())
-}
-
-/// The producer configuration with a transactional id. A record may not
-/// outlive its transaction: librdkafka then times records out with the
-/// transaction (`message.timeout.ms` defaults to `transaction.timeout.ms`),
-/// so walrelay's "retry forever" default goes, and a broker away for
-/// longer aborts the transaction, which is sent again.
-pub fn config(base: &ClientConfig, id: &str) -> ClientConfig {
-    let mut config = base.clone();
-    config.set("transactional.id", id);
-    if config.get("message.timeout.ms") == Some("0") {
-        config.remove("message.timeout.ms");
-    }
-    config
-}
-
 /// What a transaction API error means: fenced or otherwise fatal (stop),
 /// a broker without transactions (stop, naming the fix), an abortable one
 /// (the transaction is aborted; sent again), anything else (a new session).
 pub fn error(
     what: &str,
-    id: &str,
+    id: &TransactionalId,
     e: KafkaError,
     fatal: Option<(RDKafkaErrorCode, String)>,
 ) -> Error {
@@ -136,6 +118,18 @@ pub fn error(
         || fenced_code(fatal.as_ref().map(|(c, _)| *c));
     if fenced {
         let reason = fatal.map_or(text, |(_, reason)| reason);
+        if let Some((age, timeout)) = id.outlived() {
+            return Error::transient(format!(
+                "the Kafka coordinator fenced walrelay's producer {id} while {what}, after its \
+                 transaction had run {age:.1?}, longer than transaction.timeout.ms \
+                 ({timeout:?}): the coordinator aborted that transaction itself and bumped the \
+                 producer's epoch, so walrelay's own abort or commit under the old epoch was \
+                 answered as a fence, though no other producer took the id. None of its records \
+                 is seen by read_committed consumers; a new session takes the id again once it \
+                 holds the slot, and sends its Postgres transactions again; if they take longer \
+                 to send than -X transaction.timeout.ms, raise it ({reason})"
+            ));
+        }
         return Error::permanent(format!(
             "walrelay was fenced out of Kafka: another producer with transactional.id {id} \
              started since (another walrelay took over slot streaming, or was started on it), \
@@ -193,7 +187,7 @@ pub fn error(
 pub(super) fn failed<'a, C: ProducerContext + 'static>(
     producer: &'a BaseProducer<C>,
     what: &'a str,
-    id: &'a str,
+    id: &'a TransactionalId,
 ) -> impl FnOnce(KafkaError) -> Error + 'a {
     move |e| error(what, id, e, producer.client().fatal_error())
 }
@@ -212,7 +206,7 @@ pub async fn blocking<T: Send + 'static>(
 /// what it left open.
 pub fn init<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
-    id: &str,
+    id: &TransactionalId,
     deadline: Instant,
 ) -> Result<()> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -226,7 +220,7 @@ pub fn init<C: ProducerContext + 'static>(
 /// its session ended; one that must abort is aborted.
 pub fn commit<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
-    id: &str,
+    id: &TransactionalId,
     gone: impl Fn() -> bool,
 ) -> Result<()> {
     let started = Instant::now();
@@ -234,7 +228,10 @@ pub fn commit<C: ProducerContext + 'static>(
     loop {
         delivered(producer, COMMIT_ATTEMPT);
         let e = match producer.commit_transaction(COMMIT_ATTEMPT) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                id.ended();
+                return Ok(());
+            }
             Err(e) => e,
         };
         let retriable = match &e {
@@ -281,19 +278,24 @@ fn delivered<C: ProducerContext + 'static>(producer: &BaseProducer<C>, limit: Du
 }
 
 /// Aborts the open transaction.
-pub fn abort<C: ProducerContext + 'static>(producer: &BaseProducer<C>, id: &str) -> Result<()> {
+pub fn abort<C: ProducerContext + 'static>(
+    producer: &BaseProducer<C>,
+    id: &TransactionalId,
+) -> Result<()> {
     producer.abort_transaction(ABORT_TIMEOUT).map_err(failed(
         producer,
         "aborting a transaction",
         id,
-    ))
+    ))?;
+    id.ended();
+    Ok(())
 }
 
 /// Writes one record in a transaction of its own and commits it: the
 /// start-up probe, and a session's sync record (kafka::position).
 pub fn write_alone<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
-    id: &str,
+    id: &TransactionalId,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
     open_with(producer, id, record)?;
@@ -303,12 +305,13 @@ pub fn write_alone<C: ProducerContext + 'static>(
 /// Opens a transaction holding `record` alone.
 fn open_with<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
-    id: &str,
+    id: &TransactionalId,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
     producer
         .begin_transaction()
         .map_err(failed(producer, "opening a transaction", id))?;
+    id.begun();
     if let Err((e, _)) = producer.send(record) {
         let _ = producer.abort_transaction(ABORT_TIMEOUT);
         return Err(failed(producer, "writing a record", id)(e));
@@ -324,7 +327,7 @@ fn open_with<C: ProducerContext + 'static>(
 /// marker, so that the position read back never claims them.
 pub fn abort_alone<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
-    id: &str,
+    id: &TransactionalId,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
 ) -> Result<()> {
     open_with(producer, id, record)?;
@@ -351,8 +354,8 @@ pub async fn probe(
     let admin = std::sync::Arc::new(admin);
     super::msk_iam::keep_admin_token(&admin_config, &admin);
     position::ensure_topic(&admin, position_topic, replication_factor).await?;
-    let id = probe_id(slot);
-    let producer_config = super::transaction::config(config, &id);
+    let id = TransactionalId::new(probe_id(slot), config);
+    let producer_config = self::config(config, &id);
     let producer = super::polled::create(&producer_config, TokenContext)
         .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
@@ -361,7 +364,7 @@ pub async fn probe(
         let record = BaseRecord::to(&topic)
             .partition(position::PARTITION)
             .key(key.as_bytes())
-            .payload(id.as_bytes());
+            .payload(id.as_str().as_bytes());
         write_alone(&producer, &id, record)
     })
     .await?;
@@ -377,36 +380,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_transactional_id_names_the_cluster_and_the_slot_and_a_probe_fences_nobody() {
-        assert_eq!(
-            transactional_id("7412345678901234567", "walrelay"),
-            "walrelay-7412345678901234567-walrelay"
-        );
-        let (a, b) = (probe_id("walrelay"), probe_id("walrelay"));
-        assert!(a.starts_with("walrelay-probe-walrelay-"), "{a}");
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn a_transactional_producer_times_records_out_with_its_transaction() {
-        let mut base = ClientConfig::new();
-        base.set("message.timeout.ms", "0").set("linger.ms", "5");
-        let config = config(&base, "walrelay-1-s");
-        assert_eq!(config.get("transactional.id"), Some("walrelay-1-s"));
-        assert_eq!(config.get("message.timeout.ms"), None);
-        assert_eq!(config.get("linger.ms"), Some("5"));
-        base.set("message.timeout.ms", "30000");
-        assert_eq!(
-            super::config(&base, "x").get("message.timeout.ms"),
-            Some("30000")
-        );
-    }
-
-    #[test]
     fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
+        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
         let fenced = error(
             "committing a transaction",
-            "walrelay-1-s",
+            &id,
             KafkaError::Global(RDKafkaErrorCode::Fatal),
             Some((
                 RDKafkaErrorCode::ProducerFenced,
@@ -421,7 +399,7 @@ mod tests {
         );
         let unsupported = error(
             "committing a transaction",
-            "x",
+            &id,
             KafkaError::Global(RDKafkaErrorCode::UnsupportedFeature),
             None,
         );
@@ -433,10 +411,46 @@ mod tests {
         );
         let other = error(
             "x",
-            "x",
+            &id,
             KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
             None,
         );
         assert!(other.is_transient());
+    }
+
+    #[test]
+    fn a_fence_of_a_transaction_older_than_its_timeout_starts_a_new_session_naming_the_timeout() {
+        let mut config = ClientConfig::new();
+        config.set("transaction.timeout.ms", "6000");
+        let id = TransactionalId::new("walrelay-1-s".into(), &config);
+        let fence = || {
+            error(
+                "aborting a transaction",
+                &id,
+                KafkaError::Global(RDKafkaErrorCode::Fatal),
+                Some((
+                    RDKafkaErrorCode::Fenced,
+                    "Failed to end transaction: Local: This instance has been fenced by a \
+                     newer instance"
+                        .into(),
+                )),
+            )
+        };
+        // Open 5 s: younger than the timeout, so another producer did it.
+        id.begun_ago(Duration::from_secs(5));
+        assert!(!fence().is_transient(), "{}", fence().report());
+        // Open 9 s: the coordinator aborted it and bumped the epoch itself.
+        id.begun_ago(Duration::from_secs(9));
+        let own = fence();
+        assert!(own.is_transient(), "{}", own.report());
+        assert!(
+            own.report().contains("transaction.timeout.ms (6s)")
+                && own.report().contains("new session"),
+            "{}",
+            own.report()
+        );
+        // Once it ended, a fence is another producer's again.
+        id.ended();
+        assert!(!fence().is_transient());
     }
 }
