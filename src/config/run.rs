@@ -307,7 +307,11 @@ pub struct FlowArgs {
     pub max_inflight_events: usize,
 
     /// Most bytes (keys and values) produced but not yet acknowledged by Kafka.
-    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    // 16 MiB: with one produce request in flight (of at most batch.size,
+    // 1 MB) a deeper queue in librdkafka sends nothing sooner; 64 MiB let
+    // a backlog of 8 KB events settle into a full queue that cost 40 MiB
+    // more and a third more CPU per event (docs/benchmarks.md).
+    #[arg(long, env = "WALRELAY_MAX_INFLIGHT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_inflight_bytes: usize,
 
     /// Most transactions read but not yet confirmed; reading pauses beyond it.
