@@ -62,7 +62,8 @@ pub(super) struct DeliveryContext<T> {
     /// the permission missing.
     refused_id: Mutex<Option<String>>,
     /// The transactional.id of an exactly-once producer: a fatal error
-    /// (fenced by another producer of the slot) stops walrelay.
+    /// (fenced by another producer of the slot) stops walrelay, unless it
+    /// is a fence of a transaction the coordinator timed out itself.
     transactional_id: Option<Arc<TransactionalId>>,
     /// The session that made it has ended: its errors no longer matter,
     /// and a commit it still retries gives up.
@@ -136,20 +137,17 @@ impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
             *self.refused_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
         }
-        // A fenced transactional producer can never write again: stop now,
-        // before a delivery's error starts a new session instead. Not for
-        // a fence of its own timed-out transaction, which the failing call
-        // or delivery turns into a new session (`transaction::error`).
+        // A fenced or failed transactional producer can never write again:
+        // stop now, before a delivery's error starts a new session instead.
+        // Not for a fence of its own timed-out transaction: the failing
+        // call or delivery turns that into a new session
+        // (`transaction::error`).
         let code = error.rdkafka_error_code();
-        if let (Some(id), Some(code @ (RDKafkaErrorCode::Fatal | RDKafkaErrorCode::Fenced))) =
-            (&self.transactional_id, code)
-        {
-            if !self.is_retired() {
+        if let (Some(id), Some(code)) = (&self.transactional_id, code) {
+            if !self.is_retired() && transaction::stops_at_once(code, id) {
                 let cause = (code, reason.to_string());
                 let stop = transaction::error("producing", id, error, Some(cause));
-                if !stop.is_transient() {
-                    let _ = self.fatal.try_send(stop);
-                }
+                let _ = self.fatal.try_send(stop);
             }
         }
     }

@@ -98,7 +98,10 @@ impl TransactionalId {
     /// For tests: a transaction begun `ago`.
     #[cfg(test)]
     pub fn begun_ago(&self, ago: Duration) {
-        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now().checked_sub(ago);
+        let began = Instant::now()
+            .checked_sub(ago)
+            .expect("the monotonic clock reaches back that far");
+        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(began);
     }
 }
 

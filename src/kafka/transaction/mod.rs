@@ -1,6 +1,6 @@
-//! Kafka transactions for `--delivery exactly-once` (KIP-98): the
-//! transactional producer's id, what each transaction API error means for
-//! walrelay, and the blocking calls, each on a thread of its own.
+//! Kafka transactions for `--delivery exactly-once` (KIP-98): what each
+//! transaction API error means for walrelay, and the blocking calls, each
+//! on a thread of its own. The transactional producer's id is `id`'s.
 //!
 //! The `transactional.id` is derived from the database's system identifier
 //! and the slot, so every walrelay that streams from one slot (an
@@ -123,7 +123,7 @@ pub fn error(
                 "the Kafka coordinator fenced walrelay's producer {id} while {what}, after its \
                  transaction had run {age:.1?}, longer than transaction.timeout.ms \
                  ({timeout:?}): the coordinator aborted that transaction itself and bumped the \
-                 producer's epoch, so walrelay's own abort or commit under the old epoch was \
+                 producer's epoch, so walrelay's next request under the old epoch was \
                  answered as a fence, though no other producer took the id. None of its records \
                  is seen by read_committed consumers; a new session takes the id again once it \
                  holds the slot, and sends its Postgres transactions again; if they take longer \
@@ -181,6 +181,18 @@ pub fn error(
         ));
     }
     Error::transient(format!("Kafka transactions failed while {what}")).with_source(e)
+}
+
+/// Whether an error the client reports of a transactional producer stops
+/// walrelay at once, before a delivery's error could start a new session:
+/// every fatal one, but a fence of a transaction the coordinator timed
+/// out itself, which ends the session through the failing call instead.
+pub fn stops_at_once(code: RDKafkaErrorCode, id: &TransactionalId) -> bool {
+    match code {
+        RDKafkaErrorCode::Fenced => id.outlived().is_none(),
+        RDKafkaErrorCode::Fatal => true,
+        _ => false,
+    }
 }
 
 /// What a failed call of `producer` while `what` means (`error`).
@@ -452,5 +464,27 @@ mod tests {
         // Once it ended, a fence is another producer's again.
         id.ended();
         assert!(!fence().is_transient());
+    }
+
+    #[test]
+    fn the_client_stops_walrelay_at_every_fatal_error_but_a_fence_of_a_timed_out_transaction() {
+        let mut config = ClientConfig::new();
+        config.set("transaction.timeout.ms", "6000");
+        let id = TransactionalId::new("walrelay-1-s".into(), &config);
+        assert!(
+            stops_at_once(RDKafkaErrorCode::Fenced, &id),
+            "no transaction open"
+        );
+        assert!(stops_at_once(RDKafkaErrorCode::Fatal, &id));
+        assert!(!stops_at_once(RDKafkaErrorCode::AllBrokersDown, &id));
+        id.begun_ago(Duration::from_secs(5));
+        assert!(
+            stops_at_once(RDKafkaErrorCode::Fenced, &id),
+            "younger than the timeout"
+        );
+        id.begun_ago(Duration::from_secs(9));
+        assert!(!stops_at_once(RDKafkaErrorCode::Fenced, &id));
+        // A fatal error whose cause the client did not name still stops.
+        assert!(stops_at_once(RDKafkaErrorCode::Fatal, &id));
     }
 }
