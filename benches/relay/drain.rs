@@ -5,7 +5,9 @@
 //! (the walsender's own pace, its CPU from `wait4`), then walrelay drains
 //! its slot into the broker until the slot is confirmed past the last
 //! commit (its CPU, every thread, from /proc). Both start cold, so both
-//! figures include a connection and a start.
+//! figures include a connection and a start. Beside them, the CPU of each
+//! one's walsender and of the broker over walrelay's drain: the machine
+//! they share is what a drain slower than `pg_recvlogical`'s may lack.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
@@ -47,33 +49,14 @@ pub async fn throughput() {
         fill.elapsed().as_secs_f64()
     );
 
-    let started = Instant::now();
-    // Reaped by wait4 below, which also reports its CPU.
-    #[allow(clippy::zombie_processes)]
-    let recvlogical = Command::new(pg.bin("pg_recvlogical"))
-        .args([
-            "-d",
-            &pg.url(),
-            "--slot",
-            "recvlogical",
-            "--start",
-            "--no-loop",
-        ])
-        .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
-        // pgoutput's binary mode (PostgreSQL 14+), to weigh it against text.
-        .args(if std::env::var("BENCH_RECVLOGICAL_BINARY").is_ok() {
-            &["-o", "binary=true"][..]
-        } else {
-            &[][..]
-        })
-        .args(["-E", &end_lsn, "-f", "/dev/null"])
-        .spawn()
-        .unwrap();
-    let (status, recv_cpu) = wait_with_cpu(recvlogical.id());
-    assert!(status.success(), "pg_recvlogical: {status:?}");
-    let recv_secs = started.elapsed().as_secs_f64();
+    let Recvlogical {
+        seconds: recv_secs,
+        cpu: recv_cpu,
+        walsender_cpu: recv_walsender_cpu,
+    } = recvlogical(&pg, &client, "recvlogical", &end_lsn).await;
 
     let started = Instant::now();
+    let broker_cpu_before = cpu_seconds(broker.pid());
     let relay = start_relay(&pg, &broker);
     // Drained = the slot confirmed past the last commit; Kafka's
     // acknowledgement of every event is timed beside it.
@@ -99,6 +82,13 @@ pub async fn throughput() {
     let confirmed_secs = started.elapsed().as_secs_f64();
     let relay_cpu = cpu_seconds(relay.pid());
     let rss = rss_kib(relay.pid());
+    // Where a drain slower than pg_recvlogical's goes: walrelay shares the
+    // machine with its walsender and the broker, all three busy at once.
+    let broker_cpu = cpu_seconds(broker.pid()) - broker_cpu_before;
+    let walsender_cpu = match walsender_pid(&client, "walrelay").await {
+        Some(pid) => cpu_seconds(pid),
+        None => f64::NAN,
+    };
     if std::env::var("BENCH_SHOW_LOG").is_ok() {
         println!("{}", relay.log());
     }
@@ -118,6 +108,88 @@ pub async fn throughput() {
         per_event_us(relay_cpu),
         relay_cpu / recv_cpu
     );
+    println!(
+        "walsenders:     pg_recvlogical's {:.2} µs of CPU per event, walrelay's {:.2}; the broker {:.2}; \
+         walrelay, its walsender and the broker together {:.2} cores over the drain",
+        per_event_us(recv_walsender_cpu),
+        per_event_us(walsender_cpu),
+        per_event_us(broker_cpu),
+        (relay_cpu + broker_cpu + walsender_cpu) / confirmed_secs
+    );
+}
+
+/// A thread that reads `pid`'s CPU seconds every few milliseconds and
+/// returns the last reading once the process has gone: a walsender's own
+/// total, which its exit takes away from /proc.
+fn last_cpu_seconds(pid: u32) -> std::thread::JoinHandle<f64> {
+    std::thread::spawn(move || {
+        let mut last = 0.0;
+        while std::path::Path::new(&format!("/proc/{pid}/stat")).exists() {
+            last = cpu_seconds(pid).max(last);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        last
+    })
+}
+
+/// The walsender serving `slot`, while a client streams from it.
+async fn walsender_pid(client: &tokio_postgres::Client, slot: &str) -> Option<u32> {
+    let row = client
+        .query_opt(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()?;
+    row.get::<_, Option<i32>>(0).map(|pid| pid as u32)
+}
+
+/// One `pg_recvlogical` drain of `slot` to /dev/null.
+struct Recvlogical {
+    seconds: f64,
+    /// pg_recvlogical's own CPU seconds, from `wait4`.
+    cpu: f64,
+    /// Its walsender's CPU seconds.
+    walsender_cpu: f64,
+}
+
+async fn recvlogical(
+    pg: &Postgres,
+    client: &tokio_postgres::Client,
+    slot: &str,
+    end_lsn: &str,
+) -> Recvlogical {
+    let started = Instant::now();
+    // Reaped by wait4 below, which also reports its CPU.
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(pg.bin("pg_recvlogical"))
+        .args(["-d", &pg.url(), "--slot", slot, "--start", "--no-loop"])
+        .args(["-o", "proto_version=1", "-o", "publication_names=walrelay"])
+        // pgoutput's binary mode (PostgreSQL 14+), to weigh it against text.
+        .args(if std::env::var("BENCH_RECVLOGICAL_BINARY").is_ok() {
+            &["-o", "binary=true"][..]
+        } else {
+            &[][..]
+        })
+        .args(["-E", end_lsn, "-f", "/dev/null"])
+        .spawn()
+        .unwrap();
+    let walsender = loop {
+        if let Some(pid) = walsender_pid(client, slot).await {
+            break Some(last_cpu_seconds(pid));
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let (status, cpu) = wait_with_cpu(child.id());
+    assert!(status.success(), "pg_recvlogical: {status:?}");
+    Recvlogical {
+        seconds: started.elapsed().as_secs_f64(),
+        cpu,
+        walsender_cpu: walsender.map_or(f64::NAN, |t| t.join().unwrap()),
+    }
 }
 
 /// Waits for a child with `wait4`, which reports the CPU (user + system) it
