@@ -13,16 +13,18 @@ use walrelay::{check, completions, lifecycle, logging, migrate, redrive, relay, 
 // jemalloc for the whole process. Built unprefixed, it is also the `malloc`
 // that librdkafka's C code calls: each record is allocated on the apply
 // loop's thread and freed on the delivery-report thread, which glibc's arenas
-// serve slowly; with jemalloc a drain costs about a fifth less CPU per event
-// (docs/benchmarks.md, issue 21).
+// serve slowly; with jemalloc a drain costs a sixth to a third less CPU per
+// event (docs/benchmarks.md, issue 21).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 // jemalloc's options, read before its first allocation; MALLOC_CONF overrides
-// them. Freed pages go back to the system after 1 s rather than 10: a drain
-// of 8 KB events peaked at 54-67 MiB rather than up to 87 (glibc: 56-58),
-// at no CPU cost measured.
+// them. Freed pages go back to the system over about 1 s rather than 10 (as
+// it next allocates: there is no background thread): a drain of 8 KB events
+// peaked at 54-67 MiB rather than up to 87 (glibc: 56-58), at no CPU cost
+// measured. Linux only in effect: where tikv-jemalloc-sys builds jemalloc
+// prefixed (macOS), it reads `_rjem_malloc_conf` and ignores this.
 #[cfg(feature = "jemalloc")]
 #[export_name = "malloc_conf"]
 static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";

@@ -83,7 +83,8 @@ pub async fn throughput() {
     let relay_cpu = cpu_seconds(relay.pid());
     let rss = rss_kib(relay.pid());
     // Where a drain slower than pg_recvlogical's goes: walrelay shares the
-    // machine with its walsender and the broker, all three busy at once.
+    // machine with its walsender and the broker, all three busy at once
+    // (the walsender of its last session only, had it reconnected).
     let broker_cpu = cpu_seconds(broker.pid()) - broker_cpu_before;
     let walsender_cpu = match walsender_pid(&client, "walrelay").await {
         Some(pid) => cpu_seconds(pid),
@@ -123,10 +124,12 @@ pub async fn throughput() {
 /// total, which its exit takes away from /proc.
 fn last_cpu_seconds(pid: u32) -> std::thread::JoinHandle<f64> {
     std::thread::spawn(move || {
-        let mut last = 0.0;
+        // NaN if it had gone before the first look. Every 10 ms: the reader
+        // must not load the machine that pg_recvlogical measures.
+        let mut last = f64::NAN;
         while std::path::Path::new(&format!("/proc/{pid}/stat")).exists() {
             last = cpu_seconds(pid).max(last);
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(10));
         }
         last
     })
