@@ -7,8 +7,8 @@
 //!   BENCH_RATE=2000 BENCH_SECONDS=15 cargo bench --bench relay -- latency
 //!
 //! Throughput: fills the outbox with BENCH_EVENTS events, then times
-//! `pg_recvlogical` draining an identical pgoutput slot to /dev/null (the
-//! walsender's own rate) and walrelay draining its slot into the broker
+//! `pg_recvlogical` draining an identical pgoutput slot to /dev/null
+//! (Postgres's own client, the reference) and walrelay draining its slot into the broker
 //! until the slot is confirmed past the last commit, with each one's CPU per
 //! event (BENCH_EVENTS=1000000 for the long run, BENCH_TXN_SIZE=1 for
 //! one-event transactions, BENCH_PAYLOAD_BYTES=8192 for 8 KB payloads;

@@ -2,7 +2,9 @@
 //! transactions of BENCH_TXN_SIZE (100), each with a jsonb payload of about
 //! 70 bytes, or of BENCH_PAYLOAD_BYTES more (8192 for issue 21's 8 KB
 //! shape). `pg_recvlogical` drains an identical pgoutput slot to /dev/null
-//! (the walsender's own pace, its CPU from `wait4`), then walrelay drains
+//! (Postgres's own client, the reference; its CPU from `wait4`; not the
+//! walsender's top pace: its walsender spends more CPU per event than
+//! walrelay's, docs/benchmarks.md), then walrelay drains
 //! its slot into the broker until the slot is confirmed past the last
 //! commit (its CPU, every thread, from /proc). Both start cold, so both
 //! figures include a connection and a start. Beside them, the CPU of each
