@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::oidc::{IdentityProvider, AUDIENCE, ISSUER};
+use support::oidc::{IdentityProvider, TlsEndpoint, AUDIENCE, ISSUER};
 use support::outbox::events;
 use support::pg::slot_still_holds;
 use support::{check_entry, check_json, Broker, Postgres, Relay};
@@ -32,6 +32,12 @@ const WRONG_SECRET: &str = "oidc-wrong-secret-Kx4p";
 fn provider() -> &'static IdentityProvider {
     static PROVIDER: OnceLock<IdentityProvider> = OnceLock::new();
     PROVIDER.get_or_init(|| IdentityProvider::start(CLIENT_ID, CLIENT_SECRET))
+}
+
+/// The provider's token endpoint over HTTPS.
+fn tls_endpoint() -> &'static TlsEndpoint {
+    static ENDPOINT: OnceLock<TlsEndpoint> = OnceLock::new();
+    ENDPOINT.get_or_init(|| provider().start_tls())
 }
 
 fn broker() -> &'static Broker {
@@ -48,6 +54,107 @@ fn relay(pg: &Postgres, secret: &str, scope: &str, prefix: &str) -> Relay {
     ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     Relay::start_with(pg, broker(), &flags)
+}
+
+/// A walrelay asking the HTTPS token endpoint with `scope`, with `extra`
+/// flags and `env`.
+fn relay_over_https(
+    pg: &Postgres,
+    scope: &str,
+    prefix: &str,
+    extra: &[String],
+    env: Vec<(String, String)>,
+) -> Relay {
+    let url = tls_endpoint().token_url();
+    let mut flags = provider().login_flags_at(&url, CLIENT_SECRET, scope);
+    flags.extend([
+        "--topic-replacement".into(),
+        format!("{prefix}${{routedByValue}}"),
+    ]);
+    flags.extend_from_slice(extra);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Relay::start_with_env(pg, broker(), &flags, env)
+}
+
+/// Inserts one event and asserts that it reaches `{prefix}Placed`, and
+/// that the token walrelay logged in with came from a request for `scope`.
+async fn assert_relays(relay: &Relay, client: &tokio_postgres::Client, prefix: &str, scope: &str) {
+    relay.wait_ready(WAIT);
+    let id = format!("00000000-0000-0000-0000-{:012}", scope.len());
+    events("Placed", 1).id(&id).insert(client).await;
+    let reader = broker().consumer();
+    let topic = format!("{prefix}Placed");
+    reader.subscribe(&[topic.as_str()]);
+    let got = reader.read(1, WAIT);
+    assert_eq!(got.len(), 1, "{}", relay.log());
+    assert_eq!(got[0].header("id"), Some(id.as_str()));
+    assert!(
+        !requests_for(scope).is_empty(),
+        "no token request with scope {scope:?}"
+    );
+    assert_no_secret(&relay.log());
+}
+
+// The OIDC login's HTTPS goes through libcurl, built into walrelay on the
+// system's OpenSSL (rdkafka's curl-static): these three show that it
+// checks the token endpoint's certificate against -X https.ca.location,
+// else the system's CA store, and stops on one no trusted CA signed.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_token_endpoint_signed_by_the_ca_in_https_ca_location_gives_walrelay_its_token() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let scope = "kafka.produce https ca-location";
+    let ca = format!("https.ca.location={}", tls_endpoint().ca_pem.display());
+    let relay = relay_over_https(&pg, scope, "oidc.https.", &["-X".into(), ca], vec![]);
+    assert_relays(&relay, &client, "oidc.https.", scope).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_token_endpoint_signed_by_a_ca_of_the_systems_store_gives_walrelay_its_token() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let scope = "kafka.produce https system store";
+    // OpenSSL's default store, which a public CA's certificate is checked
+    // against, is the file SSL_CERT_FILE names when it is set.
+    let env = vec![(
+        "SSL_CERT_FILE".to_string(),
+        tls_endpoint().ca_pem.display().to_string(),
+    )];
+    let relay = relay_over_https(&pg, scope, "oidc.store.", &[], env);
+    assert_relays(&relay, &client, "oidc.store.", scope).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_token_endpoint_no_trusted_ca_signed_stops_walrelay_with_the_fix() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let id = "00000000-0000-0000-0000-00000000c003";
+    // A slot made by a first start that logged in over plain HTTP, with an
+    // event waiting in it.
+    let mut first = relay(
+        &pg,
+        CLIENT_SECRET,
+        "kafka.produce untrusted first",
+        "oidc.untrusted.",
+    );
+    first.wait_ready(WAIT);
+    assert!(first.terminate(WAIT).success(), "{}", first.log());
+    events("Placed", 1).id(id).insert(&client).await;
+    let scope = "kafka.produce https untrusted";
+    let mut relay = relay_over_https(&pg, scope, "oidc.untrusted.", &[], vec![]);
+
+    let log = relay.wait_for_failure(WAIT);
+    for words in [
+        "could not get an OAUTHBEARER token",
+        "certificate",
+        "-X https.ca.location",
+    ] {
+        assert!(log.contains(words), "the log should say {words:?}:\n{log}");
+    }
+    // The handshake failed: no request reached the endpoint.
+    assert!(requests_for(scope).is_empty());
+    assert!(slot_still_holds(&client, "walrelay", id).await);
 }
 
 /// Asserts that no secret of the provider's client and no token it issued

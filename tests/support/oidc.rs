@@ -9,16 +9,22 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
+use openssl::asn1::Asn1Time;
+use openssl::bn::BigNum;
 use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private};
 use openssl::rsa::Rsa;
 use openssl::sign::Signer;
+use openssl::ssl::{SslAcceptor, SslMethod};
+use openssl::x509::extension::{BasicConstraints, KeyUsage, SubjectAlternativeName};
+use openssl::x509::{X509Builder, X509NameBuilder, X509};
 use serde_json::json;
 
 /// The `iss` of every token, which the broker expects.
@@ -42,6 +48,22 @@ pub struct IdentityProvider {
     client_id: String,
     client_secret: String,
     state: Arc<State>,
+}
+
+/// The provider's token endpoint over HTTPS, on a port of its own, with a
+/// certificate for `localhost` that a CA of the test's own signed. It
+/// grants the same client with the same key as the provider's plain one.
+pub struct TlsEndpoint {
+    pub port: u16,
+    /// The CA's certificate, PEM (for `-X https.ca.location`).
+    pub ca_pem: PathBuf,
+}
+
+impl TlsEndpoint {
+    /// The URL walrelay asks for tokens over HTTPS.
+    pub fn token_url(&self) -> String {
+        format!("https://localhost:{}/token", self.port)
+    }
 }
 
 struct State {
@@ -80,6 +102,40 @@ impl IdentityProvider {
         provider
     }
 
+    /// The token endpoint over HTTPS as well, serving until the test binary
+    /// exits.
+    pub fn start_tls(&self) -> TlsEndpoint {
+        let (ca, ca_key) = certificate("walrelay test OIDC CA", None);
+        let (server, server_key) = certificate("localhost", Some((&ca, &ca_key)));
+        let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+        acceptor.set_private_key(&server_key).unwrap();
+        acceptor.set_certificate(&server).unwrap();
+        acceptor.check_private_key().unwrap();
+        let acceptor = Arc::new(acceptor.build());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir =
+            std::env::temp_dir().join(format!("walrelay-test-oidc-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_pem = dir.join("ca.pem");
+        std::fs::write(&ca_pem, ca.to_pem().unwrap()).unwrap();
+        let state = self.state.clone();
+        let client = (self.client_id.clone(), self.client_secret.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (state, client, acceptor) = (state.clone(), client.clone(), acceptor.clone());
+                std::thread::spawn(move || {
+                    // A client that does not trust the certificate hangs up
+                    // in the handshake: nothing to serve.
+                    if let Ok(stream) = acceptor.accept(stream) {
+                        serve(stream, &state, &client);
+                    }
+                });
+            }
+        });
+        TlsEndpoint { port, ca_pem }
+    }
+
     /// The URL walrelay asks for tokens (`-X sasl.oauthbearer.token.endpoint.url`).
     pub fn token_url(&self) -> String {
         format!("http://127.0.0.1:{}/token", self.port)
@@ -93,6 +149,11 @@ impl IdentityProvider {
     /// The `-X` flags that log walrelay in through this provider with
     /// `secret` (the client's own, or a wrong one) and `scope`.
     pub fn login_flags(&self, secret: &str, scope: &str) -> Vec<String> {
+        self.login_flags_at(&self.token_url(), secret, scope)
+    }
+
+    /// `login_flags`, asking `token_url` for the token.
+    pub fn login_flags_at(&self, token_url: &str, secret: &str, scope: &str) -> Vec<String> {
         [
             ("security.protocol", "SASL_PLAINTEXT"),
             ("sasl.mechanism", "OAUTHBEARER"),
@@ -100,7 +161,7 @@ impl IdentityProvider {
             ("sasl.oauthbearer.client.id", &self.client_id),
             ("sasl.oauthbearer.client.secret", secret),
             ("sasl.oauthbearer.scope", scope),
-            ("sasl.oauthbearer.token.endpoint.url", &self.token_url()),
+            ("sasl.oauthbearer.token.endpoint.url", token_url),
         ]
         .iter()
         .flat_map(|(k, v)| ["-X".to_string(), format!("{k}={v}")])
@@ -123,8 +184,8 @@ impl IdentityProvider {
     }
 }
 
-fn serve(stream: TcpStream, state: &State, client: &(String, String)) {
-    let mut reader = BufReader::new(&stream);
+fn serve(mut stream: impl Read + Write, state: &State, client: &(String, String)) {
+    let mut reader = BufReader::new(&mut stream);
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
         return;
@@ -178,13 +239,14 @@ fn serve(stream: TcpStream, state: &State, client: &(String, String)) {
         }
         _ => (404, json!({"error": "not_found"})),
     };
+    drop(reader);
     let body = answer.to_string();
     let reason = match status {
         200 => "OK",
         401 => "Unauthorized",
         _ => "Not Found",
     };
-    let _ = (&stream).write_all(
+    let _ = stream.write_all(
         format!(
             "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -258,4 +320,52 @@ fn jwks(key: &PKey<Private>) -> serde_json::Value {
         "n": URL_SAFE_NO_PAD.encode(rsa.n().to_vec()),
         "e": URL_SAFE_NO_PAD.encode(rsa.e().to_vec()),
     }]})
+}
+
+/// A certificate for `name`, valid for two days, with its key: a CA's,
+/// self-signed, without an `issuer`; else a server's for `localhost`,
+/// signed by the issuer.
+fn certificate(name: &str, issuer: Option<(&X509, &PKey<Private>)>) -> (X509, PKey<Private>) {
+    let key = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
+    let mut subject = X509NameBuilder::new().unwrap();
+    subject.append_entry_by_text("CN", name).unwrap();
+    let subject = subject.build();
+    let mut builder = X509Builder::new().unwrap();
+    builder.set_version(2).unwrap();
+    let serial = BigNum::from_u32(if issuer.is_some() { 2 } else { 1 }).unwrap();
+    builder
+        .set_serial_number(&serial.to_asn1_integer().unwrap())
+        .unwrap();
+    builder.set_subject_name(&subject).unwrap();
+    builder.set_pubkey(&key).unwrap();
+    builder
+        .set_not_before(&Asn1Time::days_from_now(0).unwrap())
+        .unwrap();
+    builder
+        .set_not_after(&Asn1Time::days_from_now(2).unwrap())
+        .unwrap();
+    match issuer {
+        None => {
+            builder.set_issuer_name(&subject).unwrap();
+            let ca = BasicConstraints::new().critical().ca().build().unwrap();
+            builder.append_extension(ca).unwrap();
+            let usage = KeyUsage::new()
+                .critical()
+                .key_cert_sign()
+                .crl_sign()
+                .build();
+            builder.append_extension(usage.unwrap()).unwrap();
+            builder.sign(&key, MessageDigest::sha256()).unwrap();
+        }
+        Some((ca, ca_key)) => {
+            builder.set_issuer_name(ca.subject_name()).unwrap();
+            let names = SubjectAlternativeName::new()
+                .dns("localhost")
+                .build(&builder.x509v3_context(Some(ca), None))
+                .unwrap();
+            builder.append_extension(names).unwrap();
+            builder.sign(ca_key, MessageDigest::sha256()).unwrap();
+        }
+    }
+    (builder.build(), key)
 }
