@@ -179,3 +179,70 @@ async fn batched_reads_deliver_every_paced_transaction_in_commit_order_and_confi
     })
     .await;
 }
+
+/// A payload's text of `size` characters, its own for event `i`: a payload
+/// that reached another event's record would not match.
+fn padding(i: usize, size: usize) -> String {
+    (0..size)
+        .map(|k| char::from(b'a' + ((i * 7 + k) % 26) as u8))
+        .collect()
+}
+
+// Payloads larger than 4 KiB go into the produce request by reference to
+// the record's copy (message.copy.max.bytes), on a topic handle
+// (kafka::producer::handles): each must arrive whole, and under its own
+// event, even when librdkafka sends it again after the broker died with it
+// in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_payloads_sent_by_reference_arrive_whole_across_a_broker_restart() {
+    let pg = Postgres::start();
+    let mut broker = Broker::start_durable_kind(BrokerKind::from_env());
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+
+    let sizes = [10, 4_000, 4_096, 4_097, 8_192, 100_000];
+    let mut sent = Vec::new();
+    for round in 0..3 {
+        if round == 1 {
+            broker.kill();
+        }
+        for (n, size) in sizes.iter().enumerate() {
+            let i = round * sizes.len() + n;
+            let id = uuid_for(i as u32);
+            let payload = serde_json::json!({"i": i, "pad": padding(i, *size)});
+            events("Large", 1)
+                .id(&id)
+                .payload(&payload.to_string())
+                .insert(&client)
+                .await;
+            sent.push((id, payload));
+        }
+        if round == 1 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            broker.restart_after_kill();
+        }
+    }
+
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Large"]);
+    // A restart may bring duplicates: read until every event is in.
+    let mut got = reader.read(sent.len(), WAIT);
+    let started = std::time::Instant::now();
+    while started.elapsed() < WAIT
+        && !sent
+            .iter()
+            .all(|(id, _)| got.iter().any(|r| r.header("id") == Some(id)))
+    {
+        got.extend(reader.read_for(Duration::from_secs(1)));
+    }
+    for (id, payload) in &sent {
+        let copies: Vec<_> = got.iter().filter(|r| r.header("id") == Some(id)).collect();
+        assert!(!copies.is_empty(), "event {id} is missing: {}", relay.log());
+        for copy in copies {
+            let value: serde_json::Value =
+                serde_json::from_str(copy.value.as_deref().unwrap()).unwrap();
+            assert_eq!(&value, payload, "event {id} arrived changed");
+        }
+    }
+}

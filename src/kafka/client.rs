@@ -98,6 +98,12 @@ const DEFAULTS: &[(&str, &str)] = &[
     // Apache Kafka 4.4 in tests/poison.rs: 1 dead-letter copy in 3 acked
     // but never written, in half the runs.
     ("max.in.flight.requests.per.connection", "1"),
+    // A value larger than this goes into the produce request by reference
+    // to the record's own copy (an iovec of its own) rather than copied a
+    // second time, on librdkafka's broker thread. Its default, 65,535,
+    // copied all but the largest outbox payloads twice; an 8 KB drain cost
+    // about a fifth more CPU per event with it (docs/benchmarks.md).
+    ("message.copy.max.bytes", "4096"),
 ];
 
 /// What a default Kafka broker accepts (its message.max.bytes): the client's

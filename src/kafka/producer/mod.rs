@@ -8,6 +8,7 @@
 //! transactional once it holds the slot (`KafkaSink::exactly_once`), and the
 //! records go in transactions (`kafka::transaction`).
 
+mod handles;
 mod transactional;
 
 use std::borrow::Cow;
@@ -20,8 +21,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header as KafkaHeader, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -39,6 +40,7 @@ use crate::sink::{
     Closing, Delivery, Failure, OwnedRecord, Record, Refusal, Rejection, SendError, Sink,
     TopicAccess, TopicInfo,
 };
+use handles::TopicHandles;
 use transactional::Transactional;
 
 /// A record's ticket on its way through librdkafka; none for walrelay's own
@@ -242,6 +244,8 @@ impl<T: Send + Sync + 'static> ProducerContext for DeliveryContext<T> {
 }
 
 pub struct KafkaSink<'a, T: Send + Sync + 'static> {
+    /// Before `producer`: its handles go first.
+    handles: TopicHandles<DeliveryContext<T>>,
     pub(super) producer: Polled<DeliveryContext<T>>,
     deliveries: mpsc::UnboundedReceiver<Delivery<T>>,
     topics: TopicManager<'a>,
@@ -319,6 +323,7 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
             .unwrap_or_default()
             .to_string();
         Ok(KafkaSink {
+            handles: TopicHandles::new(producer.clone()),
             producer,
             deliveries: rx,
             _probe: reachability::watch(topics.admin(), brokers, metrics),
@@ -386,13 +391,6 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
     }
 
     fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>> {
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (key, value) in record.headers {
-            headers = headers.insert(KafkaHeader {
-                key,
-                value: value.as_deref(),
-            });
-        }
         if let Err(refusal) = self.begin() {
             return Err(SendError::Refused(refusal));
         }
@@ -400,26 +398,10 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
             ticket: Some(ticket),
             sent_at: Instant::now(),
         });
-        let mut base: BaseRecord<'_, [u8], [u8], Box<InFlight<T>>> =
-            BaseRecord::with_opaque_to(record.topic, in_flight)
-                .headers(headers)
-                .timestamp(record.timestamp_ms);
-        if let Some(partition) = record.partition {
-            base = base.partition(partition);
-        }
-        if let Some(key) = record.key {
-            base = base.key(key);
-        }
-        if let Some(value) = record.value {
-            base = base.payload(value);
-        }
-        match self.producer.send(base) {
+        match self.handles.produce(record, in_flight) {
             Ok(()) => Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), base)) => {
-                let ticket = base
-                    .delivery_opaque
-                    .ticket
-                    .expect("an event's record has a ticket");
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), in_flight)) => {
+                let ticket = in_flight.ticket.expect("an event's record has a ticket");
                 Err(SendError::Full(ticket))
             }
             Err((e, _)) => Err(SendError::Refused(

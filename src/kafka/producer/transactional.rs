@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rdkafka::producer::{BaseRecord, Producer};
 use tokio::time::Instant;
 
-use super::{own_record, InFlight, KafkaSink};
+use super::{own_record, InFlight, KafkaSink, TopicHandles};
 use crate::error::{Error, Result};
 use crate::kafka::position::{self, Position};
 use crate::kafka::transaction::{
@@ -52,6 +52,8 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
         );
         let permit = lane.take(deadline).await?;
         let producer = self.parts.producer(Some((&id, permit)))?;
+        // The former producer's topic handles go before it can.
+        self.handles = TopicHandles::new(producer.clone());
         self.producer = producer.clone();
         let sync_key = position::sync_key(&server.system_id, slot);
         let sync = format!("{}-{}", std::process::id(), crate::clock::unix_now_us());
