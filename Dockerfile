@@ -1,8 +1,10 @@
 # Builds walrelay and runs it as a non-root user.
 FROM rust:1-bookworm AS build
 # libsasl2-dev: Kerberos (the default `gssapi` feature). OAUTHBEARER OIDC
-# (the default `oidc` feature) compiles libcurl into the binary.
-RUN apt-get update && apt-get install -y --no-install-recommends cmake libsasl2-dev libssl-dev pkg-config zlib1g-dev \
+# (the default `oidc` feature) compiles libcurl into the binary, but
+# librdkafka's configure checks for it by linking -lcurl, and turns OIDC off
+# without it: libcurl4-openssl-dev is needed to build, not to run.
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev libsasl2-dev libssl-dev pkg-config zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./

