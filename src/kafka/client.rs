@@ -98,13 +98,17 @@ const DEFAULTS: &[(&str, &str)] = &[
     // Apache Kafka 4.4 in tests/poison.rs: 1 dead-letter copy in 3 acked
     // but never written, in half the runs.
     ("max.in.flight.requests.per.connection", "1"),
-    // A value larger than this goes into the produce request by reference
-    // to the record's own copy (an iovec of its own) rather than copied a
-    // second time, on librdkafka's broker thread. Its default, 65,535,
-    // copied all but the largest outbox payloads twice; an 8 KB drain cost
-    // about a fifth more CPU per event with it (docs/benchmarks.md).
-    ("message.copy.max.bytes", "4096"),
 ];
+
+/// On a connection without TLS, a value larger than this goes into the
+/// produce request by reference to the record's own copy (an iovec of its
+/// own) rather than copied a second time on librdkafka's broker thread.
+/// librdkafka's default, 65,535, copied all but the largest outbox payloads
+/// twice; an 8 KB drain cost about a fifth more CPU per event with it
+/// (docs/benchmarks.md). Not over TLS, where librdkafka writes each such
+/// value with an `SSL_write`, a TLS record and a system call of its own
+/// (rdkafka_ssl.c), which may cost more than the copy saves: not measured.
+const PLAINTEXT_COPY_MAX_BYTES: &str = "4096";
 
 /// What a default Kafka broker accepts (its message.max.bytes): the client's
 /// limit unless the dead-letter topic needs more.
@@ -149,6 +153,16 @@ pub fn client_config(
         }
         config.set(key, value);
     }
+    let tls = config
+        .get("security.protocol")
+        .is_some_and(|p| p.to_ascii_uppercase().ends_with("SSL"));
+    if !tls
+        && !properties
+            .iter()
+            .any(|(k, _)| k == "message.copy.max.bytes")
+    {
+        config.set("message.copy.max.bytes", PLAINTEXT_COPY_MAX_BYTES);
+    }
     config
 }
 
@@ -181,6 +195,29 @@ mod tests {
     fn the_oidc_feature_builds_librdkafka_with_its_oidc_login() {
         let features = builtin_features();
         assert!(features.iter().any(|f| f == "oidc"), "{features:?}");
+    }
+
+    #[test]
+    fn large_values_go_by_reference_without_tls_and_are_copied_over_it_unless_told() {
+        let copy_max = |properties: &[(&str, &str)]| {
+            let properties: Vec<(String, String)> = properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let config = super::client_config("b:9092", &properties, 0);
+            config.get("message.copy.max.bytes").map(str::to_string)
+        };
+        assert_eq!(copy_max(&[]).as_deref(), Some("4096"));
+        let sasl = [("security.protocol", "SASL_PLAINTEXT")];
+        assert_eq!(copy_max(&sasl).as_deref(), Some("4096"));
+        // librdkafka's own default over TLS.
+        assert_eq!(copy_max(&[("security.protocol", "SASL_SSL")]), None);
+        assert_eq!(copy_max(&[("security.protocol", "ssl")]), None);
+        let told = [
+            ("security.protocol", "SSL"),
+            ("message.copy.max.bytes", "1024"),
+        ];
+        assert_eq!(copy_max(&told).as_deref(), Some("1024"));
     }
 
     #[cfg(feature = "gssapi")]
