@@ -29,18 +29,19 @@ pub(super) struct TopicHandles<C: ProducerContext + 'static> {
     handles: HashMap<String, TopicHandle>,
     /// The topic of the last record and its handle: most records go where
     /// the one before went.
-    last: Option<(String, *mut rdsys::rd_kafka_topic_t)>,
+    last: Option<(String, Borrowed)>,
     producer: Polled<C>,
 }
 
-// The raw handle in `last` is one of `handles`', usable from any thread.
-unsafe impl<C: ProducerContext + 'static> Send for TopicHandles<C> {}
-
 struct TopicHandle(NonNull<rdsys::rd_kafka_topic_t>);
+
+/// One of `handles`' handles, used, never destroyed, through this.
+#[derive(Clone, Copy)]
+struct Borrowed(NonNull<rdsys::rd_kafka_topic_t>);
 
 // librdkafka's topic handles may be used from any thread.
 unsafe impl Send for TopicHandle {}
-unsafe impl Sync for TopicHandle {}
+unsafe impl Send for Borrowed {}
 
 impl Drop for TopicHandle {
     fn drop(&mut self) {
@@ -73,17 +74,17 @@ impl<C: ProducerContext + 'static> TopicHandles<C> {
     fn handle(&mut self, topic: &str) -> Result<*mut rdsys::rd_kafka_topic_t, KafkaError> {
         if let Some((name, handle)) = &self.last {
             if name == topic {
-                return Ok(*handle);
+                return Ok(handle.0.as_ptr());
             }
         }
         let handle = self.made(topic)?;
         self.last = Some((topic.to_string(), handle));
-        Ok(handle)
+        Ok(handle.0.as_ptr())
     }
 
-    fn made(&mut self, topic: &str) -> Result<*mut rdsys::rd_kafka_topic_t, KafkaError> {
+    fn made(&mut self, topic: &str) -> Result<Borrowed, KafkaError> {
         if let Some(handle) = self.handles.get(topic) {
-            return Ok(handle.0.as_ptr());
+            return Ok(Borrowed(handle.0));
         }
         let name = CString::new(topic).map_err(KafkaError::from)?;
         // SAFETY: a live client and a NUL-terminated name; NULL for the
@@ -102,7 +103,7 @@ impl<C: ProducerContext + 'static> TopicHandles<C> {
             return Err(KafkaError::MessageProduction(code.into()));
         };
         self.handles.insert(topic.to_string(), TopicHandle(made));
-        Ok(made.as_ptr())
+        Ok(Borrowed(made))
     }
 
     /// Queues a copy of `record` with `opaque` for its delivery report. On
