@@ -79,18 +79,27 @@ fn relay_over_https(
     Relay::start_with_env(pg, broker(), &flags, env)
 }
 
-/// Inserts one event and asserts that it reaches `{prefix}Placed`, and
-/// that the token walrelay logged in with came from a request for `scope`.
-async fn assert_relays(relay: &Relay, client: &tokio_postgres::Client, prefix: &str, scope: &str) {
+/// A walrelay on a fresh Postgres that logs in over HTTPS with `scope`,
+/// `extra` flags and `env`: asserts that event `id` reaches
+/// `{prefix}Placed`, and that a token was asked for with `scope`.
+async fn assert_https_login_relays(
+    scope: &str,
+    prefix: &str,
+    id: &str,
+    extra: &[String],
+    env: Vec<(String, String)>,
+) {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay_over_https(&pg, scope, prefix, extra, env);
     relay.wait_ready(WAIT);
-    let id = format!("00000000-0000-0000-0000-{:012}", scope.len());
-    events("Placed", 1).id(&id).insert(client).await;
+    events("Placed", 1).id(id).insert(&client).await;
     let reader = broker().consumer();
     let topic = format!("{prefix}Placed");
     reader.subscribe(&[topic.as_str()]);
     let got = reader.read(1, WAIT);
     assert_eq!(got.len(), 1, "{}", relay.log());
-    assert_eq!(got[0].header("id"), Some(id.as_str()));
+    assert_eq!(got[0].header("id"), Some(id));
     assert!(
         !requests_for(scope).is_empty(),
         "no token request with scope {scope:?}"
@@ -105,27 +114,30 @@ async fn assert_relays(relay: &Relay, client: &tokio_postgres::Client, prefix: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_token_endpoint_signed_by_the_ca_in_https_ca_location_gives_walrelay_its_token() {
-    let pg = Postgres::start();
-    let client = pg.client_with_outbox().await;
-    let scope = "kafka.produce https ca-location";
     let ca = format!("https.ca.location={}", tls_endpoint().ca_pem.display());
-    let relay = relay_over_https(&pg, scope, "oidc.https.", &["-X".into(), ca], vec![]);
-    assert_relays(&relay, &client, "oidc.https.", scope).await;
+    assert_https_login_relays(
+        "kafka.produce https ca-location",
+        "oidc.https.",
+        "00000000-0000-0000-0000-00000000c004",
+        &["-X".into(), ca],
+        vec![],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_token_endpoint_signed_by_a_ca_of_the_systems_store_gives_walrelay_its_token() {
-    let pg = Postgres::start();
-    let client = pg.client_with_outbox().await;
-    let scope = "kafka.produce https system store";
     // OpenSSL's default store, which a public CA's certificate is checked
     // against, is the file SSL_CERT_FILE names when it is set.
-    let env = vec![(
-        "SSL_CERT_FILE".to_string(),
-        tls_endpoint().ca_pem.display().to_string(),
-    )];
-    let relay = relay_over_https(&pg, scope, "oidc.store.", &[], env);
-    assert_relays(&relay, &client, "oidc.store.", scope).await;
+    let store = tls_endpoint().ca_pem.display().to_string();
+    assert_https_login_relays(
+        "kafka.produce https system store",
+        "oidc.store.",
+        "00000000-0000-0000-0000-00000000c005",
+        &[],
+        vec![("SSL_CERT_FILE".to_string(), store)],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
