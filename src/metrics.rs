@@ -16,6 +16,10 @@ use tracing::{debug, info};
 
 use crate::error::{Error, Result};
 
+mod per_event;
+
+pub use per_event::EventTimings;
+
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
 
@@ -456,14 +460,9 @@ impl Metrics {
         Published(self.0.events_published.with_label_values(&[topic]))
     }
 
-    /// An acknowledged event: `acked_at` is when Kafka's answer came, which
-    /// may be a little before the apply loop took it; the wait is not part
-    /// of the delivery's latency.
-    pub fn record_delivery(&self, published: &Published, commit_time_us: i64, acked_at: Instant) {
-        published.0.inc();
-        self.0.acked.fetch_add(1, Ordering::Relaxed);
-        let latency = crate::clock::unix_span_us(commit_time_us, self.0.unix.unix_us(acked_at));
-        self.0.delivery_latency.observe(latency.as_secs_f64());
+    /// The per-event observations, buffered on the publishing thread.
+    pub fn event_timings(&self) -> EventTimings {
+        EventTimings::new(self.clone())
     }
 
     /// A refused delivery, by the sink's short stable reason.

@@ -95,6 +95,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
         }
         // Sealed at an LSN of its own, so the books let it go once acknowledged.
         self.progress.commit(seq, Lsn(seq + 1));
+        self.publisher.flush_timings();
         Ok(())
     }
 
@@ -137,6 +138,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
     pub async fn poll(&mut self, wait: Duration) -> Result<()> {
         let deadline = Instant::now() + wait;
         while self.waiting() {
+            self.publisher.flush_timings();
             tokio::select! {
                 Some(delivery) = self.publisher.delivery() => {
                     self.publisher.on_delivery(&mut self.progress, delivery)?;
@@ -149,6 +151,7 @@ impl<'a, S: Sink<Ticket>> RowSender<'a, S> {
     }
 
     async fn take_delivery(&mut self) -> Result<()> {
+        self.publisher.flush_timings();
         let delivery =
             self.publisher.delivery().await.ok_or_else(|| {
                 Error::transient("the Kafka producer stopped reporting deliveries")

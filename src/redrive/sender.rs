@@ -265,7 +265,8 @@ impl<'a> Redrive<'a> {
         loop {
             // A refusal at hand-over does not give the ticket back.
             let kept = ticket.clone();
-            match self.sink.send(&record.as_record(timestamp_ms), ticket) {
+            let now = std::time::Instant::now();
+            match self.sink.send(&record.as_record(timestamp_ms), ticket, now) {
                 Ok(()) => {
                     self.in_flight += 1;
                     return Ok(());

@@ -156,6 +156,8 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 self.delivery_delay = DELIVERY_DELAY;
             }
             let reading = self.may_read().await?;
+            // What this turn observed reaches /metrics before the loop waits.
+            self.publisher.flush_timings();
             if !reading {
                 self.liveness.not_reading();
             }

@@ -238,7 +238,12 @@ impl<T> Sink<T> for MemorySink<T> {
         Ok(None)
     }
 
-    fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>> {
+    fn send(
+        &mut self,
+        record: &Record<'_>,
+        ticket: T,
+        now: Instant,
+    ) -> std::result::Result<(), SendError<T>> {
         let mut state = lock(&self.state);
         if state.waiting.len() >= state.capacity {
             return Err(SendError::Full(ticket));
@@ -253,7 +258,7 @@ impl<T> Sink<T> for MemorySink<T> {
             transactions.of_record.push(current);
         }
         state.sent.push(record.to_owned());
-        state.waiting.insert(index, (ticket, Instant::now()));
+        state.waiting.insert(index, (ticket, now));
         Ok(())
     }
 

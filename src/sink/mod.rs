@@ -217,8 +217,15 @@ pub trait Sink<T> {
     /// The topic's partition count from fresh metadata; None if it does not exist.
     async fn partition_count(&mut self, topic: &str) -> Result<Option<usize>>;
 
-    /// Takes a record; its delivery comes back later with `ticket`.
-    fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>>;
+    /// Takes a record; its delivery comes back later with `ticket`, and
+    /// with the time it took from `now`, the caller's reading of the clock
+    /// as it hands the record over (one reading serves both).
+    fn send(
+        &mut self,
+        record: &Record<'_>,
+        ticket: T,
+        now: std::time::Instant,
+    ) -> std::result::Result<(), SendError<T>>;
 
     /// The next delivery; None once the sink can deliver nothing more.
     /// Cancel-safe.

@@ -390,13 +390,18 @@ impl<T: Send + Sync + 'static> Sink<T> for KafkaSink<'_, T> {
         self.topics.partition_count(topic).await
     }
 
-    fn send(&mut self, record: &Record<'_>, ticket: T) -> std::result::Result<(), SendError<T>> {
+    fn send(
+        &mut self,
+        record: &Record<'_>,
+        ticket: T,
+        now: Instant,
+    ) -> std::result::Result<(), SendError<T>> {
         if let Err(refusal) = self.begin() {
             return Err(SendError::Refused(refusal));
         }
         let in_flight = Box::new(InFlight {
             ticket: Some(ticket),
-            sent_at: Instant::now(),
+            sent_at: now,
         });
         match self.handles.produce(record, in_flight) {
             Ok(()) => Ok(()),

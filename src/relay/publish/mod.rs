@@ -26,7 +26,7 @@ use super::progress::{Progress, Ticket, TxnRef};
 use crate::clock;
 use crate::config::{OnPoison, Settings};
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Published, Stage};
+use crate::metrics::{EventTimings, Metrics, Published};
 use crate::outbox::mapping::{MappingError, OutboxEvent};
 use crate::sink::{Delivery, Record, Refusal, Rejection, SendError, Sink, TopicAccess, TopicInfo};
 
@@ -59,7 +59,8 @@ pub enum Outcome {
 
 /// What the sink did with a record.
 enum Handed {
-    Taken,
+    /// Taken at this instant.
+    Taken(std::time::Instant),
     Refused(Refusal),
 }
 
@@ -67,6 +68,8 @@ pub struct Publisher<'a, S> {
     settings: &'a Settings,
     sink: S,
     metrics: Metrics,
+    /// Each event's observations, added to `metrics` by `flush_timings`.
+    timings: EventTimings,
     /// Topics by route-by value, already checked (and created).
     routes: HashMap<Bytes, Routed>,
     /// Deliveries the sink refused as poison, waiting for the policy.
@@ -86,6 +89,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         Publisher {
             settings,
             sink,
+            timings: metrics.event_timings(),
             metrics,
             routes: HashMap::new(),
             rejected: VecDeque::new(),
@@ -226,11 +230,11 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             self.until_only_held_in_flight(progress).await?;
         }
         let handed = self.hand(progress, &record, ticket).await?;
-        self.alone_in_flight |= alone && matches!(handed, Handed::Taken);
+        self.alone_in_flight |= alone && matches!(handed, Handed::Taken(_));
         let refusal = match handed {
-            Handed::Taken => {
-                self.metrics
-                    .observe_stage(Stage::ReceivedToProduced, received_at.elapsed());
+            Handed::Taken(at) => {
+                self.timings
+                    .produced(at.saturating_duration_since(received_at.into_std()));
                 return Ok(());
             }
             Handed::Refused(refusal) => refusal,
@@ -303,23 +307,32 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         let (seq, bytes) = (ticket.txn, ticket.bytes);
         let mut ticket = ticket;
         self.opening(progress, seq);
-        loop {
-            match self.sink.send(record, ticket) {
-                Ok(()) => break,
+        let taken_at = loop {
+            // One clock reading for the sink's timing and the publisher's.
+            let now = std::time::Instant::now();
+            match self.sink.send(record, ticket, now) {
+                Ok(()) => break now,
                 Err(SendError::Full(back)) => {
                     ticket = back;
                     self.take_delivery(progress).await?;
                 }
                 Err(SendError::Refused(refusal)) => return Ok(Handed::Refused(refusal)),
             }
-        }
+        };
         progress.sent(seq, bytes);
         self.entered();
-        Ok(Handed::Taken)
+        Ok(Handed::Taken(taken_at))
+    }
+
+    /// Adds the events' observations so far to the shared metrics: before
+    /// each wait, so that what a scrape sees is never more than one batch old.
+    pub fn flush_timings(&self) {
+        self.timings.flush();
     }
 
     /// Waits for the sink's next delivery and books it.
     async fn take_delivery(&mut self, progress: &mut Progress) -> Result<()> {
+        self.flush_timings();
         let outcome = self
             .delivery()
             .await
@@ -342,9 +355,8 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         self.alone_in_flight &= !ticket.alone;
         let failure = match result {
             Ok(()) => {
-                self.metrics
-                    .record_delivery(&ticket.published, ticket.commit_time_us, at);
-                self.metrics.observe_stage(Stage::ProducedToAcked, took);
+                self.timings
+                    .acked(&ticket.published, ticket.commit_time_us, at, took);
                 progress.acked(ticket.txn, ticket.bytes, at);
                 return Ok(());
             }
@@ -445,7 +457,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     alone: false,
                 };
                 match self.hand(progress, &record, ticket).await? {
-                    Handed::Taken => {}
+                    Handed::Taken(_) => {}
                     Handed::Refused(refusal) if refusal.rejection == Rejection::Retriable => {
                         return Err(Error::transient(
                             "cannot hand a dead-letter record to the Kafka producer",

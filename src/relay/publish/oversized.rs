@@ -99,10 +99,11 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
             refusal: first,
         } = failure;
         // Still counted in flight from its first send: not booked again.
-        match self
-            .sink
-            .send(&record.as_record(ticket.timestamp_ms), ticket.clone())
-        {
+        match self.sink.send(
+            &record.as_record(ticket.timestamp_ms),
+            ticket.clone(),
+            std::time::Instant::now(),
+        ) {
             Ok(()) => self.alone_in_flight = true,
             // Nothing else is in flight, so a full queue cannot last: later.
             Err(SendError::Full(_)) => {
