@@ -8,7 +8,6 @@
 //! transaction is done too (or to a keepalive's WAL end when nothing at all is
 //! pending). Restarting from it re-reads whatever is not yet acknowledged.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,7 +33,6 @@ pub struct Ticket {
     /// Key and value bytes, as counted in flight.
     pub bytes: usize,
     pub event_id: Option<Bytes>,
-    pub topic: Arc<str>,
     /// The topic's published-events counter, counted on acknowledgement.
     pub published: Published,
     /// The record's own timestamp, for sending it again.

@@ -220,7 +220,6 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // (64 KiB or more) while the record is in flight, memory that
             // --max-inflight-bytes does not count.
             event_id: event.id.as_deref().map(Bytes::copy_from_slice),
-            topic: topic.clone(),
             published,
             timestamp_ms: record.timestamp_ms,
             dead_letter: false,
@@ -450,7 +449,6 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     commit_time_us: now_us,
                     bytes: record.size(),
                     event_id: poisoned.event_id.as_deref().map(Bytes::copy_from_slice),
-                    topic: copy.topic.as_str().into(),
                     published: self.metrics.published(&copy.topic),
                     timestamp_ms: record.timestamp_ms,
                     dead_letter: true,
