@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, events, read_until_all_arrive};
-use support::{eventually, signal, Broker, Postgres, Relay, Stack};
+use support::{eventually, signal, stop, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -40,7 +40,7 @@ async fn a_stopped_walsender_is_noticed_and_streaming_resumes_after_it_continues
         .await
         .unwrap()
         .get(0);
-    signal(walsender as u32, libc::SIGSTOP);
+    stop(walsender as u32);
     events("Stopped", 10).insert(&client).await;
     let stopped = Instant::now();
     eventually(
@@ -89,7 +89,7 @@ async fn a_frozen_backend_that_places_a_relation_ends_the_session_instead_of_hol
         .collect();
     assert!(!frozen.is_empty());
     for pid in &frozen {
-        signal(*pid as u32, libc::SIGSTOP);
+        stop(*pid as u32);
     }
     events("Frozen", 3).insert(&client).await;
     eventually(
@@ -121,7 +121,7 @@ async fn a_postmaster_that_never_answers_is_retried_after_the_setup_timeout_and_
     let client = pg.client_with_outbox().await;
     drop(client);
     let postmaster = pg.postmaster_pid();
-    signal(postmaster, libc::SIGSTOP);
+    stop(postmaster);
     let relay = Relay::start_with(&pg, &broker, &["--setup-timeout", "2s"]);
     eventually(Duration::from_secs(30), "the setup timeout", || async {
         relay
@@ -134,7 +134,7 @@ async fn a_postmaster_that_never_answers_is_retried_after_the_setup_timeout_and_
     relay.wait_ready(WAIT);
 
     // A stop request while a session hangs in its start.
-    signal(postmaster, libc::SIGSTOP);
+    stop(postmaster);
     let mut relay = Relay::start_with(
         &pg,
         &broker,

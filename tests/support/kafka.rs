@@ -26,7 +26,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::kerberos::{Kdc, REALM};
-use super::{free_port, signal, TempDir};
+use super::{free_port, signal, stop, TempDir};
 
 /// Which broker a test runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -493,9 +493,10 @@ impl Broker {
         self.child.as_ref().expect("broker is running").id()
     }
 
-    /// SIGSTOP: the broker keeps its sockets but answers nothing.
+    /// SIGSTOP: the broker keeps its sockets but answers nothing, from the
+    /// moment this returns (`support::stop`).
     pub fn pause(&self) {
-        signal(self.pid(), libc::SIGSTOP);
+        stop(self.pid());
     }
 
     pub fn resume(&self) {

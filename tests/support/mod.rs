@@ -256,6 +256,39 @@ pub fn signal(pid: u32, sig: i32) {
     assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
 }
 
+/// SIGSTOP, and back only once every thread of `pid` is stopped. `kill`
+/// returns before the stop takes effect: a thread waiting for a CPU stops
+/// when it next runs, which on a loaded machine was measured at 12-14 ms
+/// later, long enough for a broker to acknowledge a record the test meant
+/// it never to see.
+pub fn stop(pid: u32) {
+    signal(pid, libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !every_thread_stopped(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not stop within 10s of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of `pid` is in the stopped state (`T` in /proc).
+fn every_thread_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        // The state follows the command name, which is in parentheses and
+        // may hold spaces.
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T")
+        })
+    })
+}
+
 /// The usual set-up: a cluster with the default outbox table, a broker, and
 /// a walrelay (started with `flags`) that is streaming.
 pub struct Stack {
