@@ -18,6 +18,14 @@ use crate::error::{Error, Result};
 
 /// Postgres never sends a message larger than 1 GiB; a bigger length is corruption.
 const MAX_MESSAGE_LEN: usize = 1 << 30;
+/// Each read asks the kernel for at least this much. Messages split off the
+/// front of the buffer leave less room behind them, and a read into the
+/// little left would be a system call for a few bytes, and a TCP window
+/// update sent back to the walsender for each (docs/benchmarks.md).
+const MIN_READ: usize = 64 * 1024;
+/// How much room a read is given when it has less than `MIN_READ`: a new
+/// buffer once the messages in the old one are dropped.
+const READ_SIZE: usize = 256 * 1024;
 
 /// An error the server sent, with the fields operators need.
 #[derive(Debug, Clone)]
@@ -409,6 +417,10 @@ impl WireReader {
             if let Some(message) = Message::parse(&mut self.buf).map_err(protocol_error)? {
                 return Ok(Frame::Message(message));
             }
+            if self.buf.capacity() - self.buf.len() < MIN_READ {
+                // Moves at most a part of one message to the new buffer.
+                self.buf.reserve(READ_SIZE);
+            }
             let n = self
                 .socket
                 .read_buf(&mut self.buf)
@@ -468,4 +480,61 @@ fn unexpected(what: &str) -> Error {
     Error::transient(format!(
         "unexpected message from Postgres while waiting for {what}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_data(len: usize, fill: u8) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        frontend::CopyData::new(&vec![fill; len][..])
+            .unwrap()
+            .write(&mut out);
+        out.to_vec()
+    }
+
+    /// Reads split messages at any byte, and one message can span many reads.
+    #[tokio::test]
+    async fn messages_larger_than_a_read_and_split_across_reads_arrive_whole() {
+        let (theirs, ours) = tokio::io::duplex(4096);
+        let socket: Box<dyn Socket> = Box::new(ours);
+        let (read_half, _write_half) = tokio::io::split(socket);
+        let mut reader = WireReader {
+            socket: read_half,
+            buf: BytesMut::with_capacity(64),
+            hold: ReadHold::default(),
+        };
+        let sizes = [
+            10,
+            READ_SIZE * 3 + 7,
+            1,
+            MIN_READ - 3,
+            5000,
+            MIN_READ,
+            0,
+            70_000,
+        ];
+        let sent: Vec<Vec<u8>> = (0..200)
+            .map(|i| copy_data(sizes[i % sizes.len()], i as u8))
+            .collect();
+        let writer = {
+            let stream = sent.concat();
+            tokio::spawn(async move {
+                let mut theirs = theirs;
+                // Odd-sized writes, so that messages break at every kind of place.
+                for chunk in stream.chunks(3001) {
+                    theirs.write_all(chunk).await.unwrap();
+                }
+            })
+        };
+        for (i, expected) in sent.iter().enumerate() {
+            let Message::CopyData(body) = reader.read_message().await.unwrap() else {
+                panic!("message {i} is not CopyData");
+            };
+            assert_eq!(body.data().len(), expected.len() - 5, "message {i}");
+            assert!(body.data().iter().all(|&b| b == i as u8), "message {i}");
+        }
+        writer.await.unwrap();
+    }
 }
