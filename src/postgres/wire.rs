@@ -23,8 +23,9 @@ const MAX_MESSAGE_LEN: usize = 1 << 30;
 /// little left would be a system call for a few bytes, and a TCP window
 /// update sent back to the walsender for each (docs/benchmarks.md).
 const MIN_READ: usize = 64 * 1024;
-/// How much room a read is given when it has less than `MIN_READ`: a new
-/// buffer once the messages in the old one are dropped.
+/// How much room a read is given when it has less than `MIN_READ`: in a new
+/// buffer while messages split from the old one still live, else in the old
+/// one, its consumed front reclaimed.
 const READ_SIZE: usize = 256 * 1024;
 
 /// An error the server sent, with the fields operators need.
@@ -497,7 +498,7 @@ mod tests {
     /// Reads split messages at any byte, and one message can span many reads.
     #[tokio::test]
     async fn messages_larger_than_a_read_and_split_across_reads_arrive_whole() {
-        let (theirs, ours) = tokio::io::duplex(4096);
+        let (mut theirs, ours) = tokio::io::duplex(4096);
         let socket: Box<dyn Socket> = Box::new(ours);
         let (read_half, _write_half) = tokio::io::split(socket);
         let mut reader = WireReader {
@@ -521,7 +522,6 @@ mod tests {
         let writer = {
             let stream = sent.concat();
             tokio::spawn(async move {
-                let mut theirs = theirs;
                 // Odd-sized writes, so that messages break at every kind of place.
                 for chunk in stream.chunks(3001) {
                     theirs.write_all(chunk).await.unwrap();
