@@ -51,6 +51,18 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+// walrelay's allocator and its options (src/main.rs), for the bare producer
+// that runs as a child of this binary: its CPU is then librdkafka's as
+// walrelay runs it, not glibc's malloc's.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[cfg(feature = "jemalloc")]
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
+
+#[path = "relay/bare.rs"]
+mod bare;
 #[path = "relay/cost.rs"]
 mod cost;
 #[path = "relay/crash_loop.rs"]
@@ -94,6 +106,9 @@ fn env_or(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
+    if bare::run_if_child() {
+        return;
+    }
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

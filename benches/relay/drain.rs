@@ -10,14 +10,18 @@
 //! figures include a connection and a start. Beside them, the CPU of each
 //! one's walsender and of the broker over walrelay's drain: the machine
 //! they share is what a drain slower than `pg_recvlogical`'s may lack.
+//! walrelay's CPU is also printed by thread. Then a bare producer sends the
+//! same records to a fresh broker (relay/bare.rs): the pace the broker
+//! keeps without Postgres or a relay, and what producing alone costs.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use super::bare::bare_producer;
 use super::support::pg::confirmed_flush_lsn;
 use super::support::{Broker, Postgres};
-use super::{cpu_seconds, env_or, rss_kib, start_relay};
+use super::{cpu_seconds, env_or, rss_kib, start_relay, thread_cpu_seconds};
 
 pub async fn throughput() {
     let events = env_or("BENCH_EVENTS", 200_000) as i64;
@@ -83,6 +87,7 @@ pub async fn throughput() {
     }
     let confirmed_secs = started.elapsed().as_secs_f64();
     let relay_cpu = cpu_seconds(relay.pid());
+    let relay_threads = thread_cpu_seconds(relay.pid());
     let rss = rss_kib(relay.pid());
     // Where a drain slower than pg_recvlogical's goes: walrelay shares the
     // machine with its walsender and the broker, all three busy at once
@@ -111,6 +116,12 @@ pub async fn throughput() {
         per_event_us(relay_cpu),
         relay_cpu / recv_cpu
     );
+    for (thread, seconds) in relay_threads {
+        println!(
+            "  walrelay thread {thread}: {:.2} µs per event",
+            per_event_us(seconds)
+        );
+    }
     println!(
         "walsenders:     pg_recvlogical's {:.2} µs of CPU per event, walrelay's {:.2}; the broker {:.2}; \
          walrelay, its walsender and the broker together {:.2} cores over the drain",
@@ -118,6 +129,23 @@ pub async fn throughput() {
         per_event_us(walsender_cpu),
         per_event_us(broker_cpu),
         (relay_cpu + broker_cpu + walsender_cpu) / confirmed_secs
+    );
+    drop(relay);
+    drop(broker);
+    // walrelay creates a routed topic with 3 partitions (--topic-partitions).
+    let bare = bare_producer(events, pad, 3);
+    println!(
+        "bare producer:  the same records through walrelay's Kafka settings to a fresh broker, \
+         no Postgres: {:.0} records/s (walrelay's rate {:.0}% of it); {:.2} µs of CPU per record",
+        events as f64 / bare.seconds,
+        100.0 * bare.seconds / confirmed_secs,
+        per_event_us(bare.cpu)
+    );
+    println!(
+        "receiving alone + producing alone: pg_recvlogical + bare producer {:.2} µs per event; \
+         walrelay {:.2}x that",
+        per_event_us(recv_cpu + bare.cpu),
+        relay_cpu / (recv_cpu + bare.cpu)
     );
 }
 
@@ -199,7 +227,7 @@ async fn recvlogical(
 
 /// Waits for a child with `wait4`, which reports the CPU (user + system) it
 /// used, in seconds, beside its exit status.
-fn wait_with_cpu(pid: u32) -> (ExitStatus, f64) {
+pub fn wait_with_cpu(pid: u32) -> (ExitStatus, f64) {
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
