@@ -153,7 +153,10 @@ pub fn run_if_child() -> bool {
         events,
         "bare producer: acknowledged"
     );
-    for (thread, seconds) in thread_cpu_seconds(std::process::id()) {
+    for (thread, seconds) in thread_cpu_seconds(std::process::id())
+        .into_iter()
+        .filter(|(_, s)| *s > 0.0)
+    {
         println!(
             "  bare producer thread {thread}: {:.2} µs per record",
             seconds * 1e6 / events as f64

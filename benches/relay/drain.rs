@@ -116,7 +116,7 @@ pub async fn throughput() {
         per_event_us(relay_cpu),
         relay_cpu / recv_cpu
     );
-    for (thread, seconds) in relay_threads {
+    for (thread, seconds) in relay_threads.into_iter().filter(|(_, s)| *s > 0.0) {
         println!(
             "  walrelay thread {thread}: {:.2} µs per event",
             per_event_us(seconds)
