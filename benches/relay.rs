@@ -12,7 +12,8 @@
 //! until the slot is confirmed past the last commit, with each one's CPU per
 //! event (BENCH_EVENTS=1000000 for the long run, BENCH_TXN_SIZE=1 for
 //! one-event transactions, BENCH_PAYLOAD_BYTES=8192 for 8 KB payloads;
-//! relay/drain.rs).
+//! relay/drain.rs). Then a bare producer sends the same records to a fresh
+//! broker (relay/bare.rs): the broker's pace, and producing alone.
 //!
 //! Big transaction (`-- bigtxn`): one transaction of BENCH_BIG_ROWS
 //! (1,000,000) rows; reports walrelay's peak RSS while it drains it.
