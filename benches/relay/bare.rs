@@ -79,8 +79,8 @@ pub fn run_if_child() -> bool {
         .collect();
     let config = walrelay::kafka::client::client_config(brokers, &properties, 0);
     let producer: BaseProducer<Reports> = config.create_with_context(Reports::default()).unwrap();
-    // Built once: the floor is librdkafka's cost, not this loop's. Hex
-    // padding like the drain's, and the rest of the value as its jsonb
+    // Built once, so that the CPU is librdkafka's more than this loop's.
+    // Hex padding like the drain's, and the rest of the value as its jsonb
     // reads back (about 70 bytes).
     let padding: String = (0..pad)
         .map(|i| b"0123456789abcdef"[i % 16] as char)
@@ -95,20 +95,25 @@ pub fn run_if_child() -> bool {
     let keys: Vec<String> = (0..1000).map(|i| format!("order-{i}")).collect();
     let mut id = *b"00000000-0000-4000-8000-000000000000";
     let record_bytes = (value.len() + 64) as u64;
+    // Bytes of the records sent before the i-th and not yet reported.
+    let in_flight = |i: u64| {
+        let reports = producer.context();
+        let done = reports.acked.load(Ordering::Relaxed) + reports.failed.load(Ordering::Relaxed);
+        (i - done) * record_bytes
+    };
     for i in 0..events {
-        // In flight bounded as walrelay bounds it (--max-inflight-bytes,
-        // 16 MiB): unbounded, librdkafka would queue the whole drain, and
-        // the cost would be fresh memory, not producing.
-        // Once full, it waits for half to be acknowledged, not for each
-        // record: a wake-up per record would cost more than producing.
-        let in_flight = |i: u64| {
-            let reports = producer.context();
-            let done =
-                reports.acked.load(Ordering::Relaxed) + reports.failed.load(Ordering::Relaxed);
-            (i - done) * record_bytes
-        };
+        // In flight bounded as walrelay bounds it (--max-inflight-bytes):
+        // unbounded, librdkafka would queue the whole drain, and the cost
+        // would be fresh memory, not producing. Once full, it waits for half
+        // to be acknowledged, not for each record: a wake-up per record
+        // would cost more than producing.
         if in_flight(i) > MAX_INFLIGHT_BYTES {
+            let waiting = Instant::now();
             while in_flight(i) > MAX_INFLIGHT_BYTES / 2 {
+                assert!(
+                    waiting.elapsed() < Duration::from_secs(120),
+                    "bare producer: no acknowledgement for 120 s"
+                );
                 producer.poll(Duration::from_millis(100));
             }
         }
