@@ -28,6 +28,8 @@ use super::thread_cpu_seconds;
 const ENV: &str = "BENCH_BARE_PRODUCER";
 /// walrelay's default --max-inflight-bytes.
 const MAX_INFLIGHT_BYTES: u64 = 16 << 20;
+/// walrelay's default --read-batch-window.
+const WINDOW: Duration = Duration::from_millis(4);
 
 /// What one bare run cost.
 pub struct Bare {
@@ -39,6 +41,17 @@ pub struct Bare {
 /// Sends `events` records like a drain's (`pad` bytes of padding each) to
 /// a fresh broker, topic of `partitions` partitions, from a child process.
 pub fn bare_producer(events: i64, pad: i64, partitions: u32) -> Bare {
+    run_child(events as u64, pad as u64, 0, partitions)
+}
+
+/// Sends `rate` small records a second for `seconds`, the records due
+/// handed over together every `WINDOW`, as walrelay's read window does at a
+/// steady rate.
+pub fn paced_bare_producer(rate: u64, seconds: u64, partitions: u32) -> Bare {
+    run_child(rate * seconds, 0, rate, partitions)
+}
+
+fn run_child(events: u64, pad: u64, rate: u64, partitions: u32) -> Bare {
     let broker = Broker::start();
     let topic = "bare.OrderPlaced";
     broker.create_topic(topic, partitions);
@@ -46,7 +59,10 @@ pub fn bare_producer(events: i64, pad: i64, partitions: u32) -> Bare {
     // Reaped by wait4, which also reports its CPU.
     #[allow(clippy::zombie_processes)]
     let child = Command::new(std::env::current_exe().unwrap())
-        .env(ENV, format!("{} {topic} {events} {pad}", broker.brokers()))
+        .env(
+            ENV,
+            format!("{} {topic} {events} {pad} {rate}", broker.brokers()),
+        )
         .spawn()
         .unwrap();
     let (status, cpu) = wait_with_cpu(child.id());
@@ -63,10 +79,14 @@ pub fn run_if_child() -> bool {
         return false;
     };
     let args: Vec<&str> = args.split_whitespace().collect();
-    let [brokers, topic, events, pad] = args[..] else {
-        panic!("{ENV}={args:?}: want BROKERS TOPIC EVENTS PAD");
+    let [brokers, topic, events, pad, rate] = args[..] else {
+        panic!("{ENV}={args:?}: want BROKERS TOPIC EVENTS PAD RATE");
     };
-    let (events, pad): (u64, usize) = (events.parse().unwrap(), pad.parse().unwrap());
+    let (events, pad, rate): (u64, usize, u64) = (
+        events.parse().unwrap(),
+        pad.parse().unwrap(),
+        rate.parse().unwrap(),
+    );
     // The same -X properties as the walrelay it stands beside.
     let relay_args = std::env::var("BENCH_RELAY_ARGS").unwrap_or_default();
     let properties: Vec<(String, String)> = relay_args
@@ -101,7 +121,18 @@ pub fn run_if_child() -> bool {
         let done = reports.acked.load(Ordering::Relaxed) + reports.failed.load(Ordering::Relaxed);
         (i - done) * record_bytes
     };
+    let start = Instant::now();
     for i in 0..events {
+        if rate > 0 {
+            // Paced: sleep to the window's end in which the next record is due.
+            let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
+            let now = Instant::now();
+            if due > now {
+                producer.poll(Duration::ZERO);
+                let windows = (due - start).as_nanos().div_ceil(WINDOW.as_nanos());
+                std::thread::sleep(start + WINDOW * windows as u32 - now);
+            }
+        }
         // In flight bounded as walrelay bounds it (--max-inflight-bytes):
         // unbounded, librdkafka would queue the whole drain, and the cost
         // would be fresh memory, not producing. Once full, it waits for half

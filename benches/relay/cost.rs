@@ -3,7 +3,8 @@
 //! of a core while idle; beside, in the same run and on the same machine,
 //! the reference relay (benches/reference/relay.py) and a bare librdkafka
 //! producer sending the same rate (benches/reference/producer.py), when
-//! BENCH_REFERENCE_PYTHON names their Python:
+//! BENCH_REFERENCE_PYTHON names their Python, then a bare producer in Rust
+//! with walrelay's Kafka settings and its 4 ms window (relay/bare.rs):
 //!
 //!   BENCH_REFERENCE_PYTHON=$(benches/reference/setup.sh) cargo bench --bench relay -- cost
 //!
@@ -13,6 +14,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use super::bare::paced_bare_producer;
 use super::support::{Broker, Postgres};
 use super::{cpu_seconds, env_or, paced_writes, start_relay, thread_cpu_seconds, Reference};
 use crate::support::outbox::events;
@@ -29,11 +31,20 @@ pub async fn cost() {
     };
     let reference = contender(Some(&python), rate, seconds, idle).await;
     let bare = bare_producer(&python, rate, seconds);
+    // librdkafka as walrelay drives it, with nothing else: the records due
+    // handed over each 4 ms window, reports served on the same thread.
+    let paced = paced_bare_producer(rate, seconds, 3);
+    let paced_us = paced.cpu * 1e6 / (rate * seconds) as f64;
     println!(
-        "walrelay's CPU per event is {:.2}x the reference relay's, {:.1}x the bare producer's; \
-         idle {:.2}x the reference's",
+        "bare producer (Rust, walrelay's Kafka settings, a 4 ms window): {paced_us:.1} µs of CPU \
+         per record at {rate}/s"
+    );
+    println!(
+        "walrelay's CPU per event is {:.2}x the reference relay's, {:.1}x the Python bare \
+         producer's, {:.1}x the Rust one's; idle {:.2}x the reference's",
         walrelay.per_event_us / reference.per_event_us,
         walrelay.per_event_us / bare,
+        walrelay.per_event_us / paced_us,
         walrelay.idle_share / reference.idle_share
     );
 }
