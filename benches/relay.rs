@@ -52,15 +52,10 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-// walrelay's allocator and its options (src/main.rs), for the bare producer
-// that runs as a child of this binary: its CPU is then librdkafka's as
-// walrelay runs it, not glibc's malloc's.
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-#[cfg(feature = "jemalloc")]
-#[export_name = "malloc_conf"]
-static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
+// walrelay's allocator and its options (src/allocator.rs), for the bare
+// producer that runs as a child of this binary: its CPU is then
+// librdkafka's as walrelay runs it, not glibc's malloc's.
+walrelay::process_allocator!();
 
 #[path = "relay/bare.rs"]
 mod bare;

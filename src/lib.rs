@@ -6,6 +6,7 @@
 //! library holds everything else, so the apply path can be tested without a
 //! broker (see `relay` and `sink`).
 
+mod allocator;
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod check;

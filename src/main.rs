@@ -10,24 +10,8 @@ use tracing::{error, info, warn};
 use walrelay::config::{Cli, Command};
 use walrelay::{check, completions, lifecycle, logging, migrate, redrive, relay, status};
 
-// jemalloc for the whole process. Built unprefixed, it is also the `malloc`
-// that librdkafka's C code calls: each record is allocated on the apply
-// loop's thread and freed on the delivery-report thread, which glibc's arenas
-// serve slowly; with jemalloc a drain costs a sixth to a third less CPU per
-// event (docs/benchmarks.md, issue 21).
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-// jemalloc's options, read before its first allocation; MALLOC_CONF overrides
-// them. Freed pages go back to the system over about 1 s rather than 10 (as
-// it next allocates: there is no background thread): a drain of 8 KB events
-// peaked at 54-67 MiB rather than up to 87 (glibc: 56-58), at no CPU cost
-// measured. Linux only in effect: where tikv-jemalloc-sys builds jemalloc
-// prefixed (macOS), it reads `_rjem_malloc_conf` and ignores this.
-#[cfg(feature = "jemalloc")]
-#[export_name = "malloc_conf"]
-static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
+// jemalloc and its options (src/allocator.rs).
+walrelay::process_allocator!();
 
 /// How long walrelay's exit waits for blocking tasks still running.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
