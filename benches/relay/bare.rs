@@ -28,6 +28,8 @@ use super::thread_cpu_seconds;
 const ENV: &str = "BENCH_BARE_PRODUCER";
 /// walrelay's default --max-inflight-bytes.
 const MAX_INFLIGHT_BYTES: u64 = 16 << 20;
+/// The partitions walrelay gives a routed topic it creates (--topic-partitions).
+const PARTITIONS: u32 = 3;
 /// walrelay's default --read-batch-window.
 const WINDOW: Duration = Duration::from_millis(4);
 
@@ -39,22 +41,22 @@ pub struct Bare {
 }
 
 /// Sends `events` records like a drain's (`pad` bytes of padding each) to
-/// a fresh broker, topic of `partitions` partitions, from a child process.
-pub fn bare_producer(events: i64, pad: i64, partitions: u32) -> Bare {
-    run_child(events as u64, pad as u64, 0, partitions)
+/// a fresh broker, from a child process.
+pub fn bare_producer(events: i64, pad: i64) -> Bare {
+    run_child(events as u64, pad as u64, 0)
 }
 
 /// Sends `rate` small records a second for `seconds`, the records due
 /// handed over together every `WINDOW`, as walrelay's read window does at a
 /// steady rate.
-pub fn paced_bare_producer(rate: u64, seconds: u64, partitions: u32) -> Bare {
-    run_child(rate * seconds, 0, rate, partitions)
+pub fn paced_bare_producer(rate: u64, seconds: u64) -> Bare {
+    run_child(rate * seconds, 0, rate)
 }
 
-fn run_child(events: u64, pad: u64, rate: u64, partitions: u32) -> Bare {
+fn run_child(events: u64, pad: u64, rate: u64) -> Bare {
     let broker = Broker::start();
     let topic = "bare.OrderPlaced";
-    broker.create_topic(topic, partitions);
+    broker.create_topic(topic, PARTITIONS);
     let started = Instant::now();
     // Reaped by wait4, which also reports its CPU.
     #[allow(clippy::zombie_processes)]

@@ -33,7 +33,7 @@ pub async fn cost() {
     let bare = bare_producer(&python, rate, seconds);
     // librdkafka as walrelay drives it, with nothing else: the records due
     // handed over each 4 ms window, reports served on the same thread.
-    let paced = paced_bare_producer(rate, seconds, 3);
+    let paced = paced_bare_producer(rate, seconds);
     let paced_us = paced.cpu * 1e6 / (rate * seconds) as f64;
     println!(
         "bare producer (Rust, walrelay's Kafka settings, a 4 ms window): {paced_us:.1} µs of CPU \

@@ -132,8 +132,7 @@ pub async fn throughput() {
     );
     drop(relay);
     drop(broker);
-    // walrelay creates a routed topic with 3 partitions (--topic-partitions).
-    let bare = bare_producer(events, pad, 3);
+    let bare = bare_producer(events, pad);
     println!(
         "bare producer:  the same records through walrelay's Kafka settings to a fresh broker, \
          no Postgres: {:.0} records/s (walrelay's rate {:.0}% of it); {:.2} µs of CPU per record",
