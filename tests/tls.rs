@@ -16,7 +16,17 @@ fn url(pg: &Postgres, host: &str, params: &str) -> String {
 /// Starts walrelay with `pg_url`, relays one event, and checks that both of
 /// its connections (SQL and walsender) use TLS.
 async fn relays_over_tls(pg: &Postgres, broker: &Broker, pg_url: &str, event_type: &str) {
-    let relay = Relay::start_raw(pg_url, &broker.brokers(), &[]);
+    relays_over_tls_with_env(pg, broker, pg_url, event_type, &[]).await
+}
+
+async fn relays_over_tls_with_env(
+    pg: &Postgres,
+    broker: &Broker,
+    pg_url: &str,
+    event_type: &str,
+    env: &[(&str, &str)],
+) {
+    let relay = Relay::start_raw_with_env(pg_url, &broker.brokers(), &[], env);
     relay.wait_ready(WAIT);
     let client = pg.client().await;
     client
@@ -46,7 +56,11 @@ async fn relays_over_tls(pg: &Postgres, broker: &Broker, pg_url: &str, event_typ
 }
 
 fn fails_with(pg_url: &str, expected: &str) {
-    let mut relay = Relay::start_raw(pg_url, "127.0.0.1:9", &[]);
+    fails_with_env(pg_url, expected, &[])
+}
+
+fn fails_with_env(pg_url: &str, expected: &str, env: &[(&str, &str)]) {
+    let mut relay = Relay::start_raw_with_env(pg_url, "127.0.0.1:9", &[], env);
     // A certificate problem is permanent: no waiting out --startup-timeout.
     let status = relay
         .wait(Duration::from_secs(10))
@@ -122,4 +136,38 @@ async fn every_sslmode_behaves_as_in_libpq() {
     );
     // The server accepts no plain connection.
     fails_with(&url(&pg, "127.0.0.1", "sslmode=disable"), "no encryption");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_root_certificate_is_the_only_one_trusted() {
+    let (pg, ca) = Postgres::start_with_tls();
+    let broker = Broker::start();
+    pg.client_with_outbox().await;
+    let ca = ca.display().to_string();
+    let other = pg.other_ca().display().to_string();
+    // OpenSSL's default trust store (the system's) made to hold the CA
+    // that signed the server's certificate.
+    let system_trusts_server = [("SSL_CERT_FILE", ca.as_str())];
+
+    // Without sslrootcert, the system's store is what verify-ca and
+    // verify-full check against.
+    relays_over_tls_with_env(
+        &pg,
+        &broker,
+        &url(&pg, "localhost", "sslmode=verify-full"),
+        "SystemStore",
+        &system_trusts_server,
+    )
+    .await;
+    // With one, as in libpq, only that file is trusted: the system's store
+    // would otherwise let any certificate it trusts pass verify-ca.
+    fails_with_env(
+        &url(
+            &pg,
+            "localhost",
+            &format!("sslmode=verify-ca&sslrootcert={other}"),
+        ),
+        "TLS handshake",
+        &system_trusts_server,
+    );
 }

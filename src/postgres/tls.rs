@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use openssl::ssl::{ConnectConfiguration, SslConnector, SslMethod, SslVerifyMode};
+use openssl::x509::store::X509StoreBuilder;
 use postgres_openssl::MakeTlsConnector;
 
 use crate::error::{Error, Kind, Result};
@@ -85,17 +86,6 @@ impl Tls {
             let fail = |e: openssl::error::ErrorStack| {
                 Error::permanent("cannot set up TLS for Postgres").with_source(e)
             };
-            let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(fail)?;
-            match &root_cert {
-                Some(path) => builder.set_ca_file(path).map_err(|e| {
-                    Error::permanent(format!(
-                        "cannot read sslrootcert {}: point it at the PEM file of the CA that signed the server's certificate",
-                        path.display()
-                    ))
-                    .with_source(e)
-                })?,
-                None => builder.set_default_verify_paths().map_err(fail)?,
-            }
             // libpq's rules: prefer and require check nothing, unless a root
             // certificate was named for require (then it acts as verify-ca).
             let verify = match mode {
@@ -103,6 +93,24 @@ impl Tls {
                 SslMode::Require => root_cert.is_some(),
                 _ => true,
             };
+            let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(fail)?;
+            // SslConnector::builder has loaded the system's trust store,
+            // which only verify-ca and verify-full without sslrootcert use.
+            // As in libpq, a named root certificate is the only one
+            // trusted; and a connection that checks nothing should not keep
+            // a parsed store resident for the process's life.
+            if root_cert.is_some() || !verify {
+                builder.set_cert_store(X509StoreBuilder::new().map_err(fail)?.build());
+            }
+            if let Some(path) = &root_cert {
+                builder.set_ca_file(path).map_err(|e| {
+                    Error::permanent(format!(
+                        "cannot read sslrootcert {}: point it at the PEM file of the CA that signed the server's certificate",
+                        path.display()
+                    ))
+                    .with_source(e)
+                })?;
+            }
             builder.set_verify(if verify {
                 SslVerifyMode::PEER
             } else {
@@ -222,6 +230,29 @@ mod tests {
         assert_eq!(rest, "host=db user=u dbname=app");
         assert_eq!(tls.mode(), SslMode::Require);
         assert!(tls.required());
+    }
+
+    fn trusted_certificates(tls: &Tls) -> usize {
+        let connector = tls.connector.as_ref().expect("a TLS mode");
+        connector.context().cert_store().all_certificates().len()
+    }
+
+    #[test]
+    fn a_connection_that_checks_nothing_loads_no_trust_store() {
+        for url in [
+            "postgres://u@db/app",
+            "postgres://u@db/app?sslmode=prefer",
+            "postgres://u@db/app?sslmode=require",
+        ] {
+            let (_, tls) = split_tls_options(url).unwrap();
+            assert_eq!(trusted_certificates(&tls), 0, "{url}");
+        }
+        // The check can fail: where the system has Debian's bundle,
+        // verify-full loads it.
+        if std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+            let (_, tls) = split_tls_options("postgres://u@db/app?sslmode=verify-full").unwrap();
+            assert!(trusted_certificates(&tls) > 0);
+        }
     }
 
     #[test]

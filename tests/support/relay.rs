@@ -42,6 +42,20 @@ impl Relay {
         Self::launch(pg_url, brokers, extra, Vec::new())
     }
 
+    /// `start_raw`, walrelay's environment having `env` besides.
+    pub fn start_raw_with_env(
+        pg_url: &str,
+        brokers: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::launch(pg_url, brokers, extra, env)
+    }
+
     fn launch(pg_url: &str, brokers: &str, extra: &[&str], env: Vec<(String, String)>) -> Self {
         let metrics_port = free_port();
         let mut args: Vec<String> = vec![
