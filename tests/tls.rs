@@ -159,7 +159,16 @@ async fn a_named_root_certificate_is_the_only_one_trusted() {
         &system_trusts_server,
     )
     .await;
-    // With one, as in libpq, only that file is trusted: the system's store
+    // libpq 16's name for the same: verify-full against the system's store.
+    relays_over_tls_with_env(
+        &pg,
+        &broker,
+        &url(&pg, "localhost", "sslrootcert=system"),
+        "SystemRoots",
+        &system_trusts_server,
+    )
+    .await;
+    // With a file, as in libpq, only that file is trusted: the system's store
     // would otherwise let any certificate it trusts pass verify-ca.
     fails_with_env(
         &url(

@@ -181,6 +181,24 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    // libpq 16's sslrootcert=system: the system's trust store, and nothing
+    // weaker than verify-full, as anyone can get a certificate the system
+    // trusts for a host they control.
+    let system_roots = root_cert.as_deref() == Some(std::path::Path::new("system"));
+    if system_roots {
+        root_cert = None;
+        match mode.as_deref() {
+            None | Some("verify-full") => mode = Some("verify-full".into()),
+            Some(weaker) => {
+                return Err(Error::permanent(format!(
+                    "--pg-url has sslrootcert=system with sslmode={weaker}: a certificate the \
+                     system trusts proves nothing without the host's name in it; use \
+                     sslmode=verify-full (libpq refuses the same), or name a CA file in \
+                     sslrootcert (./system for a file called system)"
+                )))
+            }
+        }
+    }
     let mode = match mode.as_deref() {
         None | Some("prefer") => SslMode::Prefer,
         Some("disable") => SslMode::Disable,
@@ -253,6 +271,23 @@ mod tests {
             let (_, tls) = split_tls_options("postgres://u@db/app?sslmode=verify-full").unwrap();
             assert!(trusted_certificates(&tls) > 0);
         }
+    }
+
+    #[test]
+    fn sslrootcert_system_means_verify_full_against_the_system_store() {
+        let (rest, tls) = split_tls_options("postgres://u@db/app?sslrootcert=system").unwrap();
+        assert_eq!(rest, "postgres://u@db/app");
+        assert_eq!(tls.mode(), SslMode::VerifyFull);
+        assert_eq!(tls.root_cert, None);
+        let err = split_tls_options("postgres://u@db/app?sslrootcert=system&sslmode=verify-ca")
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("sslrootcert=system with sslmode=verify-ca")
+                && err.to_string().contains("use sslmode=verify-full"),
+            "{err}"
+        );
     }
 
     #[test]
