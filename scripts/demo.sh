@@ -64,7 +64,8 @@ if [ -z "$tansu_bin" ]; then
   fi
 fi
 
-cargo build --release --bin walrelay --example tail
+# The demo profile: release without LTO, built sooner (Cargo.toml).
+cargo build --profile demo --bin walrelay --example tail
 
 if [ -n "$fetch_pid" ] && ! wait "$fetch_pid"; then
   cat "$fetch_log" >&2
@@ -117,7 +118,7 @@ pids+=($!)
 until (echo >"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null; do sleep 0.2; done
 
 echo "== starting walrelay (metrics on http://127.0.0.1:$metrics_port/metrics)"
-target/release/walrelay run \
+target/demo/walrelay run \
   --pg-url "postgres://postgres@127.0.0.1:$pg_port/postgres" \
   --kafka-brokers "127.0.0.1:$kafka_port" \
   --metrics-addr "127.0.0.1:$metrics_port" >"$demo/walrelay.log" 2>&1 &
@@ -151,7 +152,7 @@ ROLLBACK;
 SQL
 
 echo "== events as they arrive from Kafka (the rolled-back order-4 never does)"
-target/release/examples/tail "127.0.0.1:$kafka_port" 4 60 outbox.event.OrderPlaced outbox.event.OrderPaid
+target/demo/examples/tail "127.0.0.1:$kafka_port" 4 60 outbox.event.OrderPlaced outbox.event.OrderPaid
 
 echo "== the slot after delivery"
 sleep 1.5
