@@ -178,7 +178,8 @@ async fn negotiate_tls(
             tls::handshake_error_kind(&text),
             format!(
                 "TLS handshake with Postgres at {} failed: {e}; check sslmode and sslrootcert \
-             (verify-full needs a certificate that names the host)",
+             (verify-full needs a certificate that names the host; sslrootcert=system takes \
+             the system's trust store)",
                 describe_target(&target.config)
             ),
         )

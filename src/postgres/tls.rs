@@ -148,7 +148,7 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
                 true
             }
             "sslrootcert" => {
-                root_cert = Some(PathBuf::from(value));
+                root_cert = Some(value);
                 true
             }
             _ => false,
@@ -183,10 +183,10 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
     };
     // libpq 16's sslrootcert=system: the system's trust store, and nothing
     // weaker than verify-full, as anyone can get a certificate the system
-    // trusts for a host they control.
-    let system_roots = root_cert.as_deref() == Some(std::path::Path::new("system"));
+    // trusts for a host they control. The exact word: `./system` is a file.
+    let system_roots = root_cert.as_deref() == Some("system");
+    let root_cert = root_cert.filter(|_| !system_roots).map(PathBuf::from);
     if system_roots {
-        root_cert = None;
         match mode.as_deref() {
             None | Some("verify-full") => mode = Some("verify-full".into()),
             Some(weaker) => {
@@ -212,6 +212,15 @@ pub fn split_tls_options(conn: &str) -> Result<(String, Tls)> {
         )))
         }
     };
+    // For the same reason, verify-ca checks nothing against the system's
+    // store. libpq would look for ~/.postgresql/root.crt and fail without it.
+    if mode == SslMode::VerifyCa && root_cert.is_none() {
+        return Err(Error::permanent(
+            "--pg-url has sslmode=verify-ca without sslrootcert: against the system's trust \
+             store that accepts a certificate issued for any host; name the CA that signed the \
+             server's certificate in sslrootcert, or use sslmode=verify-full",
+        ));
+    }
     Ok((rest, Tls::build(mode, root_cert)?))
 }
 
@@ -265,12 +274,31 @@ mod tests {
             let (_, tls) = split_tls_options(url).unwrap();
             assert_eq!(trusted_certificates(&tls), 0, "{url}");
         }
-        // The check can fail: where the system has Debian's bundle,
+        // The check can fail: where OpenSSL has a default bundle,
         // verify-full loads it.
-        if std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+        let openssl_dir = openssl::version::dir(); // OPENSSLDIR: "/usr/lib/ssl"
+        let default_file = openssl_dir
+            .split('"')
+            .nth(1)
+            .map(|dir| format!("{dir}/cert.pem"));
+        if std::env::var_os("SSL_CERT_FILE").is_none()
+            && default_file.is_some_and(|file| std::path::Path::new(&file).exists())
+        {
             let (_, tls) = split_tls_options("postgres://u@db/app?sslmode=verify-full").unwrap();
             assert!(trusted_certificates(&tls) > 0);
         }
+    }
+
+    #[test]
+    fn verify_ca_needs_a_named_root_certificate() {
+        let err = split_tls_options("postgres://u@db/app?sslmode=verify-ca")
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("verify-ca without sslrootcert")
+                && err.to_string().contains("or use sslmode=verify-full"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -286,6 +314,14 @@ mod tests {
             err.to_string()
                 .contains("sslrootcert=system with sslmode=verify-ca")
                 && err.to_string().contains("use sslmode=verify-full"),
+            "{err}"
+        );
+        // Only the exact word: anything else is a file's name.
+        let err = split_tls_options("postgres://u@db/app?sslrootcert=system%2F")
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("cannot read sslrootcert system/"),
             "{err}"
         );
     }
