@@ -277,13 +277,10 @@ mod tests {
         // The check can fail: where OpenSSL has a default bundle,
         // verify-full loads it.
         let openssl_dir = openssl::version::dir(); // OPENSSLDIR: "/usr/lib/ssl"
-        let default_file = openssl_dir
-            .split('"')
-            .nth(1)
-            .map(|dir| format!("{dir}/cert.pem"));
-        if std::env::var_os("SSL_CERT_FILE").is_none()
-            && default_file.is_some_and(|file| std::path::Path::new(&file).exists())
-        {
+        let default_file = std::env::var_os("SSL_CERT_FILE")
+            .map(PathBuf::from)
+            .or_else(|| Some(PathBuf::from(openssl_dir.split('"').nth(1)?).join("cert.pem")));
+        if default_file.is_some_and(|file| file.exists()) {
             let (_, tls) = split_tls_options("postgres://u@db/app?sslmode=verify-full").unwrap();
             assert!(trusted_certificates(&tls) > 0);
         }
