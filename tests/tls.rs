@@ -149,8 +149,8 @@ async fn a_named_root_certificate_is_the_only_one_trusted() {
     // that signed the server's certificate.
     let system_trusts_server = [("SSL_CERT_FILE", ca.as_str())];
 
-    // Without sslrootcert, the system's store is what verify-ca and
-    // verify-full check against.
+    // Without sslrootcert, the system's store is what verify-full checks
+    // against (verify-ca without one is refused at start).
     relays_over_tls_with_env(
         &pg,
         &broker,
