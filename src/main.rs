@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         .iter()
         .any(|(k, _)| k == "debug");
     logging::init(cli.log_format, cli.command.secrets(), kafka_debug);
+    // Before any Kafka client exists: Cyrus SASL loads its plugins once.
+    walrelay::kafka::cyrus::load_plugins_only_for_kerberos(&cli.command.kafka_properties());
 
     // `run` on one thread: the apply loop is one task, and on a runtime of
     // worker threads every replication message cost two context switches

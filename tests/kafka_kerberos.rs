@@ -5,7 +5,8 @@
 //! (librdkafka runs kinit with it, into walrelay's own ticket cache); a
 //! keytab without its principal's key, or a service name that is not the
 //! broker's, stops walrelay with the properties to fix; `walrelay check`
-//! says the same.
+//! says the same. Cyrus SASL's plugins, which only Kerberos uses, are
+//! loaded by a walrelay that logs in with Kerberos and by no other.
 //!
 //! One KDC and one broker serve every test (a JVM per test would cost
 //! seconds): each test has a principal, a ticket cache and topics of its
@@ -22,6 +23,10 @@ use serde_json::Value;
 use support::kerberos::{Kdc, REALM};
 use support::outbox::events;
 use support::{check_entry as entry, check_json_with_env, Broker, Postgres, Relay};
+
+/// Where Debian and most distributions keep Cyrus SASL's plugins
+/// (`/usr/lib/<triplet>/sasl2/`, `/usr/lib64/sasl2/`).
+const CYRUS_PLUGINS: &str = "/sasl2/";
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -124,6 +129,44 @@ async fn walrelay_logs_in_with_its_keytab_and_relays_events_over_kerberos() {
         &[&format!("{principal} for kafka/localhost@{REALM}")],
     );
     assert!(kdc.cache("walrelay").exists(), "no ticket cache");
+    let gssapi = mapped(&relay, CYRUS_PLUGINS);
+    assert!(
+        gssapi.iter().any(|path| path.contains("gssapi")),
+        "Cyrus's GSSAPI plugin is not loaded: {gssapi:?}"
+    );
+}
+
+/// The files `relay`'s process maps whose path contains `part`.
+fn mapped(relay: &Relay, part: &str) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", relay.pid())).unwrap();
+    let mut paths: Vec<String> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.contains(part))
+        .map(str::to_string)
+        .collect();
+    paths.dedup();
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walrelay_that_does_not_log_in_with_kerberos_loads_no_cyrus_plugin_nor_kerberos() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(WAIT);
+    let id = "00000000-0000-0000-0000-00000000b010";
+    placed(&client, id).await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.Placed"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "{}", relay.log());
+    for part in [CYRUS_PLUGINS, "libkrb5", "libgssapi", "libdb-"] {
+        let paths = mapped(&relay, part);
+        assert!(paths.is_empty(), "{part}: {paths:?}");
+    }
+    // The library Cyrus lives in is linked all the same.
+    assert!(!mapped(&relay, "libsasl2").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 //! the admin API, and reading a topic back over a time range (the audit).
 
 pub mod client;
+pub mod cyrus;
 pub mod login;
 pub mod msk_iam;
 pub mod polled;
