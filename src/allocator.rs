@@ -15,8 +15,13 @@
 /// them. Freed pages go back to the system over about 1 s rather than 10
 /// (as it next allocates: there is no background thread): a drain of 8 KB
 /// events peaked at 54-67 MiB rather than up to 87 (glibc: 56-58), at no
-/// CPU cost measured. Linux only in effect: where tikv-jemalloc-sys builds
-/// jemalloc prefixed (macOS), it reads `_rjem_malloc_conf` and ignores this.
+/// CPU cost measured. Two arenas, not jemalloc's four per core: walrelay
+/// allocates on few threads (the apply loop, librdkafka's broker threads and
+/// its report thread), and each arena a thread starts keeps partly used
+/// slabs of its own; at rest that was 0.6 MiB of anonymous memory, and no
+/// drain or steady rate cost more CPU with two (docs/benchmarks.md). Linux
+/// only in effect: where tikv-jemalloc-sys builds jemalloc prefixed
+/// (macOS), it reads `_rjem_malloc_conf` and ignores this.
 ///
 /// A macro, not items of this library: a global allocator and an exported
 /// `malloc_conf` belong to the binary, and a test linking the library keeps
@@ -30,6 +35,6 @@ macro_rules! process_allocator {
 
         #[cfg(feature = "jemalloc")]
         #[export_name = "malloc_conf"]
-        static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
+        static MALLOC_CONF: &[u8; 30] = b"dirty_decay_ms:1000,narenas:2\0";
     };
 }
