@@ -517,6 +517,31 @@ fn stat_cpu_seconds(path: &str) -> (String, f64) {
     (name, (ticks(11) + ticks(12)) / hz)
 }
 
+/// Resident memory now, in KiB: all of it, the anonymous part, and the
+/// pages of mapped files (the binary, its libraries), as /proc/PID/status
+/// splits them.
+pub struct Resident {
+    pub total: u64,
+    pub anonymous: u64,
+    pub files: u64,
+}
+
+pub fn resident_kib(pid: u32) -> Resident {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Resident {
+        total: field("VmRSS:"),
+        anonymous: field("RssAnon:"),
+        files: field("RssFile:"),
+    }
+}
+
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()

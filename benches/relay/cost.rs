@@ -9,14 +9,18 @@
 //!   BENCH_REFERENCE_PYTHON=$(benches/reference/setup.sh) cargo bench --bench relay -- cost
 //!
 //! BENCH_RATE (2,000 events/s) for BENCH_SECONDS (20); BENCH_IDLE_SECONDS
-//! (20) of idle first. CPU is user + system of every thread, from /proc.
+//! (20) of idle first. CPU is user + system of every thread, from /proc;
+//! RSS at rest (all of it, anonymous, mapped files) at the end of the idle
+//! phase, from /proc/PID/status.
 
 use std::process::Command;
 use std::time::Duration;
 
 use super::bare::paced_bare_producer;
 use super::support::{Broker, Postgres};
-use super::{cpu_seconds, env_or, paced_writes, start_relay, thread_cpu_seconds, Reference};
+use super::{
+    cpu_seconds, env_or, paced_writes, resident_kib, start_relay, thread_cpu_seconds, Reference,
+};
 use crate::support::outbox::events;
 
 pub async fn cost() {
@@ -86,6 +90,16 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
     let before = cpu_seconds(pid);
     tokio::time::sleep(Duration::from_secs(idle)).await;
     let idle_share = 100.0 * (cpu_seconds(pid) - before) / idle as f64;
+    // Issue 21's RSS at rest: connected, warm, nothing to do.
+    let rest = resident_kib(pid);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "{name}: RSS at rest {:.1} MiB ({:.1} MiB anonymous, {:.1} MiB of mapped files) after \
+         {idle}s idle",
+        mib(rest.total),
+        mib(rest.anonymous),
+        mib(rest.files)
+    );
 
     let total = (rate * seconds) as usize;
     let before = cpu_seconds(pid);
