@@ -18,7 +18,7 @@
 /// CPU cost measured. Two arenas, not jemalloc's four per core: walrelay
 /// allocates on few threads (the apply loop, librdkafka's broker threads and
 /// its report thread), and each arena a thread starts keeps partly used
-/// slabs of its own; at rest that was 0.6 MiB of anonymous memory, and no
+/// slabs of its own; at rest that was about 0.5 MiB of anonymous memory, and no
 /// drain or steady rate cost more CPU with two (docs/benchmarks.md). Linux
 /// only in effect: where tikv-jemalloc-sys builds jemalloc prefixed
 /// (macOS), it reads `_rjem_malloc_conf` and ignores this.

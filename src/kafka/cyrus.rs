@@ -4,7 +4,7 @@
 //! calls `sasl_client_init`, which loads every plugin in Cyrus's directory
 //! (GSSAPI, GS2, DIGEST-MD5, NTLM, sasldb ...) and the libraries they link:
 //! MIT Kerberos, Berkeley DB. In a walrelay that never logs in with Kerberos
-//! that was 1.5-2 MiB of resident memory, and code it never runs mapped in
+//! that was about 1.4 MiB of resident memory, and code it never runs mapped in
 //! its process (docs/benchmarks.md, issue 21). So a command that does not
 //! log in with Kerberos points Cyrus at no directory before it makes any
 //! client; one that does leaves Cyrus as it is (`SASL_PATH`, else its
@@ -17,13 +17,24 @@
 use rdkafka::config::ClientConfig;
 
 /// Whether a command with these `-X` properties needs Cyrus's plugins: it
-/// logs in with Kerberos (`login::is_kerberos`).
+/// logs in with Kerberos (`login::is_kerberos`), or might: with both
+/// `sasl.mechanism` and its alias `sasl.mechanisms` given, which one
+/// librdkafka keeps is not walrelay's to know, so either naming GSSAPI is
+/// enough.
 pub fn needs_plugins(properties: &[(String, String)]) -> bool {
     let mut config = ClientConfig::new();
     for (key, value) in properties {
         config.set(key, value);
     }
-    super::login::is_kerberos(&config)
+    let named_gssapi = ["sasl.mechanism", "sasl.mechanisms"].iter().any(|key| {
+        config
+            .get(key)
+            .is_some_and(|m| m.eq_ignore_ascii_case("GSSAPI"))
+    });
+    let sasl = config
+        .get("security.protocol")
+        .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"));
+    super::login::is_kerberos(&config) || (sasl && named_gssapi)
 }
 
 /// Unless `properties` log in with Kerberos, keeps Cyrus from loading any
@@ -93,5 +104,11 @@ mod tests {
             "security.protocol",
             "sasl_ssl"
         )])));
+        // Both spellings given: either may be the one librdkafka keeps.
+        assert!(needs_plugins(&properties(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.mechanisms", "GSSAPI"),
+        ])));
     }
 }
