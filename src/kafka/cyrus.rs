@@ -31,10 +31,7 @@ pub fn needs_plugins(properties: &[(String, String)]) -> bool {
             .get(key)
             .is_some_and(|m| m.eq_ignore_ascii_case("GSSAPI"))
     });
-    let sasl = config
-        .get("security.protocol")
-        .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"));
-    super::login::is_kerberos(&config) || (sasl && named_gssapi)
+    super::login::is_kerberos(&config) || (super::login::is_sasl(&config) && named_gssapi)
 }
 
 /// Unless `properties` log in with Kerberos, keeps Cyrus from loading any

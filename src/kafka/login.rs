@@ -126,14 +126,19 @@ pub fn is_login_refusal(error: &KafkaError) -> bool {
 /// Whether `config` logs in with Kerberos: a SASL security protocol whose
 /// mechanism is GSSAPI, librdkafka's default when none is named.
 pub fn is_kerberos(config: &ClientConfig) -> bool {
-    let sasl = config
-        .get("security.protocol")
-        .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"));
+    let sasl = is_sasl(config);
     let mechanism = config
         .get("sasl.mechanism")
         .or_else(|| config.get("sasl.mechanisms"))
         .unwrap_or("GSSAPI");
     sasl && mechanism.eq_ignore_ascii_case("GSSAPI")
+}
+
+/// Whether `config` logs in with SASL (SASL_PLAINTEXT or SASL_SSL).
+pub fn is_sasl(config: &ClientConfig) -> bool {
+    config
+        .get("security.protocol")
+        .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"))
 }
 
 /// Refuses a Kerberos login in a walrelay built without the `gssapi`
