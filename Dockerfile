@@ -1,5 +1,7 @@
 # Builds walrelay and runs it as a non-root user.
-FROM rust:1-bookworm AS build
+# The toolchain link/hot-functions.txt was made with: its Rust names carry
+# hashes that another rustc gives other values (build.rs, scripts/hot-functions.sh).
+FROM rust:1.95-bookworm AS build
 # libsasl2-dev: Kerberos (the default `gssapi` feature). OAUTHBEARER OIDC
 # (the default `oidc` feature) compiles libcurl into the binary, but
 # librdkafka's configure checks for it by linking -lcurl, and turns OIDC off
@@ -7,7 +9,9 @@ FROM rust:1-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev libsasl2-dev libssl-dev pkg-config zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY .cargo ./.cargo
+COPY link ./link
 COPY src ./src
 COPY examples ./examples
 COPY benches ./benches

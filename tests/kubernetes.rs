@@ -82,3 +82,24 @@ fn deployment_sets_what_the_binary_needs_in_a_pod() {
     assert!(read("deploy/kubernetes/service.yaml").contains("  name: walrelay\n"));
     assert!(read("deploy/prometheus/alerts.yml").contains("up{job=\"walrelay\"}"));
 }
+
+#[test]
+fn the_image_is_built_from_every_file_the_build_reads() {
+    // No Docker engine runs here to build the image: a file the build
+    // reads but the Dockerfile does not copy would fail only there, or (the
+    // linker's order, librdkafka's CFLAGS) build an image that rests larger.
+    let dockerfile = read("Dockerfile");
+    for input in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "COPY .cargo ./.cargo",
+        "COPY link ./link",
+        "COPY src ./src",
+    ] {
+        assert!(
+            dockerfile.contains(input),
+            "the Dockerfile does not copy {input}"
+        );
+    }
+}
