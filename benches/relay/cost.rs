@@ -11,8 +11,10 @@
 //! BENCH_RATE (2,000 events/s) for BENCH_SECONDS (20); BENCH_IDLE_SECONDS
 //! (20) of idle first. CPU is user + system of every thread, from /proc;
 //! RSS at rest (all of it, anonymous, mapped files) at the end of the idle
-//! phase, from /proc/PID/status.
+//! phase, from /proc/PID/status, and how much of link/hot-functions.txt
+//! the build has (build.rs).
 
+use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
@@ -100,6 +102,9 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
         mib(rest.anonymous),
         mib(rest.files)
     );
+    if relay.is_some() {
+        print_hot_functions_found();
+    }
 
     let total = (rate * seconds) as usize;
     let before = cpu_seconds(pid);
@@ -138,6 +143,39 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
         per_event_us,
         idle_share,
     }
+}
+
+/// How many of link/hot-functions.txt's names this build has. A list gone
+/// stale (a toolchain or dependency bump renames functions) lays out less
+/// of the code walrelay runs together, and its RSS at rest grows.
+fn print_hot_functions_found() {
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/link/hot-functions.txt"
+    ))
+    .unwrap();
+    let listed: Vec<&str> = listed
+        .lines()
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    let Ok(nm) = Command::new("nm")
+        .args(["--defined-only", env!("CARGO_BIN_EXE_walrelay")])
+        .output()
+    else {
+        println!("  (no nm: cannot say how much of link/hot-functions.txt this build has)");
+        return;
+    };
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    let defined: HashSet<&str> = symbols
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2))
+        .collect();
+    let found = listed.iter().filter(|name| defined.contains(*name)).count();
+    println!(
+        "  link/hot-functions.txt: {found} of {} functions in this build \
+         (scripts/hot-functions.sh renews it)",
+        listed.len()
+    );
 }
 
 /// A bare librdkafka producer at the same rate: µs of CPU per record.
