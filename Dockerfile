@@ -1,7 +1,7 @@
 # Builds walrelay and runs it as a non-root user.
 # The toolchain link/hot-functions.txt was made with: its Rust names carry
 # hashes that another rustc gives other values (build.rs, scripts/hot-functions.sh).
-FROM rust:1.95-bookworm AS build
+FROM rust:1.95.0-bookworm AS build
 # libsasl2-dev: Kerberos (the default `gssapi` feature). OAUTHBEARER OIDC
 # (the default `oidc` feature) compiles libcurl into the binary, but
 # librdkafka's configure checks for it by linking -lcurl, and turns OIDC off

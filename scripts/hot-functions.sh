@@ -13,27 +13,36 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "hot-functions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 
 cargo build --release --bin walrelay
-bench=$(cargo bench --bench relay --no-run 2>&1 | grep -o 'target/release/deps/relay-[0-9a-f]*' | head -1)
+bench=$(cargo bench --bench relay --no-run 2>&1 | grep -o 'target/release/deps/relay-[0-9a-f]*' | head -1 || true)
 [ -n "$bench" ] || { echo "hot-functions.sh: no bench binary" >&2; exit 1; }
 
-work=$(mktemp -d)
+# callgrind names the binary by its resolved path: resolve the directory's.
+work=$(cd "$(mktemp -d)" && pwd -P)
 built=target/release/walrelay
+bench_pid= retrying_pid=
+restore() {
+  kill $bench_pid $retrying_pid 2>/dev/null || true
+  if [ -f "$work/walrelay.built" ]; then mv -f "$work/walrelay.built" "$built"; fi
+  rm -rf "$work"
+}
+trap restore EXIT
 mv "$built" "$work/walrelay.built"
 cp "$work/walrelay.built" "$work/walrelay"
-trap 'mv -f "$work/walrelay.built" "$built"; rm -rf "$work"' EXIT
 mkdir "$work/serving" "$work/retrying"
 
+# At info, as walrelay runs by default: the bench's debug logging would list
+# code that a deployed walrelay does not run.
 under_callgrind() { # phase: target/release/walrelay runs under callgrind, its counts in $work/phase
   cat > "$built" <<EOF
 #!/bin/sh
+export WALRELAY_LOG=info
 exec valgrind --tool=callgrind --demangle=no --compress-strings=no --compress-pos=no \
   --callgrind-out-file=$work/$1/cg.%p.out "$work/walrelay" "\$@"
 EOF
   chmod +x "$built"
 }
-# walrelay is killed, not stopped, at the end of each phase, and callgrind
-# writes its counts only at a clean exit: have it write them every few
-# seconds instead.
+# The bench kills walrelay at its end, and callgrind writes its counts only
+# at a clean exit: have it write them every few seconds instead.
 dump_until_gone() { # pid
   while kill -0 "$1" 2>/dev/null; do
     sleep 3
@@ -48,12 +57,11 @@ dump_until_gone "$bench_pid"
 wait "$bench_pid" || { cat "$work/bench.log" >&2; exit 1; }
 
 under_callgrind retrying
-"$built" run --pg-url postgres://walrelay@127.0.0.1:1/app --kafka-brokers 127.0.0.1:1 \
-  --metrics-addr 127.0.0.1:0 > "$work/retrying.log" 2>&1 &
+timeout -k 10 30 "$built" run --pg-url postgres://walrelay@127.0.0.1:1/app \
+  --kafka-brokers 127.0.0.1:1 --metrics-addr 127.0.0.1:0 > "$work/retrying.log" 2>&1 &
 retrying_pid=$!
-(sleep 30; kill -KILL "$retrying_pid") &
 dump_until_gone "$retrying_pid"
-wait "$retrying_pid" 2>/dev/null || true  # killed, as meant
+wait "$retrying_pid" || true  # stopped by timeout, as meant
 
 python3 - "$work/walrelay" "$work" > "$work/hot-functions.txt" <<'SCRIPT'
 """Self cost per function of the binary over every dump of `walrelay run`:
@@ -65,7 +73,7 @@ binary, work = sys.argv[1], sys.argv[2]
 
 def by_cost(phase):
     cost = collections.Counter()
-    for path in glob.glob(f"{work}/{phase}/cg.*.out.*"):
+    for path in glob.glob(f"{work}/{phase}/cg.*.out*"):
         with open(path, errors="replace") as dump:
             lines = iter(dump)
             ob = fn = None

@@ -158,10 +158,10 @@ fn print_hot_functions_found() {
         .lines()
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
         .collect();
-    let Ok(nm) = Command::new("nm")
+    let nm = Command::new("nm")
         .args(["--defined-only", env!("CARGO_BIN_EXE_walrelay")])
-        .output()
-    else {
+        .output();
+    let Some(nm) = nm.ok().filter(|nm| nm.status.success()) else {
         println!("  (no nm: cannot say how much of link/hot-functions.txt this build has)");
         return;
     };
