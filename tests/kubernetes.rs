@@ -8,6 +8,15 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
+/// Asserts that the file at `path` has every one of `needles` in it.
+fn assert_has_all(path: &str, needles: &[&str]) -> String {
+    let text = read(path);
+    for needle in needles {
+        assert!(text.contains(needle), "{path} lacks {needle:?}");
+    }
+    text
+}
+
 #[test]
 fn prometheus_rule_is_regenerated_from_alerts_yml_without_a_difference() {
     let out = Command::new(concat!(
@@ -39,27 +48,24 @@ fn prometheus_rule_is_regenerated_from_alerts_yml_without_a_difference() {
 
 #[test]
 fn deployment_sets_what_the_binary_needs_in_a_pod() {
-    let deployment = read("deploy/kubernetes/deployment.yaml");
-    for needle in [
-        "replicas: 2",
-        "type: Recreate",
-        // The metrics default, 127.0.0.1:9187, cannot be probed from the kubelet.
-        "name: WALRELAY_METRICS_ADDR\n              value: \"0.0.0.0:9187\"",
-        "name: WALRELAY_STANDBY_POLL_INTERVAL",
-        "key: WALRELAY_PG_URL",
-        "key: WALRELAY_KAFKA_BROKERS",
-        "path: /healthz",
-        "path: /readyz",
-        "readOnlyRootFilesystem: true",
-        "runAsNonRoot: true",
-        "allowPrivilegeEscalation: false",
-        "containerPort: 9187",
-    ] {
-        assert!(
-            deployment.contains(needle),
-            "deployment.yaml lacks {needle:?}"
-        );
-    }
+    let deployment = assert_has_all(
+        "deploy/kubernetes/deployment.yaml",
+        &[
+            "replicas: 2",
+            "type: Recreate",
+            // The metrics default, 127.0.0.1:9187, cannot be probed from the kubelet.
+            "name: WALRELAY_METRICS_ADDR\n              value: \"0.0.0.0:9187\"",
+            "name: WALRELAY_STANDBY_POLL_INTERVAL",
+            "key: WALRELAY_PG_URL",
+            "key: WALRELAY_KAFKA_BROKERS",
+            "path: /healthz",
+            "path: /readyz",
+            "readOnlyRootFilesystem: true",
+            "runAsNonRoot: true",
+            "allowPrivilegeEscalation: false",
+            "containerPort: 9187",
+        ],
+    );
     // The image runs as this uid (Dockerfile: USER 10001).
     assert!(read("Dockerfile").contains("USER 10001"));
     assert!(deployment.contains("runAsUser: 10001"));
@@ -88,18 +94,15 @@ fn the_image_is_built_from_every_file_the_build_reads() {
     // No Docker engine runs here to build the image: a file the build
     // reads but the Dockerfile does not copy would fail only there, or (the
     // linker's order, librdkafka's CFLAGS) build an image that rests larger.
-    let dockerfile = read("Dockerfile");
-    for input in [
-        "Cargo.toml",
-        "Cargo.lock",
-        "build.rs",
-        "COPY .cargo ./.cargo",
-        "COPY link ./link",
-        "COPY src ./src",
-    ] {
-        assert!(
-            dockerfile.contains(input),
-            "the Dockerfile does not copy {input}"
-        );
-    }
+    assert_has_all(
+        "Dockerfile",
+        &[
+            "Cargo.toml",
+            "Cargo.lock",
+            "build.rs",
+            "COPY .cargo ./.cargo",
+            "COPY link ./link",
+            "COPY src ./src",
+        ],
+    );
 }
