@@ -416,6 +416,33 @@ mod tests {
     }
 
     #[test]
+    fn an_alias_is_the_same_property_as_its_name_and_a_later_one_wins() {
+        let a = run_args(&[
+            "-X",
+            "request.required.acks=1",
+            "-X",
+            "acks=all,max.in.flight=5",
+            "-X",
+            "auto.commit.enable=false",
+        ]);
+        assert_eq!(
+            a.kafka.properties(),
+            vec![
+                ("acks".into(), "1".into()),
+                ("acks".into(), "all".into()),
+                ("max.in.flight.requests.per.connection".into(), "5".into()),
+                // A topic property of the legacy consumer, not an alias of
+                // the global enable.auto.commit.
+                ("auto.commit.enable".into(), "false".into()),
+            ]
+        );
+        let settings =
+            Settings::from_args(&run_args(&["-X", "metadata.broker.list=other:9092"])).unwrap();
+        assert_eq!(settings.kafka.get("bootstrap.servers"), Some("other:9092"));
+        assert_eq!(settings.kafka.get("metadata.broker.list"), None);
+    }
+
+    #[test]
     fn a_comma_separates_properties_but_stays_inside_a_list_value() {
         let a = run_args(&["-X", "debug=broker,topic,msg", "-X", "acks=all,linger.ms=1"]);
         assert_eq!(

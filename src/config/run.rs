@@ -399,11 +399,18 @@ pub enum KafkaAuthMode {
 }
 
 impl KafkaArgs {
-    /// Every -X property, in the order given (a later one wins).
+    /// Every -X property, in the order given (a later one wins), each under
+    /// one name of librdkafka's for it: given as an alias (`max.in.flight`,
+    /// `request.required.acks`), it is the same property as under its
+    /// other name, there too a later one wins (`kafka::aliases`).
     pub fn properties(&self) -> Vec<(String, String)> {
         self.kafka_properties
             .iter()
-            .flat_map(|p| p.0.iter().cloned())
+            .flat_map(|p| p.0.iter())
+            .map(|(key, value)| {
+                let key = crate::kafka::aliases::canonical(key);
+                (key.to_string(), value.clone())
+            })
             .collect()
     }
 

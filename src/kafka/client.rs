@@ -143,6 +143,13 @@ pub fn client_config(
                 );
             }
         }
+        if key == "max.in.flight.requests.per.connection" && value.trim() != "1" {
+            warn!(
+                "-X max.in.flight.requests.per.connection={value}: with more than one produce \
+                 request in flight, librdkafka can report a record delivered that the broker \
+                 never wrote (docs/configuration.md)"
+            );
+        }
         if key == "message.max.bytes"
             && value.parse::<usize>().unwrap_or(0) < dead_letter_max_message_bytes
         {
@@ -219,6 +226,29 @@ mod tests {
             ("message.copy.max.bytes", "1024"),
         ];
         assert_eq!(copy_max(&told).as_deref(), Some("1024"));
+    }
+
+    #[test]
+    fn a_property_given_by_an_alias_wins_over_walrelays_default_in_every_client() {
+        // As `KafkaArgs::properties` hands them over: under one name each.
+        let given = [("max.in.flight", "5"), ("queue.buffering.max.ms", "7")].map(|(k, v)| {
+            (
+                super::super::aliases::canonical(k).to_string(),
+                v.to_string(),
+            )
+        });
+        // Each ClientConfig's map has an order of its own: with both names
+        // in it, some of these would have run with walrelay's 1 and 0.
+        for _ in 0..32 {
+            let native = super::client_config("b:9092", &given, 0)
+                .create_native_config()
+                .unwrap();
+            assert_eq!(
+                native.get("max.in.flight.requests.per.connection").unwrap(),
+                "5"
+            );
+            assert_eq!(native.get("linger.ms").unwrap(), "7");
+        }
     }
 
     #[cfg(feature = "gssapi")]

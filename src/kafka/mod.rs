@@ -2,6 +2,7 @@
 //! idempotent producer with its delivery reports), topic creation through
 //! the admin API, and reading a topic back over a time range (the audit).
 
+pub mod aliases;
 pub mod client;
 pub mod cyrus;
 pub mod login;
