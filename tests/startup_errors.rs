@@ -256,6 +256,43 @@ async fn a_kafka_property_librdkafka_refuses_stops_walrelay_before_it_creates_an
     nothing_was_created(&client).await;
 }
 
+/// Properties librdkafka takes but walrelay cannot work with: without a
+/// report of each record delivered it could confirm nothing, and a
+/// transactional.id of the operator's own makes a producer that accepts
+/// no record outside a transaction walrelay never opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_properties_walrelay_cannot_work_with_stop_it_before_it_creates_anything() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["-X", "delivery.report.only.error=true"],
+            &["delivery.report.only.error", "remove"],
+        ),
+        (
+            &["-X", "transactional.id=orders-relay"],
+            &["transactional.id", "--delivery exactly-once"],
+        ),
+        (
+            &[
+                "--delivery",
+                "exactly-once",
+                "-X",
+                "transactional.id=orders-relay",
+            ],
+            &["transactional.id", "--delivery exactly-once"],
+        ),
+    ];
+    for (flags, named) in cases {
+        let line = fails_cleanly(Relay::start_with(&pg, &broker, flags));
+        for name in named {
+            assert!(line.contains(name), "{flags:?}: {line}");
+        }
+        nothing_was_created(&client).await;
+    }
+}
+
 /// Waits until walrelay's slot creation waits for `blocker`'s transaction.
 async fn slot_creation_waits(client: &tokio_postgres::Client) {
     support::eventually(WAIT, "the slot creation to wait", || async {

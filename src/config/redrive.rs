@@ -94,6 +94,7 @@ impl RedriveArgs {
         let brokers = super::settings::kafka_brokers(&self.kafka.kafka_brokers)?;
         let properties = self.kafka.client_properties(&self.aws)?;
         let mut producer = client_config(&brokers, &properties, self.dead_letter_max_message_bytes);
+        crate::kafka::client::require_workable(&producer)?;
         // One record per batch: the dead-letter topic holds records a broker
         // refused, and a broker refuses a whole batch for one record too
         // large, so each refusal must be the record's own. -X may override.
@@ -197,6 +198,15 @@ mod tests {
         assert_eq!(s.producer.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(s.producer.get("linger.ms"), Some("20"));
         assert_eq!(s.consumer.get("linger.ms"), None);
+    }
+
+    #[test]
+    fn a_producer_that_would_report_no_delivery_is_refused() {
+        // Redrive moves its group's position only after Kafka acknowledged.
+        let Err(e) = redrive(&["-X", "delivery.report.only.error=true"]).settings() else {
+            panic!("a producer reporting failures alone was accepted");
+        };
+        assert!(e.to_string().contains("remove it"), "{e}");
     }
 
     #[test]

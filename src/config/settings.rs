@@ -164,6 +164,7 @@ impl Settings {
             poison.dead_letter_max_message_bytes,
         );
         crate::kafka::login::require_kerberos_support(&kafka_config)?;
+        crate::kafka::client::require_workable(&kafka_config)?;
         let pg_primary = args
             .pg_primary_url
             .as_deref()

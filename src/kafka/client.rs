@@ -11,6 +11,7 @@ use rdkafka::producer::{DeliveryResult, ProducerContext};
 use tracing::warn;
 
 use super::{is_login_refusal, LoginAdvice};
+use crate::error::{Error, Result};
 
 /// A client context that remembers why the broker refused the login, if it
 /// did: a request then only fails with a transport error or a timeout
@@ -173,6 +174,33 @@ pub fn client_config(
     config
 }
 
+/// Refuses properties librdkafka takes but walrelay cannot work with,
+/// before anything is created: otherwise walrelay would start, stream, and
+/// never confirm the slot.
+pub fn require_workable(config: &ClientConfig) -> Result<()> {
+    let set = |key: &str| {
+        config
+            .get(key)
+            .is_some_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "false" | "f" | "0"))
+    };
+    if set("delivery.report.only.error") {
+        return Err(Error::permanent(
+            "-X delivery.report.only.error=true: walrelay confirms the slot only from the \
+             report of each record Kafka acknowledged, and librdkafka would then report \
+             failures alone, so no event would ever be confirmed; remove it",
+        ));
+    }
+    if config.get("transactional.id").is_some() {
+        return Err(Error::permanent(
+            "-X transactional.id: walrelay makes its producer transactional itself, with \
+             --delivery exactly-once, under an id of its own for the database and slot \
+             (walrelay-<system id>-<slot>); a producer given one by -X would refuse every \
+             record outside a transaction. Remove -X transactional.id",
+        ));
+    }
+    Ok(())
+}
+
 /// The largest record the producer sends outside the dead-letter topic:
 /// `-X message.max.bytes` if given, else what a default broker accepts.
 pub fn event_max_bytes(properties: &[(String, String)]) -> usize {
@@ -249,6 +277,22 @@ mod tests {
             );
             assert_eq!(native.get("linger.ms").unwrap(), "7");
         }
+    }
+
+    #[test]
+    fn only_error_reports_or_a_transactional_id_of_ones_own_are_refused_in_any_spelling() {
+        let workable = |key: &str, value: &str| {
+            let given = [(key.to_string(), value.to_string())];
+            super::require_workable(&super::client_config("b:9092", &given, 0)).is_ok()
+        };
+        for value in ["true", "TRUE", "t", "1"] {
+            assert!(!workable("delivery.report.only.error", value), "{value}");
+        }
+        for value in ["false", "False", "0"] {
+            assert!(workable("delivery.report.only.error", value), "{value}");
+        }
+        assert!(!workable("transactional.id", "orders"));
+        assert!(workable("linger.ms", "5"));
     }
 
     #[cfg(feature = "gssapi")]
