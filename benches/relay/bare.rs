@@ -97,7 +97,10 @@ pub fn run_if_child() -> bool {
         .windows(2)
         .filter(|pair| pair[0] == "-X")
         .filter_map(|pair| pair[1].split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| {
+            let k = walrelay::kafka::aliases::canonical(k);
+            (k.to_string(), v.to_string())
+        })
         .collect();
     let config = walrelay::kafka::client::client_config(brokers, &properties, 0);
     let producer: BaseProducer<Reports> = config.create_with_context(Reports::default()).unwrap();

@@ -443,6 +443,26 @@ mod tests {
     }
 
     #[test]
+    fn a_property_given_under_another_name_wins_over_walrelays_default_at_every_start() {
+        let args = run_args(&[
+            "-X",
+            "max.in.flight=5,queue.buffering.max.ms=7",
+            "-X",
+            "topic.partitioner=consistent",
+        ]);
+        // Each start's map of properties has an order of its own: with both
+        // names in it, some of these had run with walrelay's own values.
+        for _ in 0..32 {
+            let settings = Settings::from_args(&args).unwrap();
+            let native = settings.kafka.create_native_config().unwrap();
+            let get = |name| native.get(name).unwrap();
+            assert_eq!(get("max.in.flight.requests.per.connection"), "5");
+            assert_eq!(get("linger.ms"), "7");
+            assert_eq!(get("partitioner"), "consistent");
+        }
+    }
+
+    #[test]
     fn a_comma_separates_properties_but_stays_inside_a_list_value() {
         let a = run_args(&["-X", "debug=broker,topic,msg", "-X", "acks=all,linger.ms=1"]);
         assert_eq!(

@@ -400,9 +400,10 @@ pub enum KafkaAuthMode {
 
 impl KafkaArgs {
     /// Every -X property, in the order given (a later one wins), each under
-    /// one name of librdkafka's for it: given as an alias (`max.in.flight`,
-    /// `request.required.acks`), it is the same property as under its
-    /// other name, there too a later one wins (`kafka::aliases`).
+    /// one of librdkafka's names for it: given as `max.in.flight`,
+    /// `request.required.acks` or `topic.partitioner`, it is the same
+    /// property as under its other name, and there too a later one wins
+    /// (`kafka::aliases`).
     pub fn properties(&self) -> Vec<(String, String)> {
         self.kafka_properties
             .iter()

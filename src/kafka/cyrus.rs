@@ -17,10 +17,10 @@
 use rdkafka::config::ClientConfig;
 
 /// Whether a command with these `-X` properties needs Cyrus's plugins: it
-/// logs in with Kerberos (`login::is_kerberos`), or might: with both
-/// `sasl.mechanism` and its alias `sasl.mechanisms` given, which one
-/// librdkafka keeps is not walrelay's to know, so either naming GSSAPI is
-/// enough.
+/// logs in with Kerberos (`login::is_kerberos`), or might: `-X` names reach
+/// here as `KafkaArgs::properties` gives them, `sasl.mechanisms` as
+/// `sasl.mechanism`, but a caller's own list may hold both, so either naming
+/// GSSAPI is enough.
 pub fn needs_plugins(properties: &[(String, String)]) -> bool {
     let mut config = ClientConfig::new();
     for (key, value) in properties {
