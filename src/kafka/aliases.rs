@@ -291,6 +291,23 @@ mod tests {
     }
 
     #[test]
+    fn a_public_propertys_every_name_is_read_as_a_public_one() {
+        use crate::kafka::secrets::is_public;
+        let names = ALIASES.iter().flat_map(|(a, n)| [*a, *n]);
+        let topic = TOPIC_PROPERTIES.iter().map(|n| format!("topic.{n}"));
+        for name in names.map(str::to_string).chain(topic) {
+            let plain = name.strip_prefix("topic.").unwrap_or(&name);
+            if is_public(plain) {
+                assert!(
+                    is_public(&canonical(&name)),
+                    "{name} is read as {}",
+                    canonical(&name)
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_name_that_is_no_alias_is_read_as_given() {
         assert_eq!(canonical("acks"), "acks");
         assert_eq!(canonical("request.required.acks"), "acks");

@@ -154,6 +154,11 @@ const PUBLIC: &[&str] = &[
     "queue.buffering.backpressure.threshold",
     "compression.codec",
     "compression.type",
+    // Topic properties named as global ones, as kafka::aliases reads them
+    // with `topic.` before them.
+    "topic.compression.type",
+    "topic.auto.commit.interval.ms",
+    "topic.offset.store.method",
     "batch.num.messages",
     "batch.size",
     "delivery.report.only.error",
