@@ -437,9 +437,28 @@ mod tests {
             ]
         );
         let settings =
-            Settings::from_args(&run_args(&["-X", "metadata.broker.list=other:9092"])).unwrap();
-        assert_eq!(settings.kafka.get("bootstrap.servers"), Some("other:9092"));
+            Settings::from_args(&run_args(&["-X", "metadata.broker.list= localhost:9092"]))
+                .unwrap();
+        assert_eq!(
+            settings.kafka.get("bootstrap.servers"),
+            Some(" localhost:9092")
+        );
         assert_eq!(settings.kafka.get("metadata.broker.list"), None);
+    }
+
+    #[test]
+    fn brokers_named_by_a_property_as_well_as_by_the_flag_must_be_the_same() {
+        let Err(e) = Settings::from_args(&run_args(&["-X", "metadata.broker.list=other:9092"]))
+        else {
+            panic!("two lists of brokers were accepted");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("other:9092")
+                && e.contains("localhost:9092")
+                && e.contains("--kafka-brokers"),
+            "{e}"
+        );
     }
 
     #[test]

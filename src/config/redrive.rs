@@ -91,8 +91,8 @@ impl RedriveArgs {
                  e.g. OrderPlaced,OrderShipped",
             ));
         }
-        let brokers = super::settings::kafka_brokers(&self.kafka.kafka_brokers)?;
         let properties = self.kafka.client_properties(&self.aws)?;
+        let brokers = super::settings::kafka_brokers(&self.kafka.kafka_brokers, &properties)?;
         let mut producer = client_config(&brokers, &properties, self.dead_letter_max_message_bytes);
         crate::kafka::client::require_workable(&producer)?;
         // One record per batch: the dead-letter topic holds records a broker

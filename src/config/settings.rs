@@ -188,7 +188,7 @@ impl Settings {
             state_table: StateTable(args.conn.state_table.clone()),
             mapping: mapping_config,
             router,
-            kafka_brokers: kafka_brokers(&kafka.kafka_brokers)?,
+            kafka_brokers: kafka_brokers(&kafka.kafka_brokers, &kafka_properties)?,
             kafka: kafka_config,
             event_max_bytes: event_max_bytes(&kafka_properties),
             kafka_properties,
@@ -402,8 +402,24 @@ fn snapshot_plan(args: &RunArgs) -> Result<Option<SnapshotPlan>> {
 }
 
 /// The `--kafka-brokers` list: librdkafka takes an empty one and then waits
-/// for a broker that can never answer.
-pub(super) fn kafka_brokers(list: &str) -> Result<String> {
+/// for a broker that can never answer. An `-X bootstrap.servers` (or
+/// `metadata.broker.list`) that names other brokers is refused: it would
+/// win in every client while the logs and `walrelay check` named these.
+pub(super) fn kafka_brokers(list: &str, properties: &[(String, String)]) -> Result<String> {
+    let given = properties
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "bootstrap.servers");
+    let brokers =
+        |list: &str| -> Vec<String> { list.split(',').map(|b| b.trim().to_string()).collect() };
+    if let Some((_, other)) = given {
+        if brokers(other) != brokers(list) {
+            return Err(Error::permanent(format!(
+                "-X bootstrap.servers={other:?} and --kafka-brokers (WALRELAY_KAFKA_BROKERS) \
+                 {list:?} name two lists of brokers: give them once, with --kafka-brokers"
+            )));
+        }
+    }
     if list.split(',').any(|broker| broker.trim().is_empty()) {
         return Err(Error::permanent(format!(
             "--kafka-brokers (WALRELAY_KAFKA_BROKERS) {}: give host:port, or several \
