@@ -190,3 +190,28 @@ fn a_bad_value_from_the_environment_names_its_variable_and_a_typed_one_does_not(
     assert!(typed.contains("'few'"), "{typed}");
     assert!(!typed.contains("environment variable"), "{typed}");
 }
+
+/// clap reads a flag's variable only when the flag is not typed: one `-X`
+/// used to drop all of WALRELAY_KAFKA_PROPERTIES without a word.
+#[test]
+fn kafka_properties_from_the_environment_apply_beneath_typed_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args([
+            "check",
+            "--pg-url",
+            "postgres://u@127.0.0.1:1/x",
+            "--kafka-brokers",
+            "127.0.0.1:1",
+            "-X",
+            "linger.ms=5",
+        ])
+        .env("WALRELAY_KAFKA_PROPERTIES", "no.such.property=1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("librdkafka refused -X no.such.property"),
+        "{stdout}"
+    );
+}

@@ -4,17 +4,29 @@
 //! for a flag that may carry a secret (`-X sasl.password:…`, a typo).
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Arg, CommandFactory, Parser};
+use clap::{Arg, CommandFactory, FromArgMatches};
 
 use super::Cli;
 
 impl Cli {
     /// `Cli::parse`, with the variable named when a value read from the
     /// environment is refused.
+    /// `WALRELAY_KAFKA_PROPERTIES` also applies beneath typed `-X`
+    /// (`kafka_env`).
     pub fn parse_naming_env() -> Self {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        match Cli::try_parse_from(&argv) {
-            Ok(cli) => cli,
+        let parsed = Cli::command()
+            .try_get_matches_from(&argv)
+            .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+        match parsed {
+            Ok((mut cli, matches)) => {
+                let variable = std::env::var(super::kafka_env::VARIABLE).ok();
+                if let Err(e) = cli.merge_environment_properties(&matches, variable.as_deref()) {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
+                cli
+            }
             Err(mut e) => {
                 hide_secret_value(&mut e);
                 let typed: Vec<String> = argv
@@ -101,6 +113,7 @@ fn from_environment(e: &clap::Error, typed: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     #[test]
     fn a_refused_value_of_a_flag_that_may_hold_a_secret_is_not_shown() {

@@ -3,6 +3,7 @@
 
 mod delivery;
 mod env_errors;
+mod kafka_env;
 mod lifecycle;
 mod redrive;
 mod retention;
