@@ -448,6 +448,27 @@ mod tests {
     }
 
     #[test]
+    fn compression_in_any_spelling_leaves_a_records_size_to_the_broker() {
+        let compressed = |extra: &[&str]| {
+            Settings::from_args(&run_args(extra))
+                .unwrap()
+                .topics
+                .compressed
+        };
+        assert!(!compressed(&[]));
+        assert!(!compressed(&["-X", "compression.type=none"]));
+        assert!(!compressed(&["-X", "topic.compression.codec=inherit"]));
+        for given in [
+            "compression.type=gzip",
+            "compression.codec=lz4",
+            "topic.compression.codec=zstd",
+            "topic.compression.type=snappy",
+        ] {
+            assert!(compressed(&["-X", given]), "{given}");
+        }
+    }
+
+    #[test]
     fn brokers_named_by_a_property_as_well_as_by_the_flag_must_be_the_same() {
         let Err(e) = Settings::from_args(&run_args(&["-X", "metadata.broker.list=other:9092"]))
         else {

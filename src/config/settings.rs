@@ -542,8 +542,11 @@ pub(super) fn topic_policy(
             ))
         })?;
     // The broker checks the compressed size, which walrelay cannot know.
+    // Names as kafka::aliases reads them: compression.codec is read as
+    // compression.type, topic.compression.codec as topic.compression.type.
     let compressed = kafka.properties().iter().any(|(k, v)| {
-        matches!(k.as_str(), "compression.type" | "compression.codec") && v != "none"
+        matches!(k.as_str(), "compression.type" | "topic.compression.type")
+            && !matches!(v.as_str(), "none" | "inherit")
     });
     Ok(TopicPolicy {
         create: kafka.topic_create,
