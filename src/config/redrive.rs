@@ -149,6 +149,7 @@ pub(crate) fn is_producer_only(key: &str) -> bool {
             | "delivery.timeout.ms"
             | "compression.type"
             | "compression.codec"
+            | "topic.compression.type"
             | "partitioner"
             | "max.in.flight.requests.per.connection"
             | "max.in.flight"
