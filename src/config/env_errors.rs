@@ -11,6 +11,7 @@ use super::Cli;
 impl Cli {
     /// `Cli::parse`, with the variable named when a value read from the
     /// environment is refused.
+    ///
     /// `WALRELAY_KAFKA_PROPERTIES` also applies beneath typed `-X`
     /// (`kafka_env`).
     pub fn parse_naming_env() -> Self {
