@@ -375,3 +375,101 @@ async fn every_exactly_once_metric_served_is_documented_and_every_documented_one
     assert_eq!(served.len(), 4, "{served:?}");
     assert_eq!(served, ours(support::documented_metrics()));
 }
+
+/// The last position the state table records as delivered, once walrelay
+/// wrote one: in this mode, only after its Kafka transaction committed.
+async fn kafka_committed(client: &tokio_postgres::Client) -> String {
+    eventually(
+        WAIT,
+        "the state table to record what Kafka committed",
+        || async {
+            client
+                .query_one(
+                    "SELECT delivered_lsn::text FROM walrelay_state WHERE slot = 'walrelay'",
+                    &[],
+                )
+                .await
+                .ok()?
+                .get::<_, Option<String>>(0)
+        },
+    )
+    .await
+}
+
+/// Writes an older position record for the slot into the position topic,
+/// as a broker that lost a committed transaction would leave it (or
+/// another producer would).
+async fn rewind_position(broker: &Broker, client: &tokio_postgres::Client) {
+    let system_id = system_id(client).await;
+    let key = format!("{system_id}/walrelay");
+    let value = serde_json::json!({
+        "slot": "walrelay",
+        "system_id": system_id,
+        "timeline": 1,
+        "lsn": "0/10",
+    })
+    .to_string();
+    let producer: BaseProducer = broker.client_config().create().unwrap();
+    producer
+        .send(
+            rdkafka::producer::BaseRecord::to("walrelay.positions")
+                .partition(0)
+                .key(&key)
+                .payload(&value),
+        )
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// What a start that found Kafka missing committed events must say.
+fn assert_stops_naming_the_lost_range(log: &str, committed: &str) {
+    assert!(log.contains("Kafka lost transactions"), "{log}");
+    assert!(
+        log.contains("0/10") && log.contains(committed),
+        "the range 0/10..{committed} is not named:\n{log}"
+    );
+    assert!(
+        log.contains("walrelay audit") && log.contains("walrelay replay"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_topic_behind_what_walrelay_committed_stops_the_next_start_with_the_range() {
+    let pg = Postgres::start();
+    let broker = shared();
+    let client = pg.client_with_outbox().await;
+    let mut first = relay(&pg, broker, &[]);
+    events("BeforeRestart", 10).insert(&client).await;
+    a_committed_transaction(&first).await;
+    assert!(first.terminate(WAIT).success(), "{}", first.log());
+    let committed = kafka_committed(&client).await;
+
+    rewind_position(broker, &client).await;
+    let mut next = Relay::start_with(&pg, broker, EXACTLY_ONCE);
+    let log = next.wait_for_failure(WAIT);
+    assert_stops_naming_the_lost_range(&log, &committed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_topic_behind_what_walrelay_committed_stops_the_replica_that_takes_over() {
+    let pg = Postgres::start();
+    let broker = shared();
+    let client = pg.client_with_outbox().await;
+    let poll = ["--standby-poll-interval", "100ms"];
+    let mut first = relay(&pg, broker, &poll);
+    let flags = [EXACTLY_ONCE, &poll[..]].concat();
+    let mut second = Relay::start_with(&pg, broker, &flags);
+    eventually(WAIT, "the second instance to wait as a standby", || async {
+        second.log().contains("waiting as a standby").then_some(())
+    })
+    .await;
+    events("BeforeTakeover", 10).insert(&client).await;
+    a_committed_transaction(&first).await;
+    let committed = kafka_committed(&client).await;
+
+    rewind_position(broker, &client).await;
+    first.kill9();
+    let log = second.wait_for_failure(WAIT);
+    assert_stops_naming_the_lost_range(&log, &committed);
+}

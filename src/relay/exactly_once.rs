@@ -16,10 +16,12 @@
 //! restarts uncleanly may complete a commit without writing its markers to
 //! the partitions it finds without a leader (the coordinator takes them
 //! for deleted), and the next abort by the same producer id then aborts
-//! those records. The position read back is then older than one this
-//! process committed. When the slot has moved past it, those events can
-//! no longer be read again: walrelay stops, naming them, rather than go on
-//! without them (`lost_in_kafka`).
+//! those records. The position read back is then older than one walrelay
+//! committed: this process (its memory), or any process before it on the
+//! slot, a restart or a replica that took over (the state table's
+//! `kafka_committed`, `postgres::state::committed`). When the slot has
+//! moved past it, those events can no longer be read again: walrelay
+//! stops, naming them, rather than go on without them (`lost_in_kafka`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -88,6 +90,7 @@ pub async fn start(
     sink: &mut KafkaSink<'_, Ticket>,
     system: &SystemInfo,
     start: Lsn,
+    recorded: Option<(ServerId, Lsn)>,
 ) -> Result<Run> {
     let deadline = Instant::now() + settings.timeouts.setup;
     let stored = sink
@@ -99,21 +102,29 @@ pub async fn start(
             deadline,
         )
         .await?;
-    let committed = shared.memory.last_committed();
+    let committed = newest_on(&system.server, shared.memory.last_committed(), recorded);
     if let Some((from, to)) =
         lost_in_kafka(committed.clone(), stored.as_ref(), &system.server, start)
     {
         return Err(kafka_lost(&settings.slot, &eos.position_topic, from, to));
     }
-    if let Some((_, lsn)) = committed
-        .filter(|(on, lsn)| *on == system.server && stored.as_ref().is_none_or(|p| p.lsn < *lsn))
-    {
-        warn!(
+    let of_this_history = stored.as_ref().filter(|p| p.server() == system.server);
+    match (committed, of_this_history) {
+        (Some((_, lsn)), None) => warn!(
             committed = %lsn,
-            recorded = %stored.as_ref().map_or(Lsn::ZERO, |p| p.lsn),
-            "the position topic holds less than this process committed to it; the slot is \
-             before that, so what Kafka lost is read again and sent"
-        );
+            position_topic = %eos.position_topic,
+            resume = %start,
+            "the position topic holds no position of this server history, though walrelay \
+             committed up to the one named (was the topic deleted or replaced?); starting from \
+             the slot, and taking what came before it as in Kafka"
+        ),
+        (Some((_, lsn)), Some(p)) if p.lsn < lsn => warn!(
+            committed = %lsn,
+            recorded = %p.lsn,
+            "the position topic holds less than walrelay committed to it; the slot is before \
+             that, so what Kafka lost is read again and sent"
+        ),
+        _ => {}
     }
     Ok(Run {
         skip_below: skip_below(stored, system),
@@ -121,6 +132,20 @@ pub async fn start(
         memory: shared.memory.clone(),
         metrics: shared.metrics.clone(),
     })
+}
+
+/// The newer of two committed positions on `server`'s history; one of
+/// another history says nothing about this one.
+fn newest_on(
+    server: &ServerId,
+    a: Option<(ServerId, Lsn)>,
+    b: Option<(ServerId, Lsn)>,
+) -> Option<(ServerId, Lsn)> {
+    [a, b]
+        .into_iter()
+        .flatten()
+        .filter(|(on, _)| on == server)
+        .max_by_key(|(_, lsn)| *lsn)
 }
 
 /// The WAL range whose events Kafka lost after reporting their transaction
@@ -240,6 +265,31 @@ mod tests {
         );
         assert_eq!(lost_in_kafka(None, stored.as_ref(), &on, Lsn(700)), None);
         assert_eq!(lost_in_kafka(committed, None, &on, Lsn(700)), None);
+    }
+
+    #[test]
+    fn what_another_process_committed_counts_as_much_as_what_this_one_did() {
+        let on = system(1, 900).server;
+        let other = system(2, 900).server;
+        // A restart or a takeover: nothing in memory, the state table's record.
+        assert_eq!(
+            newest_on(&on, None, Some((on.clone(), Lsn(700)))),
+            Some((on.clone(), Lsn(700)))
+        );
+        assert_eq!(
+            newest_on(
+                &on,
+                Some((on.clone(), Lsn(800))),
+                Some((on.clone(), Lsn(700)))
+            ),
+            Some((on.clone(), Lsn(800)))
+        );
+        // Another server history's record says nothing about this one.
+        assert_eq!(newest_on(&on, None, Some((other.clone(), Lsn(700)))), None);
+        assert_eq!(
+            newest_on(&on, Some((other, Lsn(900))), Some((on.clone(), Lsn(700)))),
+            Some((on, Lsn(700)))
+        );
     }
 
     #[test]

@@ -183,6 +183,7 @@ async fn record_delivered(settings: &Settings, position: &watch::Receiver<Option
                 &settings.slot,
                 confirmed.delivered,
                 &confirmed.server,
+                settings.exactly_once.is_some(),
             )
             .await
             .map_err(|e| crate::postgres::sql_error("cannot write the state table", e))
@@ -335,6 +336,7 @@ async fn session(
                 &mut sink,
                 &opened.system,
                 opened.start,
+                opened.kafka_committed.clone(),
             );
             Some(tokio::select! {
                 run = starting => run?,
@@ -461,6 +463,15 @@ async fn open(
     let stored = state_table
         .load(&state, &settings.publication, &settings.slot)
         .await?;
+    // Exactly once: what Kafka committed, as recorded by whichever process
+    // committed it (`relay::exactly_once` holds the position topic to it).
+    let kafka_committed = match settings.exactly_once {
+        Some(_) => {
+            state_table.ensure_kafka_committed_column(&state).await?;
+            state_table.kafka_committed(&state, &settings.slot).await?
+        }
+        None => None,
+    };
     let allowed = settings.allowed;
     // Before the tables and the publication: new settings may need a table
     // added to the publication, which must wait until the instances with the
@@ -677,6 +688,7 @@ async fn open(
         system,
         read_timeout,
         guard,
+        kafka_committed,
     })))
 }
 
@@ -734,4 +746,7 @@ struct Opened {
     read_timeout: Duration,
     /// What the guard's messages are judged against, when it is installed.
     guard: Option<guard::Watch>,
+    /// Exactly once: the last position the state table records as
+    /// committed in Kafka, by this process or another.
+    kafka_committed: Option<(ServerId, Lsn)>,
 }

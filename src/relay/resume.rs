@@ -127,7 +127,13 @@ pub async fn persist(settings: &Settings, mut position: watch::Receiver<Option<C
         let recorded = match route.client(c).await {
             Ok(state) => settings
                 .state_table
-                .record_delivered(&state, &settings.slot, now.delivered, &now.server)
+                .record_delivered(
+                    &state,
+                    &settings.slot,
+                    now.delivered,
+                    &now.server,
+                    settings.exactly_once.is_some(),
+                )
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.report()),

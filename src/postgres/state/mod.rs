@@ -31,6 +31,7 @@
 //! Older walrelays kept the slot's history in the publication's comment;
 //! `legacy` reads it once when the table has no row.
 
+mod committed;
 pub mod decide;
 mod legacy;
 pub mod recovery;
@@ -196,7 +197,8 @@ impl StateTable {
              \x20   verified_at timestamptz,\n\
              \x20   outbox jsonb,\n\
              \x20   settings jsonb,\n\
-             \x20   snapshot jsonb\n\
+             \x20   snapshot jsonb,\n\
+             \x20   kafka_committed jsonb\n\
              )",
             self.0.quoted()
         )
@@ -314,6 +316,40 @@ impl StateTable {
         }
     }
 
+    /// Adds `column` to a table an older walrelay made, for `why`. Only
+    /// the table's owner may: anyone else gets the statement to run.
+    async fn ensure_column(
+        &self,
+        client: &Client,
+        column: &str,
+        ty: &str,
+        why: &str,
+    ) -> Result<()> {
+        let present = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_attribute \
+                 WHERE attrelid = $1::text::regclass AND attname = $2 AND NOT attisdropped",
+                &[&self.0.quoted(), &column],
+            )
+            .await
+            .map_err(|e| sql_error(format!("cannot read the columns of {self}"), e))?
+            .is_some();
+        if present {
+            return Ok(());
+        }
+        let alter = format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {column} {ty}",
+            self.0.quoted()
+        );
+        client.batch_execute(&alter).await.map_err(|e| {
+            Error::permanent(format!(
+                "{why}, in the state table {self}, which has no {column} column, and this role \
+                 may not add it: let its owner run {alter};"
+            ))
+            .with_source(e)
+        })
+    }
+
     async fn insert(&self, client: &Client, state: &SlotState) -> Result<()> {
         let sql = format!(
             "INSERT INTO {} (slot, created_lsn, created_at, delivered_lsn, delivered_at) \
@@ -421,17 +457,25 @@ impl StateTable {
     }
 
     /// Records a delivered position; an older one never replaces a newer
-    /// one of the same server history.
+    /// one of the same server history. `in_kafka_transactions` (exactly
+    /// once, where a position is confirmed only after its Kafka transaction
+    /// committed) records it as committed in Kafka too (`committed`).
     pub async fn record_delivered(
         &self,
         client: &StateClient<'_>,
         slot: &str,
         lsn: Lsn,
         server: &ServerId,
+        in_kafka_transactions: bool,
     ) -> std::result::Result<(), tokio_postgres::Error> {
+        let committed = if in_kafka_transactions {
+            committed::set_clause()
+        } else {
+            String::new()
+        };
         let sql = format!(
             "UPDATE {} SET delivered_lsn = $2::text::pg_lsn, delivered_system_id = $3, \
-                 delivered_timeline = $4, delivered_at = now() \
+                 delivered_timeline = $4, delivered_at = now(){committed} \
              WHERE slot = $1 AND (delivered_lsn IS NULL OR delivered_lsn < $2::text::pg_lsn \
                  OR delivered_system_id IS DISTINCT FROM $3 \
                  OR delivered_timeline IS DISTINCT FROM $4)",
