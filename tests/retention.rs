@@ -18,8 +18,10 @@ const RETENTION: &str = "2s";
 const RETENTION_S: f64 = 2.0;
 
 /// A relay with a short retention, passes every 300 ms, and a watchdog
-/// and keepalives frequent enough for them.
+/// and keepalives frequent enough for them; the guard installed, as
+/// `--retention` requires.
 fn relay(pg: &Postgres, broker: &Broker, extra: &[&str]) -> Relay {
+    pg.install_guard();
     let mut flags = vec![
         "--retention",
         RETENTION,
@@ -387,6 +389,7 @@ async fn a_partition_an_open_transaction_could_still_write_to_is_not_dropped() {
 async fn retention_on_a_role_without_delete_stops_walrelay_with_the_grant_that_fixes_it() {
     let pg = Postgres::start();
     let broker = Broker::start();
+    pg.install_guard();
     let client = pg.client().await;
     client.batch_execute(OUTBOX_SQL).await.unwrap();
     client
@@ -435,5 +438,111 @@ async fn retention_on_a_role_without_delete_stops_walrelay_with_the_grant_that_f
     assert!(
         retention["detail"].as_str().unwrap().contains(grant),
         "{retention}"
+    );
+}
+
+/// The publication's inserts switched off and on again between two
+/// watchdog checks: rows written meanwhile never reach the slot, and
+/// without the guard nothing in the catalog shows it afterwards.
+async fn switch_inserts_off_and_on(client: &Client, event_type: &str, n: i32) -> Vec<String> {
+    client
+        .batch_execute("ALTER PUBLICATION walrelay SET (publish = 'update')")
+        .await
+        .unwrap();
+    let hidden = insert(client, event_type, n).await;
+    client
+        .batch_execute("ALTER PUBLICATION walrelay SET (publish = 'insert')")
+        .await
+        .unwrap();
+    hidden
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_without_the_guard_is_refused_before_anything_is_created_and_check_says_why() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = Relay::start_with(&pg, &broker, &["--retention", RETENTION]);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(log.contains("sql/walrelay_guard.sql"), "{log}");
+    assert_eq!(
+        support::pg::slots_and_publications(&client).await,
+        (0, 0),
+        "a refused start left a slot or a publication behind"
+    );
+
+    // walrelay check fails the same way, with the fix.
+    let args: Vec<String> = ["--pg-url", &pg.url(), "--kafka-brokers", &broker.brokers()]
+        .iter()
+        .map(ToString::to_string)
+        .chain(["--retention".to_string(), RETENTION.to_string()])
+        .collect();
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let guard = support::check_entry(&doc, "postgres.guard");
+    assert_eq!(guard["status"], "fail", "{doc:#}");
+    assert!(
+        guard["fix"]
+            .as_str()
+            .unwrap()
+            .contains("sql/walrelay_guard.sql"),
+        "{doc:#}"
+    );
+
+    // Without --retention the guard stays a recommendation.
+    let args: Vec<String> = args[..4].to_vec();
+    let (_, doc, _) = support::check_json(&args);
+    assert_eq!(
+        support::check_entry(&doc, "postgres.guard")["status"],
+        "warn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_written_while_inserts_were_switched_off_are_never_deleted_by_guarded_retention() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let mut relay = relay(&pg, &broker, &[]);
+    let delivered = insert(&client, "Seen", 3).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Seen", &delivered);
+
+    let hidden = switch_inserts_off_and_on(&client, "Hidden", 5).await;
+    let log = relay.wait_for_failure(WAIT);
+    assert!(log.contains("no longer publishes inserts"), "{log}");
+    // Many passes' worth of time: none of them may delete the only copy.
+    tokio::time::sleep(Duration::from_secs_f64(4.0 * RETENTION_S)).await;
+    assert_eq!(present(&client, &hidden).await, hidden.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_written_while_inserts_were_switched_off_stay_when_the_guard_was_removed_meanwhile() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+    let delivered = insert(&client, "Seen", 3).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Seen", &delivered);
+
+    client
+        .batch_execute(
+            "DROP EVENT TRIGGER walrelay_guard_end; DROP EVENT TRIGGER walrelay_guard_drop",
+        )
+        .await
+        .unwrap();
+    let hidden = switch_inserts_off_and_on(&client, "Hidden", 5).await;
+    // The rows age past the retention while the slot moves past them.
+    eventually(
+        WAIT,
+        "retention to refuse for want of the guard",
+        || async { relay.log().contains("the guard was removed").then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs_f64(4.0 * RETENTION_S)).await;
+    assert_eq!(
+        present(&client, &hidden).await,
+        hidden.len(),
+        "retention deleted rows whose events never reached Kafka:\n{}",
+        relay.log()
     );
 }

@@ -309,6 +309,21 @@ impl<'a> Probe<'a> {
     /// The event trigger that marks publication changes in the WAL
     /// (`postgres::guard`), as `run` reads it.
     async fn guard(&self) -> Result<Check, tokio_postgres::Error> {
+        let installed = match crate::postgres::guard::installed(self.client).await {
+            Ok(installed) => installed,
+            Err(e) => return Ok(Check::from_error("postgres.guard", &e)),
+        };
+        // `run` refuses --retention without it: the same decision.
+        let retention = self.settings.retention.as_ref();
+        if let Some(problem) = retention.and_then(|r| crate::retention::guard_problem(r, installed))
+        {
+            return Ok(Check::fail(
+                "postgres.guard",
+                problem,
+                "run sql/walrelay_guard.sql once as a superuser (docs/operations.md, \"The \
+                 guard\"), or leave out --retention",
+            ));
+        }
         if self.version < 140000 {
             return Ok(Check::warn(
                 "postgres.guard",
@@ -316,10 +331,6 @@ impl<'a> Probe<'a> {
                 "upgrade to see publication changes at their exact WAL position",
             ));
         }
-        let installed = match crate::postgres::guard::installed(self.client).await {
-            Ok(installed) => installed,
-            Err(e) => return Ok(Check::from_error("postgres.guard", &e)),
-        };
         Ok(if installed {
             Check::pass(
                 "postgres.guard",

@@ -456,6 +456,15 @@ async fn open(
     // Read before the catalog: every change committed before this position
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
+    // Retention deletes the recovery source: refused before anything is
+    // created when it could delete rows whose events never reached Kafka.
+    if let Some(retention) = &settings.retention {
+        if let Some(problem) =
+            crate::retention::guard_problem(retention, guard::installed(&client).await?)
+        {
+            return Err(Error::permanent(problem));
+        }
+    }
     let state_table = &settings.state_table;
     // On a standby, the primary's: before anything is created.
     let state = settings.state_route().client(&client).await?;

@@ -45,8 +45,13 @@
 //!    the gap of a lost slot, the rows a first start's snapshot published —
 //!    are walrelay's to keep: it cannot know they were delivered.
 //! 3. *pgoutput sent the row.* By (b) the outbox was in the publication, as
-//!    accepted, from the session's start to a position past L0, so at T's
-//!    commit too.
+//!    accepted, at the session's start and at a position past L0; and the
+//!    guard, which retention requires (`guard_problem`), writes every change
+//!    to the publication in between into the WAL, where the stream stops
+//!    walrelay before confirming past it. So the outbox was published, as
+//!    accepted, at T's commit too. (The watchdog's reads alone cannot say
+//!    so: inserts switched off and on again between two reads leave the
+//!    catalog as it was.)
 //! 4. *Kafka acknowledged it.* walrelay confirms a position P only when
 //!    every transaction with events committed before P had every event
 //!    acknowledged (the checkpoint rule, `checkpoint.rs`), or when nothing
@@ -248,6 +253,35 @@ pub async fn check(
     Ok(said.join("; "))
 }
 
+/// What `--retention` lacks without the guard, or None when it may run.
+/// One decision for `run` (refused before anything is created) and for
+/// `walrelay check` (`postgres.guard` fails with the same words).
+///
+/// Why the guard is required: the outbox rows are the only copy of an
+/// event Kafka never got, and step 3 of the rule above needs the outbox
+/// published from the session's start to past L0. The watchdog reads the
+/// catalog only every --watchdog-interval, so a publication's `publish`
+/// switched off and on again between two reads, or the outbox taken out of
+/// the publication and put back, leaves nothing to see: rows written
+/// meanwhile never reach the slot, the slot is confirmed past them, and a
+/// pass would delete them. The guard writes every such change into the
+/// WAL, where the stream meets it at its exact position and stops walrelay
+/// before confirming past it.
+pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Option<String> {
+    if settings.keep.is_none() || guard_installed {
+        return None;
+    }
+    Some(
+        "--retention deletes outbox rows only with proof that their events reached Kafka, and \
+         that proof needs the guard: without it, a publication switched off and on again (or \
+         the outbox taken out of it and put back) between two watchdog checks loses the rows \
+         written meanwhile, and retention would delete the only copy. Install the guard (a \
+         superuser runs sql/walrelay_guard.sql once in this database, PostgreSQL 14 or later; \
+         docs/operations.md, \"The guard\"), or leave out --retention"
+            .to_string(),
+    )
+}
+
 /// Retention's connection, opened (and set up) when there is none.
 async fn connection<'a>(client: &'a mut Option<Client>, pg: &PgTarget) -> Result<&'a Client> {
     if client.is_none() {
@@ -407,6 +441,13 @@ impl Task {
                 .map_or(0.0, |p| p.made.elapsed().as_secs_f64());
             self.m.waiting.set(waited);
             return Ok(());
+        }
+        // Dropped since start-up: no proof, nothing deleted (the plan waits).
+        let installed = crate::postgres::guard::installed(client).await?;
+        if let Some(problem) = guard_problem(&self.settings, installed) {
+            return Err(Error::permanent(format!(
+                "the guard was removed: {problem}"
+            )));
         }
         let plan = self.plan.take().expect("checked above");
         self.m.waiting.set(0.0);

@@ -275,6 +275,21 @@ impl Postgres {
         client
     }
 
+    /// sql/walrelay_guard.sql, run by the superuser as a DBA would before
+    /// walrelay starts (`--retention` needs it).
+    /// From a synchronous helper of a multi-threaded test.
+    pub fn install_guard(&self) {
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let client = self.client().await;
+                client
+                    .batch_execute(include_str!("../../sql/walrelay_guard.sql"))
+                    .await
+                    .unwrap();
+            })
+        });
+    }
+
     /// The postmaster's process id, from postmaster.pid.
     pub fn postmaster_pid(&self) -> u32 {
         let text = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).unwrap();
