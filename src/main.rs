@@ -81,8 +81,23 @@ fn main() -> ExitCode {
 }
 
 /// Fires on the first SIGTERM or SIGINT; a second one exits at once.
+/// SIGHUP is ignored with a log line: walrelay reloads nothing, and the
+/// default action (exit at once, no final status update) would cut a
+/// stream short because a terminal closed or a tool asked for a reload.
 fn shutdown_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
+    tokio::spawn(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangup.recv().await.is_some() {
+            warn!(
+                "SIGHUP received and ignored: walrelay reloads nothing; restart it to change \
+                 its settings (SIGTERM stops it cleanly)"
+            );
+        }
+    });
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (

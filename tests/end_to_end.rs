@@ -145,6 +145,29 @@ async fn sigterm_drains_confirms_and_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_is_ignored_with_a_log_line_and_walrelay_streams_on() {
+    let mut stack = Stack::start(&[]).await;
+    stack.relay.hangup();
+    eventually(WAIT, "walrelay to say it ignores SIGHUP", || async {
+        stack
+            .relay
+            .log()
+            .contains("SIGHUP received and ignored")
+            .then_some(())
+    })
+    .await;
+    events("AfterHangup", 1).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.AfterHangup"]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "{}", stack.relay.log());
+    assert!(
+        stack.relay.terminate(WAIT).success(),
+        "{}",
+        stack.relay.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_reads_deliver_every_paced_transaction_in_commit_order_and_confirm_them() {
     // --read-batch-window: reads pause once the socket is empty, so the
     // transactions committed meanwhile arrive together; none may be lost,

@@ -170,6 +170,11 @@ impl Relay {
             .expect("walrelay did not exit after SIGTERM")
     }
 
+    /// Sends SIGHUP, as a closed terminal or a reload request would.
+    pub fn hangup(&self) {
+        signal(self.pid(), libc::SIGHUP);
+    }
+
     /// Waits for the process to exit on its own.
     pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
