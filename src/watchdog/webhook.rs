@@ -65,17 +65,7 @@ impl Webhook {
                 base64::engine::general_purpose::STANDARD.encode(pair)
             )
         });
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) => (
-                h,
-                p.parse()
-                    .map_err(|_| format!("--alert-webhook has an invalid port: {p:?}"))?,
-            ),
-            None => (authority, 80),
-        };
-        if host.is_empty() {
-            return Err("--alert-webhook names no host (http://host:port/path)".into());
-        }
+        let (host, port) = host_and_port(authority)?;
         Ok(Webhook {
             host: host.to_string(),
             port,
@@ -120,6 +110,55 @@ impl Webhook {
     }
 }
 
+/// The host (an IPv6 address without its brackets) and port of a URL's
+/// authority. A host that could never be connected to is refused here, at
+/// start-up, not at the first alert, when nobody is told.
+fn host_and_port(authority: &str) -> std::result::Result<(&str, u16), String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => {
+            let (ip, after) = bracketed.split_once(']').ok_or_else(|| {
+                format!(
+                    "--alert-webhook's host {authority:?} opens a [ it never closes: write an \
+                     IPv6 address as http://[::1]:9000/path"
+                )
+            })?;
+            if ip.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!(
+                    "--alert-webhook's host [{ip}] is not an IPv6 address (http://[::1]:9000/path)"
+                ));
+            }
+            match after {
+                "" => (ip, None),
+                _ => match after.strip_prefix(':') {
+                    Some(port) => (ip, Some(port)),
+                    None => return Err(format!("--alert-webhook has {after:?} after its host")),
+                },
+            }
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("--alert-webhook names no host (http://host:port/path)".into());
+    }
+    let hostname = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    if host.parse::<std::net::Ipv6Addr>().is_err() && !host.chars().all(hostname) {
+        return Err(format!(
+            "--alert-webhook's host {host:?} is not a host name or address \
+             (http://host:port/path; percent-encode a user or password with @, : or /)"
+        ));
+    }
+    let port = match port {
+        None => 80,
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("--alert-webhook has an invalid port: {p:?}"))?,
+    };
+    Ok((host, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +173,27 @@ mod tests {
         let w = Webhook::parse("http://alerts.local").unwrap();
         assert_eq!((w.port, w.path.as_str()), (80, "/"));
         assert!(Webhook::parse("https://x").unwrap_err().contains("http://"));
+        let w = Webhook::parse("http://[::1]:9000/hook").unwrap();
+        assert_eq!((w.host.as_str(), w.port), ("::1", 9000));
+        let w = Webhook::parse("http://[::1]").unwrap();
+        assert_eq!((w.host.as_str(), w.port), ("::1", 80));
+    }
+
+    #[test]
+    fn a_webhook_url_that_could_never_be_reached_is_refused_at_start_up() {
+        for url in [
+            "http://u:pw@[bad",
+            "http://[nothost]:80/",
+            "http://[::1]x/",
+            "http://alerts local/",
+            "http://:9000/",
+            "http://alerts.local:http/",
+            "http://a:b:80/",
+        ] {
+            let e = Webhook::parse(url).unwrap_err();
+            assert!(e.starts_with("--alert-webhook"), "{url}: {e}");
+            assert!(!e.contains("pw"), "{url}: the password is in {e}");
+        }
     }
 
     #[test]
