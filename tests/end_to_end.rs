@@ -167,6 +167,43 @@ async fn sighup_is_ignored_with_a_log_line_and_walrelay_streams_on() {
     );
 }
 
+/// Commits one `event_type` event and waits for it in Kafka.
+async fn one_event_through(stack: &Stack, event_type: &str) {
+    events(event_type, 1).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&[&format!("outbox.event.{event_type}")]);
+    assert_eq!(reader.read(1, WAIT).len(), 1, "{}", stack.relay.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_described_again_without_a_change_is_not_logged_as_a_schema_change() {
+    let stack = Stack::start(&[]).await;
+    one_event_through(&stack, "First").await;
+    // Postgres describes the table again after this, though no column changed.
+    stack
+        .client
+        .batch_execute("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    one_event_through(&stack, "Second").await;
+    assert!(
+        !stack.relay.log().contains("schema changed"),
+        "{}",
+        stack.relay.log()
+    );
+    stack
+        .client
+        .batch_execute("ALTER TABLE outbox ADD COLUMN note text")
+        .await
+        .unwrap();
+    one_event_through(&stack, "Third").await;
+    assert!(
+        stack.relay.log().contains("outbox table schema changed"),
+        "{}",
+        stack.relay.log()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_reads_deliver_every_paced_transaction_in_commit_order_and_confirm_them() {
     // --read-batch-window: reads pause once the socket is empty, so the

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::poison::Poisoned;
 use super::progress::{Progress, Ticket, TxnRef};
@@ -47,6 +47,10 @@ const DELIVERY_DELAY: Duration = Duration::from_millis(10);
 /// The longest, after looks that found nothing (Kafka does not answer).
 const MAX_DELIVERY_DELAY: Duration = Duration::from_millis(160);
 
+/// What an outbox schema is built from: the Relation message, and the
+/// table's NOT NULL columns and DEFAULT expressions from the catalog.
+type Described = (Relation, BTreeSet<String>, BTreeMap<String, String>);
+
 pub struct ApplyLoop<'a, U, S> {
     settings: &'a Settings,
     upstream: U,
@@ -56,6 +60,10 @@ pub struct ApplyLoop<'a, U, S> {
     metrics: Metrics,
     /// The outbox schema by relation oid; `None` for other published tables.
     relations: HashMap<u32, Option<OutboxSchema>>,
+    /// What each outbox schema was built from: Postgres sends a Relation
+    /// message again after any invalidation (`ALTER TABLE … SET (…)`, a
+    /// new index), and only a real change is worth a line at INFO.
+    described: HashMap<u32, Described>,
     open_txn: Option<TxnRef>,
     /// The open transaction's place in the WAL, for the source block of
     /// its rows (--value-format cloudevents, --metadata-headers).
@@ -93,6 +101,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             liveness: Liveness::new(read_timeout),
             metrics,
             relations: HashMap::new(),
+            described: HashMap::new(),
             open_txn: None,
             change: Change::read_at(0),
             last_commit: None,
@@ -535,8 +544,13 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
             let mapping = &self.settings.mapping;
             let schema =
                 OutboxSchema::from_relation(&relation, mapping, table, &not_null, &defaults)?;
-            if known.is_some() {
-                info!(table = %table, "outbox table schema changed; mapping updated");
+            let now = (relation.clone(), not_null, defaults);
+            match self.described.insert(relation.oid, now.clone()) {
+                Some(before) if before != now => {
+                    info!(table = %table, "outbox table schema changed; mapping updated")
+                }
+                Some(_) => debug!(table = %table, "outbox table described again, unchanged"),
+                None => {}
             }
             Some(schema)
         } else {
