@@ -111,3 +111,29 @@ async fn the_kafka_script_starts_and_stops_a_broker_that_keeps_its_topics() {
     eprintln!("{}", broker.run(&start));
     assert!(KafkaReader::connect(&brokers).has_topic("kept"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_walrelay_creates_on_a_broker_without_acls_bring_no_permission_warning() {
+    use support::outbox::events;
+    use support::{Broker, Postgres, Relay};
+    let wait = std::time::Duration::from_secs(60);
+    let pg = Postgres::start();
+    let broker = Broker::start_kind(APACHE);
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start(&pg, &broker);
+    relay.wait_ready(wait);
+    let types = ["Fresh1", "Fresh2", "Fresh3"];
+    for event_type in types {
+        events(event_type, 1).insert(&client).await;
+    }
+    let reader = broker.consumer();
+    let topics: Vec<String> = types.iter().map(|t| format!("outbox.event.{t}")).collect();
+    reader.subscribe(&topics.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(reader.read(3, wait).len(), 3, "{}", relay.log());
+    let log = relay.log();
+    assert!(log.contains("created topic"), "{log}");
+    assert!(
+        !log.contains("DESCRIBE_CONFIGS"),
+        "a broker without ACLs was blamed for a missing grant:\n{log}"
+    );
+}

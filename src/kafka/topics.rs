@@ -26,6 +26,10 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 const MISSING_TTL: Duration = Duration::from_secs(30);
 const MINUTE: Duration = Duration::from_secs(60);
 /// Reading a topic's configuration is an optional check: do not wait long.
+/// A topic described with no entries is asked again this often, this many
+/// times in all.
+const DESCRIBE_ATTEMPTS: u32 = 6;
+const DESCRIBE_RETRY: Duration = Duration::from_millis(200);
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The operator's rules for topics, shared by every session.
@@ -361,50 +365,74 @@ impl<'a> TopicManager<'a> {
         if self.cannot_describe {
             return assumed;
         }
-        let options = AdminOptions::new().request_timeout(Some(DESCRIBE_TIMEOUT));
-        let results = match self
-            .admin
-            .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
-            .await
-        {
-            Ok(results) => results,
-            Err(e) => {
-                warn!(
-                    topic,
-                    error = %e,
-                    assumed = DEFAULT_TOPIC_LIMIT,
-                    "cannot read topics' max.message.bytes (grant DESCRIBE_CONFIGS); assuming \
-                     the broker's default this session: a record over it is sent alone, so \
-                     that a refusal is its own"
-                );
-                self.cannot_describe = true;
-                return assumed;
+        // A topic created a moment ago may not be described yet by the
+        // broker that answers (Apache Kafka answers with no entries until
+        // its metadata caught up): only repeated silence means refused.
+        let mut limit = None;
+        for attempt in 1..=DESCRIBE_ATTEMPTS {
+            match self.max_message_bytes(topic).await {
+                Ok(Some(found)) => {
+                    limit = Some(found);
+                    break;
+                }
+                Ok(None) if attempt < DESCRIBE_ATTEMPTS => {
+                    tokio::time::sleep(DESCRIBE_RETRY).await;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(
+                        topic,
+                        error = %e,
+                        assumed = DEFAULT_TOPIC_LIMIT,
+                        "cannot read topics' max.message.bytes (grant DESCRIBE_CONFIGS); \
+                         assuming the broker's default this session: a record over it is sent \
+                         alone, so that a refusal is its own"
+                    );
+                    self.cannot_describe = true;
+                    return assumed;
+                }
             }
-        };
-        // rust-rdkafka drops a resource's own error (DESCRIBE_CONFIGS not
-        // granted on this topic) and hands back no entries; a topic Kafka
-        // describes always has max.message.bytes, so none means refused.
-        let limit = results
-            .into_iter()
-            .flatten()
-            .find_map(|config| config.get("max.message.bytes")?.value.clone())
-            .and_then(|value| value.parse::<usize>().ok());
-        if limit.is_none() {
-            warn!(
-                topic,
-                assumed = DEFAULT_TOPIC_LIMIT,
-                "cannot read this topic's max.message.bytes (grant DESCRIBE_CONFIGS on it); \
-                 assuming the broker's default: a record over it is sent alone, so that a \
-                 refusal is its own"
-            );
         }
         match limit {
             Some(limit) => TopicInfo {
                 max_record_bytes: Some(limit),
                 assumed: false,
             },
-            None => assumed,
+            None => {
+                warn!(
+                    topic,
+                    assumed = DEFAULT_TOPIC_LIMIT,
+                    attempts = DESCRIBE_ATTEMPTS,
+                    "Kafka described no configuration for this topic, asked again for a \
+                     second (DESCRIBE_CONFIGS not granted on it?); assuming the broker's \
+                     default max.message.bytes: a record over it is sent alone, so that a \
+                     refusal is its own"
+                );
+                assumed
+            }
         }
+    }
+
+    /// One DescribeConfigs request: the topic's `max.message.bytes`, or None
+    /// when the broker gave no entries for it.
+    async fn max_message_bytes(
+        &self,
+        topic: &str,
+    ) -> std::result::Result<Option<usize>, rdkafka::error::KafkaError> {
+        let options = AdminOptions::new().request_timeout(Some(DESCRIBE_TIMEOUT));
+        let results = self
+            .admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+            .await?;
+        // rust-rdkafka drops a resource's own error (DESCRIBE_CONFIGS not
+        // granted on this topic) and hands back no entries; a topic Kafka
+        // describes always has max.message.bytes, so none means refused or
+        // not yet known.
+        Ok(results
+            .into_iter()
+            .flatten()
+            .find_map(|config| config.get("max.message.bytes")?.value.clone())
+            .and_then(|value| value.parse::<usize>().ok()))
     }
 }
 
