@@ -274,10 +274,13 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
 /// it reports on `fatal`.
 pub async fn run(
     watched: Watched,
-    settings: WatchdogSettings,
+    mut settings: WatchdogSettings,
     metrics: Metrics,
     fatal: mpsc::Sender<Error>,
 ) {
+    // Served with or without a webhook, so the alert on it has a series.
+    let undelivered = webhook::register_undelivered(&metrics);
+    settings.webhook = settings.webhook.map(|w| w.counting(undelivered));
     // The first check waits one interval, so start-up problems are reported
     // by the relay itself, once.
     let mut tick = tokio::time::interval_at(

@@ -279,6 +279,30 @@ async fn a_broker_list_nothing_answers_on_is_unready_and_raises_broker_down_with
     drop(client);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_the_webhook_does_not_take_is_counted_and_logged() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    // Nothing listens there: every POST fails to connect.
+    let hook = format!("http://127.0.0.1:{}/alerts", free_port());
+    let relay = Relay::start_raw(
+        &pg.url(),
+        &nowhere,
+        &["--watchdog-interval", "1s", "--alert-webhook", &hook],
+    );
+    eventually(WAIT, "an undelivered alert to be counted", || async {
+        (relay.metric("walrelay_alerts_undelivered_total")? >= 1.0).then_some(())
+    })
+    .await;
+    let log = relay.log();
+    assert!(
+        log.contains("broker_down") && log.contains("alert webhook failed"),
+        "{log}"
+    );
+    drop(client);
+}
+
 /// An event walrelay has read but not yet handed to the producer (its
 /// topic's metadata does not come) is pending like one in flight: the
 /// confirm age runs and a stall fails readiness.

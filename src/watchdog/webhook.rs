@@ -10,7 +10,10 @@ use base64::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use prometheus::IntCounter;
+
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::percent;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -22,6 +25,24 @@ pub struct Webhook {
     path: String,
     /// The `Authorization` header's value, from the URL's user and password.
     authorization: Option<String>,
+    /// Alerts the webhook did not take (`walrelay_alerts_undelivered_total`).
+    undelivered: Option<IntCounter>,
+}
+
+/// Registers `walrelay_alerts_undelivered_total`: an alert nobody received
+/// must show somewhere an operator looks (`WalrelayAlertsUndelivered`).
+pub fn register_undelivered(metrics: &Metrics) -> IntCounter {
+    let counter = IntCounter::new(
+        "walrelay_alerts_undelivered_total",
+        "Alerts POSTed to --alert-webhook that it did not take (no answer in 5 s, no \
+         connection, or an answer other than 2xx); each is logged as a warning.",
+    )
+    .expect("valid metric");
+    metrics
+        .registry()
+        .register(Box::new(counter.clone()))
+        .expect("registered once");
+    counter
 }
 
 impl std::fmt::Debug for Webhook {
@@ -71,10 +92,27 @@ impl Webhook {
             port,
             path: path.to_string(),
             authorization,
+            undelivered: None,
         })
     }
 
+    /// The same webhook, counting what it fails to deliver in `undelivered`.
+    pub fn counting(self, undelivered: IntCounter) -> Self {
+        Webhook {
+            undelivered: Some(undelivered),
+            ..self
+        }
+    }
+
     pub async fn post(&self, body: &serde_json::Value) -> Result<()> {
+        let posted = self.exchange(body).await;
+        if let (Err(_), Some(undelivered)) = (&posted, &self.undelivered) {
+            undelivered.inc();
+        }
+        posted
+    }
+
+    async fn exchange(&self, body: &serde_json::Value) -> Result<()> {
         let body = body.to_string();
         let authorization = self
             .authorization
