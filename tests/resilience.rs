@@ -281,3 +281,33 @@ async fn unusual_payloads_pass_through_unchanged() {
         assert_eq!(sent, received);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_reports_whether_kafka_answers_as_the_active_replica_does() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let _client = pg.client_with_outbox().await;
+    let first = Relay::start(&pg, &broker);
+    first.wait_ready(WAIT);
+    let second = Relay::start_with(&pg, &broker, &["--standby-poll-interval", "100ms"]);
+    eventually(WAIT, "the second walrelay to wait as a standby", || async {
+        (role(&second, "standby") == Some(1.0)).then_some(())
+    })
+    .await;
+    eventually(WAIT, "the standby to see Kafka answer", || async {
+        (second.metric("walrelay_kafka_reachable") == Some(1.0)).then_some(())
+    })
+    .await;
+    // A broker that stops answering: a standby that could not take over
+    // says so, as the active replica does.
+    broker.pause();
+    eventually(WAIT, "the standby to see Kafka gone", || async {
+        (second.metric("walrelay_kafka_reachable") == Some(0.0)).then_some(())
+    })
+    .await;
+    broker.resume();
+    eventually(WAIT, "the standby to see Kafka again", || async {
+        (second.metric("walrelay_kafka_reachable") == Some(1.0)).then_some(())
+    })
+    .await;
+}

@@ -228,6 +228,15 @@ async fn supervise(
         if err.kind() == Kind::Standby {
             // Active/passive: another walrelay streams from the slot. Poll at
             // a steady pace so this one takes over soon after it goes away.
+            // Kafka is probed meanwhile too: a standby that could not reach
+            // it could not take over, and must not look like one that can.
+            let _probe = crate::kafka::topics::admin_client(&settings.kafka).map(|admin| {
+                crate::kafka::reachability::watch(
+                    admin,
+                    settings.kafka_brokers.clone(),
+                    metrics.clone(),
+                )
+            });
             match standby::wait(settings, metrics, shutdown, &err).await {
                 standby::Wait::SlotFree => continue,
                 standby::Wait::Stopped => return Ok(()),
