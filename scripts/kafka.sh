@@ -37,6 +37,10 @@
 # PLAINTEXT listener on WALRELAY_KAFKA_PLAIN_PORT (CPORT+1 by default) serves
 # the broker itself and clients without a token. No ACLs.
 #
+# WALRELAY_KAFKA_TRANSACTION_REPLICATION (1 by default) sets
+# transaction.state.log.replication.factor: above 1 on this single node, no
+# transaction can start (what a test of that failure needs).
+#
 # The jars live in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}/kafka-VERSION/libs
 # (WALRELAY_KAFKA_LIBS names another folder), never in the repository.
 set -euo pipefail
@@ -216,7 +220,7 @@ log.dirs=$dir/data
 default.replication.factor=1
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
+transaction.state.log.replication.factor=${WALRELAY_KAFKA_TRANSACTION_REPLICATION:-1}
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=1

@@ -23,6 +23,8 @@ pub enum Kind {
 pub struct Error {
     kind: Kind,
     message: String,
+    /// What fixes it, apart from the message, for `walrelay check`'s `fix`.
+    fix: Option<String>,
     source: Option<BoxError>,
 }
 
@@ -33,6 +35,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            fix: None,
             source: None,
         }
     }
@@ -52,6 +55,18 @@ impl Error {
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
         self.source = Some(source.into());
         self
+    }
+
+    /// The same error naming its fix apart (`walrelay check` shows it as
+    /// the check's `fix`); the message should say it too, for the log.
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    /// What fixes it, when the error knows.
+    pub fn fix(&self) -> Option<&str> {
+        self.fix.as_deref()
     }
 
     /// The same error with a sentence more (the range at risk, say).

@@ -473,3 +473,45 @@ async fn a_position_topic_behind_what_walrelay_committed_stops_the_replica_that_
     let log = second.wait_for_failure(WAIT);
     assert_stops_naming_the_lost_range(&log, &committed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_whose_transactions_cannot_start_is_named_with_its_fix_by_run_and_check() {
+    let pg = Postgres::start();
+    let broker = Broker::apache_without_transaction_coordinator();
+    let client = pg.client_with_outbox().await;
+    let flags = [EXACTLY_ONCE, &["--setup-timeout", "15s"][..]].concat();
+    let mut relay = Relay::start_with(&pg, &broker, &flags);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("transaction coordinator is not available")
+            && log.contains("transaction.state.log.replication.factor"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("check that Postgres"),
+        "Postgres was blamed for Kafka's transactions:\n{log}"
+    );
+    assert_eq!(slots_and_publications(&client).await, (0, 0));
+
+    let args: Vec<String> = [
+        "--pg-url",
+        &pg.url(),
+        "--kafka-brokers",
+        &broker.brokers(),
+        "--delivery",
+        "exactly-once",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let check = support::check_entry(&doc, "kafka.transactions");
+    assert_eq!(check["status"], "fail", "{doc:#}");
+    assert!(
+        check["fix"]
+            .as_str()
+            .is_some_and(|fix| fix.contains("transaction.state.log.replication.factor")),
+        "{doc:#}"
+    );
+}

@@ -86,13 +86,13 @@ impl Check {
     }
 
     /// A failure from one of `run`'s own start-up checks, whose message
-    /// already names the fix.
+    /// names the fix (and `Error::fix` apart, where the error knows it).
     fn from_error(name: &'static str, error: &Error) -> Self {
         Check {
             name,
             status: Status::Fail,
             detail: error.report(),
-            fix: None,
+            fix: error.fix().map(str::to_string),
         }
     }
 }

@@ -320,8 +320,7 @@ impl<'a> Probe<'a> {
             return Ok(Check::fail(
                 "postgres.guard",
                 problem,
-                "run sql/walrelay_guard.sql once as a superuser (docs/operations.md, \"The \
-                 guard\"), or leave out --retention",
+                crate::retention::GUARD_FIX,
             ));
         }
         if self.version < 140000 {

@@ -471,7 +471,7 @@ async fn open(
         if let Some(problem) =
             crate::retention::guard_problem(retention, guard::installed(&client).await?)
         {
-            return Err(Error::permanent(problem));
+            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
         }
     }
     let state_table = &settings.state_table;

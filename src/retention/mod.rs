@@ -267,6 +267,9 @@ pub async fn check(
 /// pass would delete them. The guard writes every such change into the
 /// WAL, where the stream meets it at its exact position and stops walrelay
 /// before confirming past it.
+pub const GUARD_FIX: &str = "run sql/walrelay_guard.sql once as a superuser (docs/operations.md, \
+     \"The guard\"), or leave out --retention";
+
 pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Option<String> {
     if settings.keep.is_none() || guard_installed {
         return None;

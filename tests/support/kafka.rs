@@ -52,8 +52,14 @@ impl BrokerKind {
 
 /// How a broker of each kind keeps its data and is started.
 enum Engine {
-    Tansu { storage: String },
-    Apache { controller_port: u16 },
+    Tansu {
+        storage: String,
+    },
+    /// `settings`: kafka.sh's environment beyond the security ones.
+    Apache {
+        controller_port: u16,
+        settings: Vec<(String, String)>,
+    },
 }
 
 pub struct Broker {
@@ -284,11 +290,28 @@ impl Broker {
     }
 
     fn start_apache_with(security: Security) -> Self {
+        Self::start_apache_settings(security, Vec::new())
+    }
+
+    /// An Apache Kafka broker whose transactions can never start: it asks
+    /// for three replicas of `__transaction_state`, and is one node.
+    pub fn apache_without_transaction_coordinator() -> Self {
+        Self::start_apache_settings(
+            Security::None,
+            vec![("WALRELAY_KAFKA_TRANSACTION_REPLICATION".into(), "3".into())],
+        )
+    }
+
+    fn start_apache_settings(security: Security, settings: Vec<(String, String)>) -> Self {
         let port = free_port();
         let controller_port = std::iter::repeat_with(free_port)
             .find(|&p| p != port)
             .unwrap();
-        Self::launch("kafka", port, Engine::Apache { controller_port }, security)
+        let engine = Engine::Apache {
+            controller_port,
+            settings,
+        };
+        Self::launch("kafka", port, engine, security)
     }
 
     fn launch(tag: &str, port: u16, engine: Engine, security: Security) -> Self {
@@ -394,10 +417,14 @@ impl Broker {
                     .env("RUST_LOG", "warn");
                 command
             }
-            Engine::Apache { controller_port } => {
+            Engine::Apache {
+                controller_port,
+                settings,
+            } => {
                 // `run` execs the JVM, so the child's pid is the broker's.
                 let mut command = Command::new(kafka_script());
                 command
+                    .envs(settings.iter().map(|(k, v)| (k, v)))
                     .arg("run")
                     .arg(&self.dir.0)
                     .arg(self.port.to_string())

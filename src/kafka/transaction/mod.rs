@@ -372,7 +372,7 @@ pub async fn probe(
         .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
     blocking(move || {
-        init(&producer, &id, deadline)?;
+        init(&producer, &id, deadline).map_err(coordinator_unavailable)?;
         let record = BaseRecord::to(&topic)
             .partition(position::PARTITION)
             .key(key.as_bytes())
@@ -387,9 +387,51 @@ pub async fn probe(
     Ok(())
 }
 
+/// What fixes a broker that answers (the position topic was made) yet
+/// never starts a transaction.
+const COORDINATOR_FIX: &str = "set the brokers' transaction.state.log.replication.factor and \
+     transaction.state.log.min.isr to at most the number of brokers (1 on a single node) and \
+     restart them, or run --delivery at-least-once";
+
+/// The probe's producer could not start its transactions in time, though a
+/// broker answered: the transaction coordinator is not available, most
+/// often because `__transaction_state` cannot be created with the
+/// replication factor the brokers ask for. Said as such, not retried as a
+/// connection problem (a start would otherwise blame Postgres after a
+/// minute of silence).
+fn coordinator_unavailable(e: Error) -> Error {
+    if !e.is_transient() {
+        return e;
+    }
+    Error::permanent(format!(
+        "the Kafka broker answers but did not start walrelay's transactions in time: its \
+         transaction coordinator is not available (a cluster with fewer brokers than \
+         transaction.state.log.replication.factor, 3 by default, cannot create \
+         __transaction_state); {COORDINATOR_FIX}"
+    ))
+    .with_fix(COORDINATOR_FIX)
+    .with_source(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coordinator_that_never_answers_is_named_with_its_fix_not_retried() {
+        let timed_out = Error::transient("Kafka transactions failed while starting");
+        let e = coordinator_unavailable(timed_out);
+        assert!(!e.is_transient());
+        assert!(
+            e.report()
+                .contains("transaction.state.log.replication.factor"),
+            "{}",
+            e.report()
+        );
+        assert_eq!(e.fix(), Some(COORDINATOR_FIX));
+        let fenced = Error::permanent("fenced");
+        assert_eq!(coordinator_unavailable(fenced).report(), "fenced");
+    }
 
     #[test]
     fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
