@@ -8,7 +8,7 @@ use crate::postgres::state::recovery::{lost_slot_error, missing_slot_error};
 use crate::postgres::state::snapshot::SnapshotState;
 use crate::postgres::state::StateTable;
 use crate::postgres::{describe_target, setup, PgTarget};
-use crate::watchdog::human_bytes;
+use crate::watchdog::{human_bytes, safe_wal_text};
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
 pub async fn run(args: StatusArgs) -> Result<()> {
@@ -127,12 +127,7 @@ fn print_table(
                 "wal_status",
                 r.wal_status.clone().unwrap_or_else(|| "-".into()),
             ));
-            rows.push((
-                "safe_wal_size",
-                r.safe_wal_size
-                    .map(|b| human_bytes(b.max(0) as u64))
-                    .unwrap_or_else(|| "unlimited (max_slot_wal_keep_size = -1)".into()),
-            ));
+            rows.push(("safe_wal_size", safe_wal_text(r)));
         }
     }
     rows.push((

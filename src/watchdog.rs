@@ -395,11 +395,7 @@ async fn announce(previous: Level, a: &Assessment, slot: &SlotReport, s: &Watchd
         human_bytes(slot.lag_bytes.max(0) as u64),
         human_bytes(slot.retained_bytes.max(0) as u64),
         slot.wal_status.as_deref().unwrap_or("unknown"),
-        match (slot.safe_wal_size, slot.wal_keep_limit) {
-            (Some(b), _) => human_bytes(b.max(0) as u64),
-            (None, None) => "unlimited".into(),
-            (None, Some(_)) => "none".into(),
-        },
+        safe_wal_text(slot),
     );
     let reasons = a.reasons.join("; ");
     match a.level {
@@ -430,6 +426,21 @@ async fn announce(previous: Level, a: &Assessment, slot: &SlotReport, s: &Watchd
     }
 }
 
+/// `safe_wal_size` as an operator reads it, for the log and `walrelay
+/// status`. Postgres reports NULL both when retention is unlimited and when
+/// the slot is lost (or about to be): only the setting tells them apart.
+pub fn safe_wal_text(slot: &SlotReport) -> String {
+    match (slot.safe_wal_size, slot.wal_keep_limit) {
+        (Some(b), _) => human_bytes(b.max(0) as u64),
+        (None, _) if slot.wal_status.as_deref() == Some("lost") => "none: the slot is lost".into(),
+        (None, None) => "unlimited (max_slot_wal_keep_size = -1)".into(),
+        (None, Some(limit)) => format!(
+            "none (max_slot_wal_keep_size = {})",
+            human_bytes(limit.max(0) as u64)
+        ),
+    }
+}
+
 /// Bytes in binary units, as operators read them.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -449,6 +460,26 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_slot_is_never_described_as_unlimited() {
+        let mut slot = slot(0);
+        slot.safe_wal_size = None;
+        slot.wal_keep_limit = Some(48 * 1024 * 1024);
+        slot.wal_status = Some("lost".into());
+        assert_eq!(safe_wal_text(&slot), "none: the slot is lost");
+        slot.wal_status = Some("unreserved".into());
+        assert_eq!(
+            safe_wal_text(&slot),
+            "none (max_slot_wal_keep_size = 48.0 MiB)"
+        );
+        slot.wal_keep_limit = None;
+        slot.wal_status = Some("reserved".into());
+        assert_eq!(
+            safe_wal_text(&slot),
+            "unlimited (max_slot_wal_keep_size = -1)"
+        );
+    }
     use crate::postgres::lsn::Lsn;
 
     fn settings() -> WatchdogSettings {

@@ -103,6 +103,11 @@ async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires(
     })
     .await;
     assert_eq!(posted.body["level"], "critical", "{:?}", posted.body);
+    assert_eq!(
+        relay.metric("walrelay_slot_lag_alert_level"),
+        Some(2.0),
+        "the log and the webhook say critical: so must the level the alerts read"
+    );
     assert_eq!(relay.http_get("/healthz").unwrap().0, 200);
     let (status, body) = relay.http_get("/readyz").unwrap();
     assert_eq!(status, 503);

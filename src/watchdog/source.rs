@@ -185,6 +185,8 @@ impl SourceWatch {
             return;
         };
         metrics.set_slot_missing(true);
+        // The log says critical: so does the level the alerts read.
+        metrics.set_alert_level(crate::watchdog::Level::Critical as i64);
         if !self.slot_missing {
             let problem = missing_slot_error(&watched.slot, &state).to_string();
             error!(slot = %watched.slot, level = "critical", cause = "slot_missing", "{problem}");
