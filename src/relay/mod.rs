@@ -447,6 +447,11 @@ async fn open(
     if let Some(standby) = &standby {
         standby.announce();
     }
+    // Retention's time column before anything is created (`retention`, "The
+    // time column is a timestamptz").
+    if let Some(retention) = &settings.retention {
+        crate::retention::check_time_columns(&client, &settings.tables, retention).await?;
+    }
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
     let mut replication = replication::connect(&settings.pg).await?;
