@@ -546,3 +546,118 @@ async fn rows_written_while_inserts_were_switched_off_stay_when_the_guard_was_re
         relay.log()
     );
 }
+
+/// Slots on the server.
+async fn slots(client: &Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_without_time_zone_column_stops_retention_before_any_slot_with_the_alter_that_fixes_it(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    pg.install_guard();
+    let client = pg.client().await;
+    client.batch_execute(OUTBOX_SQL).await.unwrap();
+    // A writer's local wall time, as DEFAULT now() stores it under PgJDBC.
+    client
+        .batch_execute(
+            "ALTER TABLE outbox ALTER COLUMN created_at TYPE timestamp \
+               USING created_at AT TIME ZONE 'UTC', \
+             ALTER COLUMN created_at SET DEFAULT now()",
+        )
+        .await
+        .unwrap();
+    let fix = r#"ALTER TABLE "public"."outbox" ALTER COLUMN "created_at" TYPE timestamptz USING "created_at" AT TIME ZONE '<the zone the writers used>'"#;
+
+    let mut refused = Relay::start_with(&pg, &broker, &["--retention", "7d"]);
+    let log = refused.wait_for_failure(WAIT);
+    assert!(
+        log.contains("created_at of public.outbox is timestamp without time zone")
+            && log.contains(fix),
+        "{log}"
+    );
+    assert_eq!(slots(&client).await, 0, "a slot was created: {log}");
+
+    let args = |extra: &[&str]| {
+        let mut args = vec![
+            "--pg-url".to_string(),
+            pg.url(),
+            "--kafka-brokers".to_string(),
+            broker.brokers(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    let (ok, doc, out) = support::check_json(&args(&["--retention", "7d"]));
+    assert!(!ok, "{out}");
+    let retention = support::check_entry(&doc, "postgres.retention");
+    assert_eq!(retention["status"], "fail", "{retention}");
+    assert!(
+        retention["fix"].as_str().is_some_and(|f| f.contains(fix)),
+        "{retention}"
+    );
+
+    // The fix, with the writers' zone: retention starts.
+    client
+        .batch_execute(&fix.replace("<the zone the writers used>", "Europe/Berlin"))
+        .await
+        .unwrap();
+    let (_, doc, out) = support::check_json(&args(&["--retention", "7d"]));
+    let retention = support::check_entry(&doc, "postgres.retention");
+    assert_eq!(retention["status"], "pass", "{out}");
+    let relay = relay(&pg, &broker, &[]);
+    let ids = insert(&client, "Zoned", 3).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Zoned", &ids);
+    wait_gone(&client, &ids, &relay, "rows of a timestamptz column").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_partition_key_is_refused_saying_the_table_must_be_rebuilt() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE outbox (id uuid NOT NULL, aggregate_type text NOT NULL, \
+               aggregate_id text NOT NULL, event_type text NOT NULL, payload jsonb NOT NULL, \
+               created_at timestamp NOT NULL DEFAULT now(), PRIMARY KEY (id, created_at) \
+             ) PARTITION BY RANGE (created_at); \
+             CREATE TABLE outbox_2026_12_01 PARTITION OF outbox \
+               FOR VALUES FROM ('2026-12-01') TO ('2026-12-02'); \
+             CREATE TABLE outbox_default PARTITION OF outbox DEFAULT;",
+        )
+        .await
+        .unwrap();
+    let mut relay = Relay::start_with(&pg, &broker, &["--partitions-ahead", "2"]);
+    let log = relay.wait_for_failure(WAIT);
+    assert!(
+        log.contains("timestamp without time zone")
+            && log.contains("partition key")
+            && log.contains("must be rebuilt"),
+        "{log}"
+    );
+    assert_eq!(slots(&client).await, 0, "a slot was created: {log}");
+    let (ok, doc, out) = support::check_json(&[
+        "--pg-url".to_string(),
+        pg.url(),
+        "--kafka-brokers".to_string(),
+        broker.brokers(),
+        "--partitions-ahead".to_string(),
+        "2".to_string(),
+    ]);
+    assert!(!ok, "{out}");
+    let retention = support::check_entry(&doc, "postgres.retention");
+    assert_eq!(retention["status"], "fail", "{retention}");
+    assert!(
+        retention["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("must be rebuilt")),
+        "{retention}"
+    );
+}

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::kafka::Received;
+use support::outbox::{key_order_inversions, write_bursts, SEEDS_OUTBOX};
 use support::pg::confirmed_flush_lsn;
 use support::relay::run_command;
 use support::{eventually, Broker, Postgres, Relay};
@@ -325,4 +326,63 @@ async fn a_snapshot_condition_postgres_cannot_run_stops_walrelay_before_it_creat
         .unwrap()
         .get(0);
     assert_eq!(slots, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_order_that_cannot_keep_a_keys_events_in_order_is_refused_before_the_slot_and_the_default_keeps_it(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    client.batch_execute(SEEDS_OUTBOX).await.unwrap();
+    write_bursts(&client, "Cutover", 0, 20).await;
+    let add_seq = "ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY";
+    let flags = [
+        "--snapshot-where",
+        "true",
+        "--snapshot-order-by",
+        "created_at, id",
+    ];
+
+    let check = run_command("check", &pg, &broker, &flags);
+    assert!(
+        !check.success && check.stdout.contains(add_seq),
+        "{check:?}"
+    );
+    let mut refused = Relay::start_with(&pg, &broker, &flags);
+    let log = refused.wait_for_failure(WAIT);
+    assert!(
+        log.contains(r#"--snapshot-order-by "created_at, id" would not keep each key's events"#)
+            && log.contains("the transaction's start time")
+            && log.contains(add_seq),
+        "{log}"
+    );
+    let slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "{log}");
+
+    // The fix it names; without --snapshot-order-by the snapshot picks it.
+    client
+        .batch_execute(&format!("ALTER TABLE outbox {add_seq}"))
+        .await
+        .unwrap();
+    let relay = Relay::start_with(&pg, &broker, &["--snapshot-where", "true"]);
+    eventually(WAIT, "the snapshot to be published", || async {
+        relay.log().contains("snapshot published").then_some(())
+    })
+    .await;
+    let log = relay.log();
+    assert!(
+        log.contains(r#"ordered by "seq""#) || log.contains(r#"ordered by \"seq\""#),
+        "{log}"
+    );
+    let reader = broker.consumer();
+    reader.subscribe(&[TOPIC]);
+    let got = reader.read(300, WAIT);
+    assert_eq!(got.len(), 300);
+    let inversions = key_order_inversions(&got);
+    assert!(inversions.is_empty(), "out of order: {inversions:?}");
 }

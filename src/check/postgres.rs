@@ -128,9 +128,14 @@ impl<'a> Probe<'a> {
             }
         }
         if let Some(retention) = &self.settings.retention {
-            let said = crate::retention::check(self.client, &self.settings.tables, retention);
-            out.push(match said.await {
-                Ok(detail) => Check::pass("postgres.retention", detail),
+            let tables = &self.settings.tables;
+            let problem = crate::retention::time_column_problem(self.client, tables, retention);
+            out.push(match problem.await {
+                Ok(Some((detail, fix))) => Check::fail("postgres.retention", detail, fix),
+                Ok(None) => match crate::retention::check(self.client, tables, retention).await {
+                    Ok(detail) => Check::pass("postgres.retention", detail),
+                    Err(e) => Check::from_error("postgres.retention", &e),
+                },
                 Err(e) => Check::from_error("postgres.retention", &e),
             });
         }

@@ -21,7 +21,7 @@ pub struct ReplayFlags {
     #[arg(long = "where", env = "WALRELAY_REPLAY_WHERE", value_name = "SQL")]
     pub predicate: String,
 
-    /// The order rows are sent in, as SQL ORDER BY columns, e.g. "created_at, id" [default: the primary key].
+    /// The order rows are sent in, as SQL ORDER BY columns, e.g. "seq". It must keep each key's events in the order they were written: its first column past the key column a sequence-filled integer (identity, serial) or a timestamptz DEFAULT clock_timestamp(), ascending; anything else is refused with the fix. Default: such a column (the primary key when it is one).
     #[arg(long, env = "WALRELAY_REPLAY_ORDER_BY", value_name = "COLUMNS")]
     pub order_by: Option<String>,
 

@@ -25,7 +25,7 @@ pub struct RetentionArgs {
     #[arg(long, env = "WALRELAY_RETENTION_INTERVAL", value_parser = parse_duration)]
     pub retention_interval: Option<Duration>,
 
-    /// The column with each row's insert time (the server's clock: DEFAULT now() or clock_timestamp()), which --retention counts from.
+    /// The timestamptz column with each row's insert time (the server's clock: DEFAULT now() or clock_timestamp()), which --retention counts from; a timestamp without time zone or a date is refused (its writers' zone is unknown).
     #[arg(
         long,
         env = "WALRELAY_RETENTION_TIME_COLUMN",

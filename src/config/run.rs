@@ -54,7 +54,7 @@ pub struct SnapshotArgs {
     #[arg(long, env = "WALRELAY_SNAPSHOT_WHERE", value_name = "SQL")]
     pub snapshot_where: Option<String>,
 
-    /// The order the snapshot's rows are sent in, as SQL ORDER BY columns [default: the primary key].
+    /// The order the snapshot's rows are sent in, as SQL ORDER BY columns; as for replay's --order-by, one that cannot keep each key's events in the order they were written is refused. Default: a column that grows with each insert.
     #[arg(long, env = "WALRELAY_SNAPSHOT_ORDER_BY", value_name = "COLUMNS")]
     pub snapshot_order_by: Option<String>,
 }

@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod meter;
+pub mod order;
 pub mod plan;
 pub mod replay;
 pub mod rows;

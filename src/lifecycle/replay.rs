@@ -50,10 +50,15 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     let client = setup::connect(&settings.pg).await?;
     rows::begin(&client, None).await?;
     let tables = mapped_tables(&client, &settings).await?;
-    let order_by = tables
-        .iter()
-        .map(|(t, _)| t.order_by(flags.order_by.as_deref(), "--order-by"))
-        .collect::<Result<Vec<_>>>()?;
+    let mut order_by = Vec::with_capacity(tables.len());
+    for (table, _) in &tables {
+        let key = &settings.mapping.key;
+        order_by.push(
+            table
+                .order_by(&client, flags.order_by.as_deref(), key, "--order-by")
+                .await?,
+        );
+    }
     let table_list: Vec<OutboxTable> = tables.iter().map(|(t, _)| t.clone()).collect();
     let plan = Plan::count(&client, &settings, &table_list, &flags.predicate).await?;
     let out = Output { json: flags.json };

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::BytesMut;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
+use super::order;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::outbox::mapping::OutboxSchema;
@@ -140,22 +141,19 @@ impl OutboxTable {
         })
     }
 
-    /// The ORDER BY list: `order_by` as given, else the primary key.
-    pub fn order_by(&self, order_by: Option<&str>, flag: &str) -> Result<String> {
-        match order_by.map(str::trim).filter(|o| !o.is_empty()) {
-            Some(order) => Ok(order.to_string()),
-            None if !self.primary_key.is_empty() => Ok(self
-                .primary_key
-                .iter()
-                .map(|c| quote_ident(c))
-                .collect::<Vec<_>>()
-                .join(", ")),
-            None => Err(Error::permanent(format!(
-                "table {} has no primary key to order its rows by: give {flag} COLUMNS \
-                 (e.g. {flag} created_at)",
-                self.table
-            ))),
-        }
+    /// The ORDER BY list: `order_by` as given, else a default, either one
+    /// that keeps each key's events in the order they were written
+    /// (`order`); `key` is the Kafka key's column, `flag` the flag that
+    /// sets the order.
+    pub async fn order_by(
+        &self,
+        client: &Client,
+        order_by: Option<&str>,
+        key: &str,
+        flag: &str,
+    ) -> Result<String> {
+        let columns = order::facts(client, self).await?;
+        order::choose(self, &columns, order_by, key, flag)
     }
 
     /// Whether the table has a column of this name.

@@ -180,7 +180,10 @@ pub fn step(record: Option<&SnapshotRecord>, slot_exists: bool) -> Step {
 /// left behind to pin WAL (and fails `walrelay check`).
 pub async fn check_rows(client: &Client, settings: &Settings, plan: &SnapshotPlan) -> Result<()> {
     for (table, _) in mapped_tables(client, settings).await? {
-        let order = table.order_by(plan.order_by.as_deref(), "--snapshot-order-by")?;
+        let key = &settings.mapping.key;
+        let order = table
+            .order_by(client, plan.order_by.as_deref(), key, "--snapshot-order-by")
+            .await?;
         let sql = format!(
             "SELECT 1 FROM {} WHERE ({}) ORDER BY {order} LIMIT 0",
             table.table.quoted(),
@@ -223,10 +226,15 @@ pub async fn publish(
 ) -> Result<bool> {
     let reader = &job.reader;
     let tables = mapped_tables(reader, settings).await?;
-    let order_by = tables
-        .iter()
-        .map(|(t, _)| t.order_by(plan.order_by.as_deref(), "--snapshot-order-by"))
-        .collect::<Result<Vec<_>>>()?;
+    let mut order_by = Vec::with_capacity(tables.len());
+    for (table, _) in &tables {
+        let key = &settings.mapping.key;
+        order_by.push(
+            table
+                .order_by(reader, plan.order_by.as_deref(), key, "--snapshot-order-by")
+                .await?,
+        );
+    }
     let list: Vec<_> = tables.iter().map(|(t, _)| t.clone()).collect();
     let counted = Plan::count(reader, settings, &list, &plan.predicate).await?;
     let what = if job.redo {

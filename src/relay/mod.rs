@@ -458,6 +458,18 @@ async fn open(
     if let Some(standby) = &standby {
         standby.announce();
     }
+    // Retention deletes the recovery source: refused before anything is
+    // created when it could delete rows whose events never reached Kafka
+    // (no guard), or judge times in the wrong zone (`retention`, "The time
+    // column is a timestamptz").
+    if let Some(retention) = &settings.retention {
+        crate::retention::check_time_columns(&client, &settings.tables, retention).await?;
+        if let Some(problem) =
+            crate::retention::guard_problem(retention, guard::installed(&client).await?)
+        {
+            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
+        }
+    }
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
     let mut replication = replication::connect(&settings.pg).await?;
@@ -465,15 +477,6 @@ async fn open(
     // Read before the catalog: every change committed before this position
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
-    // Retention deletes the recovery source: refused before anything is
-    // created when it could delete rows whose events never reached Kafka.
-    if let Some(retention) = &settings.retention {
-        if let Some(problem) =
-            crate::retention::guard_problem(retention, guard::installed(&client).await?)
-        {
-            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
-        }
-    }
     let state_table = &settings.state_table;
     // On a standby, the primary's: before anything is created.
     let state = settings.state_route().client(&client).await?;

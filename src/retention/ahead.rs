@@ -82,7 +82,9 @@ pub async fn scheme(client: &Client, outbox: &Outbox) -> Result<Scheme> {
             "it has no partition with a FROM … TO … range yet".into(),
         ));
     }
-    let arith = arithmetic_type(&outbox.column_type);
+    // Calendar steps in the session's time zone (the column is a timestamptz:
+    // `catalog::TIME_TYPE`).
+    let arith = "timestamptz";
     let uppers: Vec<String> = parts.iter().map(|p| p.upper.clone().unwrap()).collect();
     let order: Vec<i64> = client
         .query(
@@ -155,7 +157,7 @@ pub async fn scheme(client: &Client, outbox: &Outbox) -> Result<Scheme> {
 /// Makes the partitions missing up to `ahead` widths past now; how many.
 pub async fn make(client: &Client, outbox: &Outbox, ahead: u32) -> Result<u64> {
     let scheme = scheme(client, outbox).await?;
-    let arith = arithmetic_type(&outbox.column_type);
+    let arith = "timestamptz";
     let existing: Vec<String> = catalog::list(client, &outbox.table)
         .await?
         .into_iter()
@@ -217,13 +219,4 @@ pub async fn make(client: &Client, outbox: &Outbox, ahead: u32) -> Result<u64> {
         lower = upper;
     }
     Ok(made)
-}
-
-/// The type bounds are computed in: timestamptz keeps calendar steps in
-/// the session's time zone; a date or timestamp column has none.
-fn arithmetic_type(column_type: &str) -> &'static str {
-    match column_type {
-        "timestamp with time zone" => "timestamptz",
-        _ => "timestamp",
-    }
 }

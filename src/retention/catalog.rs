@@ -46,11 +46,109 @@ pub struct Partition {
     pub upper: Option<String>,
 }
 
-const TIME_TYPES: [&str; 3] = [
-    "timestamp with time zone",
-    "timestamp without time zone",
-    "date",
-];
+/// The one type retention compares times in. A `timestamp` or a `date`
+/// holds a wall-clock time or day in the zone of the session that wrote it
+/// (PgJDBC sends the JVM's zone, so `DEFAULT now()` stores the writer's
+/// local time); compared in retention's own zone, a writer east of it would
+/// have rows from before the slot deleted, one west of it a partition still
+/// written to judged expired. walrelay cannot know each writer's zone.
+const TIME_TYPE: &str = "timestamp with time zone";
+
+/// Why the time column of `table` cannot be retention's, and the fix; None
+/// when it is a timestamptz.
+pub fn time_type_problem(
+    table: &TableName,
+    column: &str,
+    column_type: &str,
+    partitioned: bool,
+) -> Option<(String, String)> {
+    if column_type == TIME_TYPE {
+        return None;
+    }
+    let flag = format!("--retention-time-column {column} of {table} is {column_type}");
+    let quoted = quote_ident(column);
+    let zoned = match column_type {
+        "timestamp without time zone" => {
+            format!("{quoted} AT TIME ZONE '<the zone the writers used>'")
+        }
+        "date" => format!("{quoted}::timestamp AT TIME ZONE '<the zone the writers used>'"),
+        _ => {
+            return Some((
+                format!(
+                    "{flag}; retention needs a timestamptz column holding each row's insert time"
+                ),
+                "name a timestamptz column with each row's insert time (DEFAULT \
+                 clock_timestamp()) in --retention-time-column, or drop --retention and \
+                 --partitions-ahead"
+                    .to_string(),
+            ))
+        }
+    };
+    let detail = format!(
+        "{flag}, a wall-clock value in each writer's session time zone (a PgJDBC writer \
+         sends the JVM's zone, and DEFAULT now() stores that zone's local time), which \
+         walrelay cannot know: compared in its own zone, rows from before the slot could be \
+         deleted and a partition still written to judged expired; retention needs timestamptz"
+    );
+    let default = if column_type == "date" {
+        format!(
+            ", then ALTER TABLE {} ALTER COLUMN {quoted} SET DEFAULT clock_timestamp()",
+            table.quoted()
+        )
+    } else {
+        String::new()
+    };
+    let fix = if partitioned {
+        format!(
+            "{column} is the partition key of {table}, and Postgres cannot change a partition \
+             key's type in place (ALTER COLUMN … TYPE is refused): the table must be rebuilt. \
+             Create a new outbox partitioned BY RANGE ({quoted}) with {quoted} timestamptz \
+             (sql/outbox_partitioned.sql), copy the rows into it with {zoned}, and swap the \
+             names while no writer runs and once walrelay has published every row \
+             (docs/operations.md, \"Outbox retention\"); or drop --retention and \
+             --partitions-ahead"
+        )
+    } else {
+        format!(
+            "make it timestamptz, naming the zone the writers used: ALTER TABLE {} ALTER COLUMN \
+             {quoted} TYPE timestamptz USING {zoned}{default} (this rewrites the table under an \
+             ACCESS EXCLUSIVE lock); or drop --retention",
+            table.quoted()
+        )
+    };
+    Some((detail, fix))
+}
+
+/// The first time column that cannot be retention's, with its fix: what
+/// `run` checks before it creates anything, and `walrelay check` reports.
+/// A missing table or column is left to `inspect`.
+pub async fn time_columns(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+) -> Result<Option<(String, String)>> {
+    let column = &settings.time_column;
+    for table in tables {
+        let row = client
+            .query_opt(
+                "SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod) \
+                 FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 JOIN pg_catalog.pg_attribute a \
+                   ON a.attrelid = c.oid AND a.attname = $3 AND NOT a.attisdropped \
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&table.schema, &table.name, column],
+            )
+            .await
+            .map_err(|e| sql_error(format!("cannot read the catalog entry of {table}"), e))?;
+        let Some(row) = row else { continue };
+        let (kind, column_type): (String, String) = (row.get(0), row.get(1));
+        if let Some(problem) = time_type_problem(table, column, &column_type, kind == "p") {
+            return Ok(Some(problem));
+        }
+    }
+    Ok(None)
+}
 
 /// Each table, checked: it exists, has the time column, and the role may
 /// delete (and, partitioned, detach, drop, read other sessions'
@@ -122,12 +220,6 @@ async fn inspect_one(
              column that holds each row's insert time"
         )));
     };
-    if !TIME_TYPES.contains(&column_type.as_str()) {
-        return Err(Error::permanent(format!(
-            "--retention-time-column {column} of {table} is {column_type}; retention needs a \
-             timestamptz, timestamp or date column holding each row's insert time"
-        )));
-    }
     let partitioned = match kind.as_str() {
         "r" => false,
         "p" => true,
@@ -137,6 +229,9 @@ async fn inspect_one(
             )))
         }
     };
+    if let Some((detail, fix)) = time_type_problem(table, column, &column_type, partitioned) {
+        return Err(Error::permanent(format!("{detail}: {fix}")));
+    }
     let quoted_role = quote_ident(&role);
     if settings.partitions_ahead > 0 && !partitioned {
         return Err(Error::permanent(format!(

@@ -89,6 +89,21 @@
 //! above relies on it only for the floor and for DURATION.
 //!
 //! The DEFAULT partition is never dropped; its rows are deleted as rows.
+//!
+//! # The time column is a timestamptz
+//!
+//! Every comparison above (DURATION, the floor, a partition's bounds) is
+//! made between instants. A `timestamp without time zone` (or a `date`)
+//! holds a wall-clock value in the time zone of the session that wrote it,
+//! which walrelay cannot know: PgJDBC, for one, sends the JVM's zone as
+//! the session's TimeZone, so `DEFAULT now()` stores the writer's local
+//! time. Read in retention's zone, a writer east of it would have rows from
+//! before the slot deleted (step 2 fails), one west of it a partition still
+//! written to judged expired. So the column must be a timestamptz, and
+//! `run` checks it before it creates anything (`check_time_columns`),
+//! naming the `ALTER TABLE … TYPE timestamptz USING … AT TIME ZONE` that
+//! converts it (a partition key cannot be converted in place: the table
+//! must be rebuilt).
 
 mod ahead;
 mod catalog;
@@ -283,6 +298,32 @@ pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Opt
          docs/operations.md, \"The guard\"), or leave out --retention"
             .to_string(),
     )
+}
+
+/// The time column of every table is a timestamptz (module doc, "The time
+/// column is a timestamptz"): `run` checks it before it creates a
+/// publication or a slot.
+pub async fn check_time_columns(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+) -> Result<()> {
+    match catalog::time_columns(client, tables, settings).await? {
+        Some((detail, fix)) => {
+            Err(Error::permanent(format!("outbox retention: {detail}: {fix}")).with_fix(fix))
+        }
+        None => Ok(()),
+    }
+}
+
+/// For `walrelay check`: why a time column cannot be retention's, and the
+/// fix; None when every one is a timestamptz.
+pub async fn time_column_problem(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+) -> Result<Option<(String, String)>> {
+    catalog::time_columns(client, tables, settings).await
 }
 
 /// Retention's connection, opened (and set up) when there is none.

@@ -148,3 +148,53 @@ pub async fn add_outbox(client: &Client, schema: &str) {
         .await
         .unwrap();
 }
+
+/// The outbox the seeds' ORMs make (Prisma `@default(now())`, TypeORM
+/// `@CreateDateColumn`, Drizzle `defaultNow()`): a random id, and the
+/// transaction's start time, equal for every row of a transaction.
+pub const SEEDS_OUTBOX: &str = "CREATE TABLE outbox (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    aggregate_type text NOT NULL,
+    aggregate_id text NOT NULL,
+    event_type text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// `transactions` transactions, from number `first` on, each writing five
+/// events for each of three keys, one statement an event round: payload
+/// `{"n": …}` counts each key's events in the order they were written.
+pub async fn write_bursts(client: &Client, event_type: &str, first: i64, transactions: i64) {
+    for t in first..first + transactions {
+        let mut sql = String::from("BEGIN;");
+        for i in 0..5 {
+            sql.push_str(&format!(
+                "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT 'order', 'agg-' || k, '{event_type}', jsonb_build_object('n', {}) \
+                 FROM generate_series(1, 3) k;",
+                t * 5 + i
+            ));
+        }
+        sql.push_str("COMMIT;");
+        client.batch_execute(&sql).await.unwrap();
+    }
+}
+
+/// Each key's `n`s that arrived after a later one: none when every key's
+/// events are in the order they were written.
+pub fn key_order_inversions(records: &[super::kafka::Received]) -> Vec<String> {
+    let mut last: std::collections::HashMap<String, i64> = Default::default();
+    let mut inversions = Vec::new();
+    for r in records {
+        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+        let n = value["n"].as_i64().unwrap();
+        let key = r.key.clone().unwrap();
+        if let Some(&before) = last.get(&key) {
+            if n < before {
+                inversions.push(format!("{key}: {n} after {before}"));
+            }
+        }
+        last.insert(key, n);
+    }
+    inversions
+}

@@ -45,11 +45,10 @@ pub(super) fn replay_command(settings: &Settings, window: &Window, found: &Findi
             routes.join(", ")
         )
     };
-    format!(
-        "walrelay replay --where {} --order-by {}",
-        shell_quote(&predicate),
-        shell_quote(&ident(&window.column))
-    )
+    // No --order-by: replay picks the order that keeps each key's events in
+    // the order they were written, or refuses and names the fix
+    // (`lifecycle::order`); the window's time column may not keep it.
+    format!("walrelay replay --where {}", shell_quote(&predicate))
 }
 
 /// Double quotes for a shell, with what they do not protect escaped.
@@ -173,13 +172,13 @@ mod tests {
         };
         assert_eq!(
             replay_command(&settings(), &window(), &found),
-            r#"walrelay replay --where "id IN ('a-1', 'it''s')" --order-by "created_at""#
+            r#"walrelay replay --where "id IN ('a-1', 'it''s')""#
         );
         found.missing = 5000;
         assert_eq!(
             replay_command(&settings(), &window(), &found),
             "walrelay replay --where \"created_at >= '2026-12-01 10:00:00+00' AND created_at < \
-             '2026-12-01 12:00:00+00' AND event_type IN ('OrderPlaced')\" --order-by \"created_at\""
+             '2026-12-01 12:00:00+00' AND event_type IN ('OrderPlaced')\""
         );
         found.missing = 2;
         found.null_ids = true;
