@@ -61,8 +61,14 @@
 //!
 //! A transaction open across the boundary is therefore safe whatever its
 //! rows' `created_at`: its rows are not visible in `S`, so they are picked
-//! by a later pass, whose L0 lies past T's commit. A broker outage keeps
-//! (a) from holding, and nothing is deleted until Kafka has the events.
+//! by a later pass, whose L0 lies past T's commit.
+//!
+//! A broker outage stops the confirmed position where Kafka's last
+//! acknowledgement left it, so a row whose event is not confirmed is not
+//! deleted until Kafka has it. Rows whose events Kafka acknowledged before
+//! the outage may still be deleted during it: their plan's L0 was
+//! confirmed already, or is once the relay confirms the last acknowledged
+//! position.
 //!
 //! # Partitions
 //!
