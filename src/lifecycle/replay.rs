@@ -179,7 +179,7 @@ impl Output {
             doc["order_by"] = json!(order_by);
             doc["dry_run"] = json!(flags.dry_run);
             doc["max_rate"] = json!(flags.max_rate);
-            println!("{}", json!({ "plan": doc }));
+            crate::outln!("{}", json!({ "plan": doc }));
             return;
         }
         let verb = if flags.dry_run {
@@ -187,11 +187,11 @@ impl Output {
         } else {
             "walrelay replay will send"
         };
-        println!("{}", plan.text(verb));
-        println!("  where {}", flags.predicate);
-        println!("  ordered by {}", order_by.join("; "));
+        crate::outln!("{}", plan.text(verb));
+        crate::outln!("  where {}", flags.predicate);
+        crate::outln!("  ordered by {}", order_by.join("; "));
         if let Some(rate) = flags.max_rate {
-            println!("  at most {rate} rows/s");
+            crate::outln!("  at most {rate} rows/s");
         }
         if !flags.dry_run {
             info!(rows = plan.rows(), "replay starting");
@@ -205,7 +205,7 @@ impl Output {
                 .iter()
                 .map(|(name, value)| json!([name, value.as_deref().map(bytes_json)]))
                 .collect();
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"record": {
                     "topic": record.topic,
@@ -226,7 +226,7 @@ impl Output {
         let partition = record
             .partition
             .map_or_else(String::new, |p| format!(" partition={p}"));
-        println!(
+        crate::outln!(
             "{}{partition} key={} headers[{}] value={}",
             record.topic,
             text(record.key),
@@ -237,22 +237,22 @@ impl Output {
 
     fn poison(&self, id: &str, reason: &str) {
         if self.json {
-            println!("{}", json!({"poison": {"id": id, "reason": reason}}));
+            crate::outln!("{}", json!({"poison": {"id": id, "reason": reason}}));
         } else {
-            println!("poison: event {id}: {reason}");
+            crate::outln!("poison: event {id}: {reason}");
         }
     }
 
     fn result(&self, sent: u64, rows: u64, dry_run: bool) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"result": {"rows": rows, "sent": sent, "dry_run": dry_run}})
             );
         } else if dry_run {
-            println!("dry run: {sent} of {rows} rows would be sent; nothing was sent");
+            crate::outln!("dry run: {sent} of {rows} rows would be sent; nothing was sent");
         } else {
-            println!("replayed {sent} of {rows} rows: Kafka acknowledged every one");
+            crate::outln!("replayed {sent} of {rows} rows: Kafka acknowledged every one");
         }
     }
 }

@@ -77,39 +77,41 @@ impl Output {
                 .iter()
                 .map(|(t, s)| json!({"topic": t, "rows": s.rows}))
                 .collect();
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"window": {"since": window.since, "until": window.until,
                     "time_column": window.column, "rows": rows, "topics": topics}})
             );
             return;
         }
-        println!(
+        crate::outln!(
             "walrelay audit: {rows} outbox rows with {} from {} to {}",
-            window.column, window.since, window.until
+            window.column,
+            window.since,
+            window.until
         );
         for (topic, share) in topics {
-            println!("  {topic}: {} rows", share.rows);
+            crate::outln!("  {topic}: {} rows", share.rows);
         }
     }
 
     pub(super) fn missing(&self, id: &str, topic: &str, dead_letter: Option<&str>) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"missing": {"id": id, "topic": topic, "dead_letter_topic": dead_letter}})
             );
         } else if let Some(parked) = dead_letter {
-            println!("missing: event {id} in {topic} (poison: its copy is in {parked})");
+            crate::outln!("missing: event {id} in {topic} (poison: its copy is in {parked})");
         } else {
-            println!("missing: event {id} in {topic}");
+            crate::outln!("missing: event {id} in {topic}");
         }
     }
 
     pub(super) fn result(&self, found: &Findings, replay: Option<&str>) {
         let ok = found.missing == 0 && found.unroutable == 0;
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"result": {"ok": ok, "rows": found.rows, "missing": found.missing,
                     "dead_lettered": found.dead_lettered, "unroutable": found.unroutable,
@@ -118,30 +120,31 @@ impl Output {
             return;
         }
         if found.unroutable > 0 {
-            println!(
+            crate::outln!(
                 "{} rows route to no topic (a NULL route-by value, or one --topic-regex \
                  refuses): they are poison, see --on-poison",
                 found.unroutable
             );
         }
         if ok {
-            println!(
+            crate::outln!(
                 "audit passed: every one of the {} rows has its event in its topic",
                 found.rows
             );
         }
         if found.dead_lettered > 0 {
-            println!(
+            crate::outln!(
                 "{} of the missing events are in the dead-letter topic: they were poison, \
                  not lost; fix their cause before publishing them again",
                 found.dead_lettered
             );
         }
         if let Some(command) = replay {
-            println!(
+            crate::outln!(
                 "{} of {} events are missing. To publish them again, with this audit's \
                  connection, mapping and Kafka flags:\n  {command}",
-                found.missing, found.rows
+                found.missing,
+                found.rows
             );
         }
     }
