@@ -108,6 +108,22 @@ impl Output {
         }
     }
 
+    /// A topic rows route to that the cluster does not have.
+    pub(super) fn absent(&self, topic: &str, brokers: &str, rows: u64) {
+        if self.json {
+            crate::outln!(
+                "{}",
+                json!({"absent_topic": {"topic": topic, "brokers": brokers, "rows": rows}})
+            );
+        } else {
+            crate::outln!(
+                "missing topic: {topic} does not exist at {brokers}, so the events of its \
+                 {rows} rows are missing with it (is --kafka-brokers the cluster walrelay \
+                 run publishes to?)"
+            );
+        }
+    }
+
     pub(super) fn result(&self, found: &Findings, replay: Option<&str>) {
         let ok = found.missing == 0 && found.unroutable == 0;
         if self.json {
@@ -115,7 +131,7 @@ impl Output {
                 "{}",
                 json!({"result": {"ok": ok, "rows": found.rows, "missing": found.missing,
                     "dead_lettered": found.dead_lettered, "unroutable": found.unroutable,
-                    "replay": replay}})
+                    "absent_topics": found.absent, "replay": replay}})
             );
             return;
         }
@@ -126,7 +142,9 @@ impl Output {
                 found.unroutable
             );
         }
-        if ok {
+        if found.rows == 0 {
+            crate::outln!("audit passed: nothing in this window, no outbox row to check");
+        } else if ok {
             crate::outln!(
                 "audit passed: every one of the {} rows has its event in its topic",
                 found.rows
