@@ -59,8 +59,14 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     let out = Output { json: flags.json };
     out.plan(&plan, flags, &order_by);
     if plan.rows() == 0 {
+        // Asked to publish rows, and there are none: not a success.
         out.result(0, 0, flags.dry_run);
-        return Ok(());
+        return Err(Error::permanent(format!(
+            "no rows match --where {}: nothing to replay. Check the condition against \
+             the outbox (a range must start before it ends, and rows retention deleted \
+             are gone)",
+            flags.predicate
+        )));
     }
     if flags.dry_run {
         return dry_run(&client, &settings, &tables, &order_by, flags, &out).await;
