@@ -66,12 +66,17 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             );
         }
         if let Some(snap) = &snapshot {
+            // Not "at the slot's creation": a start that finds a snapshot
+            // unfinished publishes the rows the condition selects then.
             crate::outln!(
-                "snapshot: {} at the slot's creation (--snapshot-where {:?}): {} of {} rows \
-                 published, consistent point {}",
+                "snapshot: {} (--snapshot-where {:?}): {} of {} rows published, streaming \
+                 from the slot's consistent point {}",
                 match snap.state {
-                    SnapshotState::Taking => "begun, not finished: the next start publishes it",
-                    SnapshotState::Done => "published",
+                    SnapshotState::Taking => {
+                        "begun, not finished: the next start publishes the rows it selects \
+                         then, before streaming"
+                    }
+                    SnapshotState::Done => "published before streaming began",
                 },
                 snap.predicate,
                 snap.published,
