@@ -22,8 +22,8 @@
 //! outbox. While any transaction holds a lock there, the CREATE waits in
 //! the lock queue and every INSERT of the application queues behind it.
 //! So each CREATE runs in a transaction of its own under a lock timeout of
-//! `PARTITION_LOCK_TIMEOUT`: a CREATE that cannot have the lock at once gives
-//! up, the writers go on, and the next pass tries again (`Blocked`).
+//! `PARTITION_LOCK_TIMEOUT`: a CREATE that cannot have the lock within it
+//! gives up, the writers go on, and the next pass tries again (`Blocked`).
 
 use std::time::Duration;
 
