@@ -21,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod migrate;
 pub mod outbox;
+pub mod output;
 pub mod percent;
 pub mod postgres;
 pub mod redrive;

@@ -74,11 +74,11 @@ pub fn run(path: &Path, options: Options) -> Result<()> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
     let migration = migrate(&text, options)?;
-    println!("{}", migration.command());
+    crate::outln!("{}", migration.command());
     if !migration.notes.is_empty() {
-        println!("\nNotes:");
+        crate::outln!("\nNotes:");
         for note in &migration.notes {
-            println!("- {note}");
+            crate::outln!("- {note}");
         }
     }
     Ok(())

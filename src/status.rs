@@ -53,12 +53,12 @@ pub async fn run(args: StatusArgs) -> Result<()> {
                 "tables": tables,
             },
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         print_table(&pg, &args, report.as_ref(), publication_exists, &tables);
         if let Some(s) = remembered {
             let (lsn, at) = s.created.as_ref().expect("filtered on created");
-            println!(
+            crate::outln!(
                 "history: walrelay has streamed from this slot since {at} (created at LSN \
                  {lsn}; last delivered position {}; outbox last found intact at {})",
                 s.last_delivered(),
@@ -66,12 +66,17 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             );
         }
         if let Some(snap) = &snapshot {
-            println!(
-                "snapshot: {} at the slot's creation (--snapshot-where {:?}): {} of {} rows \
-                 published, consistent point {}",
+            // Not "at the slot's creation": a start that finds a snapshot
+            // unfinished publishes the rows the condition selects then.
+            crate::outln!(
+                "snapshot: {} (--snapshot-where {:?}): {} of {} rows published, streaming \
+                 from the slot's consistent point {}",
                 match snap.state {
-                    SnapshotState::Taking => "begun, not finished: the next start publishes it",
-                    SnapshotState::Done => "published",
+                    SnapshotState::Taking => {
+                        "begun, not finished: the next start publishes the rows it selects \
+                         then, before streaming"
+                    }
+                    SnapshotState::Done => "published before streaming began",
                 },
                 snap.predicate,
                 snap.published,
@@ -148,6 +153,6 @@ fn print_table(
     ));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (key, value) in rows {
-        println!("{key:<width$}  {value}");
+        crate::outln!("{key:<width$}  {value}");
     }
 }

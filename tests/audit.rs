@@ -168,3 +168,130 @@ async fn a_missing_event_parked_in_the_dead_letter_topic_is_named_as_poison_not_
         audit.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_future_window_passes_saying_so_and_a_reversed_one_names_the_fix() {
+    let stack = Stack::start(&[]).await;
+    events("Now", 2).insert(&stack.client).await;
+    // A dead-letter topic exists: the audit must not go looking there with
+    // a time before 1970.
+    stack.broker.create_topic("walrelay.dead-letter", 1);
+
+    let windows: [&[&str]; 2] = [
+        &[
+            "--since",
+            "2099-01-01 00:00+00",
+            "--until",
+            "2099-02-01 00:00+00",
+        ],
+        &[
+            "--since",
+            "2026-01-01 00:00+00",
+            "--until",
+            "2026-01-01 00:00+00",
+        ],
+    ];
+    for flags in windows {
+        let audit = run_command("audit", &stack.pg, &stack.broker, flags);
+        assert_eq!(audit.code, Some(0), "{flags:?}: {audit:?}");
+        assert!(
+            audit.stdout.contains("nothing in this window"),
+            "{flags:?}: {}",
+            audit.stdout
+        );
+        assert!(
+            !audit.stderr.contains("Kafka reachable"),
+            "{flags:?}: {}",
+            audit.stderr
+        );
+    }
+
+    let reversed = run_command(
+        "audit",
+        &stack.pg,
+        &stack.broker,
+        &["--since", "1h", "--until", "2000-01-01 00:00+00"],
+    );
+    assert!(!reversed.success, "{reversed:?}");
+    assert!(
+        reversed.stderr.contains("reversed") && reversed.stderr.contains("--since the earlier"),
+        "{}",
+        reversed.stderr
+    );
+
+    // A flag is echoed as it was written.
+    let until = run_command(
+        "audit",
+        &stack.pg,
+        &stack.broker,
+        &["--since", "2h", "--until", "1h"],
+    );
+    assert!(!until.success, "{until:?}");
+    assert!(
+        until.stderr.contains("--until 1h is not a time") && !until.stderr.contains("Some("),
+        "{}",
+        until.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_logs_no_error_when_it_passes_and_names_each_topic_a_wrong_cluster_lacks() {
+    let stack = Stack::start(&[]).await;
+    events("Placed", 3).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.Placed"]);
+    let placed = committed_ids(&stack.client, "Placed").await;
+    read_until_all_arrive(&reader, &placed, HashSet::new(), &stack.relay, WAIT);
+
+    // A partition's end is the normal end of the read, not an error.
+    let clean = run_command("audit", &stack.pg, &stack.broker, &["--since", "1h"]);
+    assert!(clean.success, "{clean:?}");
+    assert!(!clean.stderr.contains("ERROR"), "{}", clean.stderr);
+
+    // A live cluster, not the one walrelay publishes to.
+    let elsewhere = support::Broker::start();
+    let audit = run_command("audit", &stack.pg, &elsewhere, &["--since", "1h"]);
+    assert_eq!(audit.code, Some(1), "{audit:?}");
+    assert!(
+        audit.stdout.contains(&format!(
+            "missing topic: outbox.event.Placed does not exist at {}",
+            elsewhere.brokers()
+        )),
+        "{}",
+        audit.stdout
+    );
+    assert!(
+        audit
+            .stderr
+            .contains("outbox.event.Placed does not exist at"),
+        "{}",
+        audit.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_into_a_closed_pipe_ends_quietly() {
+    let stack = Stack::start(&[]).await;
+    events("Piped", 3).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.Piped"]);
+    let piped = committed_ids(&stack.client, "Piped").await;
+    read_until_all_arrive(&reader, &piped, HashSet::new(), &stack.relay, WAIT);
+
+    // head is gone by the time the audit has read Kafka and prints its result.
+    let out =
+        shell("walrelay audit --since 1h | head -1 >/dev/null; echo \"exit ${PIPESTATUS[0]}\"")
+            .env("WALRELAY_PG_URL", stack.pg.url())
+            .env("WALRELAY_KAFKA_BROKERS", stack.broker.brokers())
+            .output()
+            .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("exit 0") || stdout.contains("exit 141"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,7 +1,8 @@
 //! `walrelay redrive` on a real broker: dead-letter records go back to their
 //! topics whole, in order per key, a second run sends nothing, a record
 //! that fails again stays in the dead-letter topic with the new reason,
-//! `--filter-event-type` loses nothing and `--dry-run` sends nothing.
+//! `--filter-event-type` loses nothing and `--dry-run` sends nothing; a
+//! topic that is not there, or a broker that is down, fails at once.
 //!
 //! On Apache Kafka: redrive reads each partition up to its high watermark
 //! as of its start (ListOffsets), and tansu 0.6 answers that request with
@@ -352,12 +353,37 @@ async fn a_dry_run_prints_each_record_s_fate_and_sends_and_commits_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redrive_without_a_dead_letter_topic_says_there_is_nothing_to_do() {
+async fn redrive_from_a_dead_letter_topic_that_does_not_exist_fails_naming_it() {
     let broker = broker();
     let (ok, stdout, stderr) = redrive(&broker, &[]);
-    assert!(ok, "{stdout}\n{stderr}");
+    assert!(!ok, "{stdout}\n{stderr}");
     assert!(
         stdout.contains("does not exist: nothing to redrive"),
         "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "the dead-letter topic {DEAD_LETTER} does not exist at {}",
+            broker.brokers()
+        )) && stderr.contains("--dead-letter-topic"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn redrive_against_a_broker_that_is_down_exits_once_it_has_said_so() {
+    let started = std::time::Instant::now();
+    let closed = format!("127.0.0.1:{}", support::free_port());
+    let (ok, stdout, stderr) = support::walrelay(&["redrive", "--kafka-brokers", &closed]);
+    assert!(!ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cannot read the dead-letter topic"),
+        "{stderr}"
+    );
+    // Far below the 30 s request timeout it used to wait out.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}:\n{stderr}",
+        started.elapsed()
     );
 }

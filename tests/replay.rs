@@ -1,6 +1,7 @@
 //! `walrelay replay`: rows already in the outbox, published again to the
 //! topics, keys, headers and values `run` gives them, beside a running
-//! `walrelay run`, with the poison policy, the rate limit and a dry run.
+//! `walrelay run`, with the poison policy, the rate limit and a dry run;
+//! a condition no row matches fails, and a closed pipe ends it quietly.
 
 mod support;
 
@@ -11,7 +12,7 @@ use support::kafka::Received;
 use support::outbox::{
     committed_ids, events, key_order_inversions, read_until_all_arrive, write_bursts, SEEDS_OUTBOX,
 };
-use support::relay::run_command;
+use support::relay::{run_command, shell};
 use support::{Broker, Postgres, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -259,6 +260,52 @@ async fn a_keys_events_of_one_transaction_are_replayed_in_the_order_written_or_t
     assert_eq!(got.len(), 600);
     let inversions = key_order_inversions(&got);
     assert!(inversions.is_empty(), "out of order: {inversions:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_no_rows_fails_saying_so_and_a_dry_run_into_a_closed_pipe_ends_quietly() {
+    let stack = Stack::start(&[]).await;
+    // Enough rows that the dry run is still printing once head is gone.
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT gen_random_uuid(), 'order', 'order-' || i, 'Piped', '{}' \
+             FROM generate_series(1, 3000) i",
+        )
+        .await
+        .unwrap();
+
+    let reversed = "created_at >= now() AND created_at < now() - interval '1 hour'";
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let mut flags = vec!["--where", reversed];
+        flags.extend_from_slice(extra);
+        let none = run_command("replay", &stack.pg, &stack.broker, &flags);
+        assert!(!none.success, "{extra:?}: {none:?}");
+        assert!(
+            none.stderr.contains("no rows match --where") && none.stderr.contains("start before"),
+            "{extra:?}: {}",
+            none.stderr
+        );
+    }
+
+    let out = shell(
+        "walrelay replay --where \"event_type = 'Piped'\" --dry-run | head -1 >/dev/null; \
+         echo \"exit ${PIPESTATUS[0]}\"",
+    )
+    .env("WALRELAY_PG_URL", stack.pg.url())
+    .env("WALRELAY_KAFKA_BROKERS", stack.broker.brokers())
+    .output()
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("exit 0") || stdout.contains("exit 141"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 #[test]

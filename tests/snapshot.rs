@@ -222,7 +222,7 @@ async fn a_cutover_from_a_polling_relay_publishes_every_unpublished_and_new_row_
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.contains("snapshot: published at the slot's creation"),
+        status.contains("snapshot: published before streaming began"),
         "{status}"
     );
 
@@ -283,6 +283,19 @@ async fn an_interrupted_snapshot_confirms_nothing_and_the_next_start_publishes_i
     assert!(relay.log().contains("was not finished"), "{}", relay.log());
     let published = ids(&client, "published_at IS NOT NULL").await;
     assert!(arrived.is_disjoint(&published));
+
+    // walrelay status does not claim the rows were read at the slot's
+    // creation: this start read them as they were when it started.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("snapshot: published before streaming began")
+            && !status.contains("at the slot's creation"),
+        "{status}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,9 +120,9 @@ pub async fn run(args: CheckArgs) -> Result<()> {
                 "fix": c.fix,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
-        print!("{}", render(&checks));
+        crate::output::write(format_args!("{}", render(&checks)));
     }
     if failed > 0 {
         return Err(Error::permanent(format!(

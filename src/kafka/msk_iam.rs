@@ -25,9 +25,10 @@ use rdkafka::bindings as rdsys;
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::types::RDKafkaRespErr;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// Marks walrelay's own `sasl.oauthbearer.config`: `walrelay.msk-iam region=R`.
 const TAG: &str = "walrelay.msk-iam";
@@ -146,6 +147,17 @@ pub struct TokenContext;
 
 impl ClientContext for TokenContext {
     oauth_token_hook!();
+
+    /// rdkafka's default, but for a partition's end: with
+    /// `enable.partition.eof` (audit's reader) librdkafka reports each as
+    /// an error event, and it is the normal end of a read.
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            debug!(reason, "librdkafka: end of a partition");
+            return;
+        }
+        tracing::error!("librdkafka: {error}: {reason}");
+    }
 }
 
 impl ConsumerContext for TokenContext {}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -50,15 +50,17 @@ impl TopicReader {
     }
 
     /// Calls `each` with every record of `topic` from the first at or after
-    /// `from_ms` (Unix milliseconds) to the end of each partition (at least
-    /// as it is now). Returns the number of records read; a topic that does not exist
-    /// has none. Blocking: call it off the async runtime's workers.
+    /// `from_ms` (Unix milliseconds, not negative: librdkafka takes a
+    /// negative offset for a logical one) to the end of each partition (at
+    /// least as it is now). Returns the number of records read, or None when
+    /// the topic does not exist. Blocking: call it off the async runtime's
+    /// workers.
     pub fn scan(
         &self,
         topic: &str,
         from_ms: i64,
         mut each: impl FnMut(&BorrowedMessage<'_>),
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let failed = |what: &str, e: KafkaError| {
             Error::transient(format!(
                 "cannot {what} topic {topic} at {}: is Kafka reachable?",
@@ -70,16 +72,24 @@ impl TopicReader {
             .consumer
             .fetch_metadata(Some(topic), REQUEST)
             .map_err(|e| failed("read the metadata of", e))?;
-        let partitions: Vec<i32> = metadata
-            .topics()
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        let absent = found.is_none_or(|t| {
+            t.error().is_some_and(|e| {
+                RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition
+            })
+        });
+        if absent {
+            return Ok(None);
+        }
+        let partitions: Vec<i32> = found
             .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
+            .filter(|t| t.error().is_none())
             .flat_map(|t| t.partitions().iter().map(|p| p.id()))
             .collect();
         let mut by_time = TopicPartitionList::new();
         for p in &partitions {
             by_time
-                .add_partition_offset(topic, *p, Offset::Offset(from_ms))
+                .add_partition_offset(topic, *p, Offset::Offset(from_ms.max(0)))
                 .map_err(|e| failed("look up the offsets of", e))?;
         }
         let starts = if partitions.is_empty() {
@@ -110,7 +120,7 @@ impl TopicReader {
             }
         }
         if ends.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         self.consumer
             .assign(&assigned)
@@ -152,7 +162,7 @@ impl TopicReader {
         self.consumer
             .unassign()
             .map_err(|e| failed("unassign the partitions of", e))?;
-        Ok(read)
+        Ok(Some(read))
     }
 
     /// The consumer's next offset in a partition, if it has one.

@@ -64,8 +64,14 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     let out = Output { json: flags.json };
     out.plan(&plan, flags, &order_by);
     if plan.rows() == 0 {
+        // Asked to publish rows, and there are none: not a success.
         out.result(0, 0, flags.dry_run);
-        return Ok(());
+        return Err(Error::permanent(format!(
+            "no rows match --where {}: nothing to replay. Check the condition against \
+             the outbox (a range must start before it ends, and rows retention deleted \
+             are gone)",
+            flags.predicate
+        )));
     }
     if flags.dry_run {
         return dry_run(&client, &settings, &tables, &order_by, flags, &out).await;
@@ -184,7 +190,7 @@ impl Output {
             doc["order_by"] = json!(order_by);
             doc["dry_run"] = json!(flags.dry_run);
             doc["max_rate"] = json!(flags.max_rate);
-            println!("{}", json!({ "plan": doc }));
+            crate::outln!("{}", json!({ "plan": doc }));
             return;
         }
         let verb = if flags.dry_run {
@@ -192,11 +198,11 @@ impl Output {
         } else {
             "walrelay replay will send"
         };
-        println!("{}", plan.text(verb));
-        println!("  where {}", flags.predicate);
-        println!("  ordered by {}", order_by.join("; "));
+        crate::outln!("{}", plan.text(verb));
+        crate::outln!("  where {}", flags.predicate);
+        crate::outln!("  ordered by {}", order_by.join("; "));
         if let Some(rate) = flags.max_rate {
-            println!("  at most {rate} rows/s");
+            crate::outln!("  at most {rate} rows/s");
         }
         if !flags.dry_run {
             info!(rows = plan.rows(), "replay starting");
@@ -210,7 +216,7 @@ impl Output {
                 .iter()
                 .map(|(name, value)| json!([name, value.as_deref().map(bytes_json)]))
                 .collect();
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"record": {
                     "topic": record.topic,
@@ -231,7 +237,7 @@ impl Output {
         let partition = record
             .partition
             .map_or_else(String::new, |p| format!(" partition={p}"));
-        println!(
+        crate::outln!(
             "{}{partition} key={} headers[{}] value={}",
             record.topic,
             text(record.key),
@@ -242,22 +248,22 @@ impl Output {
 
     fn poison(&self, id: &str, reason: &str) {
         if self.json {
-            println!("{}", json!({"poison": {"id": id, "reason": reason}}));
+            crate::outln!("{}", json!({"poison": {"id": id, "reason": reason}}));
         } else {
-            println!("poison: event {id}: {reason}");
+            crate::outln!("poison: event {id}: {reason}");
         }
     }
 
     fn result(&self, sent: u64, rows: u64, dry_run: bool) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"result": {"rows": rows, "sent": sent, "dry_run": dry_run}})
             );
         } else if dry_run {
-            println!("dry run: {sent} of {rows} rows would be sent; nothing was sent");
+            crate::outln!("dry run: {sent} of {rows} rows would be sent; nothing was sent");
         } else {
-            println!("replayed {sent} of {rows} rows: Kafka acknowledged every one");
+            crate::outln!("replayed {sent} of {rows} rows: Kafka acknowledged every one");
         }
     }
 }

@@ -50,7 +50,17 @@ pub async fn run(args: RedriveArgs, shutdown: watch::Receiver<bool>) -> Result<(
     let (topic, group) = (&settings.dead_letter_topic, &settings.group);
     let Some(reader) = DeadLetterReader::open(&settings).await? else {
         report.plan(topic, group, None);
-        return Ok(());
+        // Asked to redrive from a topic that is not there: a mistyped
+        // --dead-letter-topic or --kafka-brokers, not a success.
+        return Err(Error::permanent(format!(
+            "the dead-letter topic {topic} does not exist at {}: nothing to redrive. Name \
+             the --dead-letter-topic walrelay run writes to, on the cluster it publishes to \
+             (--kafka-brokers)",
+            settings
+                .consumer
+                .get("bootstrap.servers")
+                .unwrap_or_default()
+        )));
     };
     report.plan(topic, group, Some(&reader.ranges));
     let start: std::collections::BTreeMap<i32, i64> =

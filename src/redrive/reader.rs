@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -30,6 +30,10 @@ use crate::kafka::secrets;
 type StreamConsumer = rdkafka::consumer::StreamConsumer<TokenContext>;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long no broker may be reachable before redrive gives up: long
+/// enough for a connection's TLS and SASL handshakes, far below
+/// `REQUEST_TIMEOUT`.
+const UNREACHABLE: Duration = Duration::from_secs(5);
 /// How long a read waits before checking whether a quiet partition is at
 /// its end (the last offsets may not exist: compaction, transaction markers).
 const QUIET: Duration = Duration::from_secs(1);
@@ -201,9 +205,7 @@ fn ranges(
     topic: &str,
     group: &str,
 ) -> Result<Option<BTreeMap<i32, Range>>> {
-    let metadata = consumer
-        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .map_err(|e| read_error(topic, group, e))?;
+    let metadata = metadata(consumer, topic, group)?;
     let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Ok(None);
     };
@@ -253,6 +255,32 @@ fn ranges(
         ranges.insert(p.id(), Range { start, end: high });
     }
     Ok(Some(ranges))
+}
+
+/// The topic's metadata, asked for a second at a time: librdkafka answers
+/// "broker transport failure" while it has no broker to ask, and when
+/// that lasts `UNREACHABLE` the cluster is out of reach, and redrive ends
+/// at once rather than after the whole request timeout.
+fn metadata(
+    consumer: &StreamConsumer,
+    topic: &str,
+    group: &str,
+) -> Result<rdkafka::metadata::Metadata> {
+    let asked = Instant::now();
+    let mut wait = QUIET;
+    loop {
+        let e = match consumer.fetch_metadata(Some(topic), wait) {
+            Ok(metadata) => return Ok(metadata),
+            Err(e) => e,
+        };
+        let unreachable = e.rdkafka_error_code() == Some(RDKafkaErrorCode::BrokerTransportFailure);
+        let left = REQUEST_TIMEOUT.saturating_sub(asked.elapsed());
+        if left.is_zero() || (unreachable && asked.elapsed() >= UNREACHABLE) {
+            return Err(read_error(topic, group, e));
+        }
+        // A broker that answers, slowly, gets the rest of the time.
+        wait = if unreachable { QUIET } else { left };
+    }
 }
 
 /// Runs a blocking librdkafka call off the async runtime.

@@ -171,9 +171,9 @@ impl Report {
 
     fn line(&self, json: serde_json::Value, text: String) {
         if self.json {
-            println!("{json}");
+            crate::outln!("{json}");
         } else {
-            println!("{text}");
+            crate::outln!("{text}");
         }
     }
 }

@@ -17,12 +17,22 @@
 //! TimeZone). Next partitions follow the newest, in its schema, until one
 //! reaches N widths past now. A scheme that cannot be inferred is refused
 //! at start with what to do instead.
+//!
+//! `CREATE TABLE … PARTITION OF` takes an ACCESS EXCLUSIVE lock on the
+//! outbox. While any transaction holds a lock there, the CREATE waits in
+//! the lock queue and every INSERT of the application queues behind it.
+//! So each CREATE runs in a transaction of its own under a lock timeout of
+//! `PARTITION_LOCK_TIMEOUT`: a CREATE that cannot have the lock within it
+//! gives up, the writers go on, and the next pass tries again (`Blocked`).
+
+use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 use tracing::info;
 
 use super::catalog::{self, Outbox};
+use super::rows::interval;
 use crate::error::{Error, Result};
 use crate::postgres::names::{quote_literal, TableName};
 use crate::postgres::sql_error;
@@ -42,6 +52,10 @@ const FORMATS: [&str; 11] = [
     "YYYY",
 ];
 const CALENDAR_WIDTHS: [&str; 5] = ["1 year", "3 months", "1 month", "7 days", "1 day"];
+/// How long a CREATE … PARTITION OF (or a DETACH, `partitions::drop`)
+/// waits for its lock on the outbox: the application's INSERTs queue
+/// behind it for at most this long.
+pub const PARTITION_LOCK_TIMEOUT: &str = "50ms";
 /// Partitions made in one pass at most (a long outage of walrelay may
 /// leave many to make; the next pass goes on).
 const MOST_PER_PASS: usize = 100;
@@ -154,8 +168,29 @@ pub async fn scheme(client: &Client, outbox: &Outbox) -> Result<Scheme> {
     )))
 }
 
-/// Makes the partitions missing up to `ahead` widths past now; how many.
-pub async fn make(client: &Client, outbox: &Outbox, ahead: u32) -> Result<u64> {
+/// What one pass made.
+#[derive(Debug, Default)]
+pub struct Made {
+    pub made: u64,
+    /// The partition it could not create for want of the lock.
+    pub blocked: Option<Blocked>,
+}
+
+/// A partition left for the next pass: another session held a lock on the
+/// outbox longer than `PARTITION_LOCK_TIMEOUT`.
+#[derive(Debug)]
+pub struct Blocked {
+    pub partition: TableName,
+    /// Its lower bound: from there on the outbox has no partition yet.
+    pub from: String,
+    /// `from` comes before the next pass: rows may go to DEFAULT (or fail,
+    /// without one) unless the lock is free by then.
+    pub running_out: bool,
+}
+
+/// Makes the partitions missing up to `ahead` widths past now; `soon` is
+/// the time to the next pass.
+pub async fn make(client: &Client, outbox: &Outbox, ahead: u32, soon: Duration) -> Result<Made> {
     let scheme = scheme(client, outbox).await?;
     let arith = "timestamptz";
     let existing: Vec<String> = catalog::list(client, &outbox.table)
@@ -164,21 +199,23 @@ pub async fn make(client: &Client, outbox: &Outbox, ahead: u32) -> Result<u64> {
         .map(|p| p.table.name)
         .collect();
     let mut lower = scheme.newest_upper.clone();
-    let mut made = 0;
+    let mut made = Made::default();
     for _ in 0..MOST_PER_PASS {
         let row = client
             .query_one(
                 &format!(
                     "SELECT $1::text::{arith} < now()::{arith} + $2::int * $3::text::interval, \
-                            (($1::text::{arith} + $3::text::interval)::{ty})::text, to_char($1::text::{arith}, $4)",
+                            (($1::text::{arith} + $3::text::interval)::{ty})::text, to_char($1::text::{arith}, $4), \
+                            $1::text::{arith} < now()::{arith} + $5::text::interval",
                     // The column's own type, so the bound reads as its values do.
                     ty = outbox.column_type,
                 ),
-                &[&lower, &(ahead as i32), &scheme.width, &scheme.format],
+                &[&lower, &(ahead as i32), &scheme.width, &scheme.format, &interval(soon)],
             )
             .await
             .map_err(|e| sql_error("cannot compute the next partition's bounds", e))?;
-        let (due, upper, suffix): (bool, String, String) = (row.get(0), row.get(1), row.get(2));
+        let (due, upper, suffix, soon): (bool, String, String, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
         if !due {
             break;
         }
@@ -195,28 +232,53 @@ pub async fn make(client: &Client, outbox: &Outbox, ahead: u32) -> Result<u64> {
             schema: scheme.schema.clone(),
             name,
         };
-        let sql = format!(
-            "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})",
-            partition.quoted(),
-            outbox.table.quoted(),
-            quote_literal(&lower),
-            quote_literal(&upper)
-        );
-        if let Err(e) = client.batch_execute(&sql).await {
-            if e.code() == Some(&SqlState::CHECK_VIOLATION) {
-                return Err(Error::permanent(format!(
-                    "--partitions-ahead cannot create {partition} for [{lower}, {upper}): rows \
-                     of that range are in the DEFAULT partition already; move them into a \
-                     table of their own and attach it as that partition (docs/operations.md, \
-                     \"Outbox retention\")"
-                ))
-                .with_source(e));
-            }
-            return Err(sql_error(format!("cannot create partition {partition}"), e));
+        if !create(client, outbox, &partition, &lower, &upper).await? {
+            made.blocked = Some(Blocked {
+                partition,
+                from: lower,
+                running_out: soon,
+            });
+            break;
         }
-        info!(partition = %partition, from = %lower, to = %upper, "created an outbox partition ahead of time");
-        made += 1;
+        made.made += 1;
         lower = upper;
     }
     Ok(made)
+}
+
+/// Creates one partition in a transaction of its own under the short lock
+/// timeout; false when the lock was not to be had.
+async fn create(
+    client: &Client,
+    outbox: &Outbox,
+    partition: &TableName,
+    lower: &str,
+    upper: &str,
+) -> Result<bool> {
+    let sql = format!(
+        "BEGIN; SET LOCAL lock_timeout = '{PARTITION_LOCK_TIMEOUT}'; \
+         CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({}); COMMIT",
+        partition.quoted(),
+        outbox.table.quoted(),
+        quote_literal(lower),
+        quote_literal(upper)
+    );
+    let Err(e) = client.batch_execute(&sql).await else {
+        info!(partition = %partition, from = %lower, to = %upper, "created an outbox partition ahead of time");
+        return Ok(true);
+    };
+    let _ = client.batch_execute("ROLLBACK").await;
+    if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        return Ok(false);
+    }
+    if e.code() == Some(&SqlState::CHECK_VIOLATION) {
+        return Err(Error::permanent(format!(
+            "--partitions-ahead cannot create {partition} for [{lower}, {upper}): rows \
+             of that range are in the DEFAULT partition already; move them into a \
+             table of their own and attach it as that partition (docs/operations.md, \
+             \"Outbox retention\")"
+        ))
+        .with_source(e));
+    }
+    Err(sql_error(format!("cannot create partition {partition}"), e))
 }

@@ -10,6 +10,7 @@ pub struct RetentionMetrics {
     pub rows_deleted: IntCounter,
     pub partitions_dropped: IntCounter,
     pub partitions_created: IntCounter,
+    pub partitions_ahead_blocked: IntCounter,
     pub oldest_row_age: Gauge,
     pub waiting: Gauge,
     pub errors: IntCounter,
@@ -45,6 +46,11 @@ impl RetentionMetrics {
             partitions_created: counter(
                 "walrelay_retention_partitions_created_total",
                 "Outbox partitions --partitions-ahead created.",
+            ),
+            partitions_ahead_blocked: counter(
+                "walrelay_retention_partitions_ahead_blocked_total",
+                "Partitions --partitions-ahead left for a later pass because another session \
+                 held a lock on the outbox.",
             ),
             oldest_row_age: gauge(
                 "walrelay_retention_oldest_row_age_seconds",

@@ -66,8 +66,14 @@
 //!
 //! A transaction open across the boundary is therefore safe whatever its
 //! rows' `created_at`: its rows are not visible in `S`, so they are picked
-//! by a later pass, whose L0 lies past T's commit. A broker outage keeps
-//! (a) from holding, and nothing is deleted until Kafka has the events.
+//! by a later pass, whose L0 lies past T's commit.
+//!
+//! A broker outage stops the confirmed position where Kafka's last
+//! acknowledgement left it, so a row whose event is not confirmed is not
+//! deleted until Kafka has it. Rows whose events Kafka acknowledged before
+//! the outage may still be deleted during it: their plan's L0 was
+//! confirmed already, or is once the relay confirms the last acknowledged
+//! position.
 //!
 //! # Partitions
 //!
@@ -154,8 +160,10 @@ const BATCHES_PER_PLAN: usize = 100;
 const POLL: Duration = Duration::from_secs(1);
 /// Every statement of retention ends within this.
 const STATEMENT_TIMEOUT: &str = "30s";
-/// A DELETE or DETACH waits at most this for a lock, so it never queues
-/// the outbox's writers behind it for long.
+/// A statement of retention waits at most this for a lock, so it never
+/// queues the outbox's writers behind it for long (a CREATE or DETACH of a
+/// partition, which needs the outbox to itself, waits far less:
+/// `ahead::PARTITION_LOCK_TIMEOUT`).
 const LOCK_TIMEOUT: &str = "1s";
 
 /// What one snapshot picked, waiting for its rows' events to be confirmed.
@@ -190,6 +198,7 @@ pub async fn run(
         plan: None,
         next_pass: Instant::now(),
         floor_told: false,
+        ahead_blocked_told: false,
     };
     let mut checked = false;
     loop {
@@ -237,6 +246,9 @@ struct Task {
     next_pass: Instant,
     /// Rows from before the slot were reported once.
     floor_told: bool,
+    /// A partition ahead left for a later pass was reported (until one is
+    /// made again).
+    ahead_blocked_told: bool,
 }
 
 /// What `walrelay check` says of retention: the checks its start makes
@@ -386,11 +398,7 @@ impl Task {
         }
         self.next_pass = Instant::now() + self.settings.interval;
         if self.settings.partitions_ahead > 0 {
-            let client = connection(&mut self.client, &self.target.pg).await?;
-            for outbox in &self.outboxes {
-                let made = ahead::make(client, outbox, self.settings.partitions_ahead).await?;
-                self.m.partitions_created.inc_by(made);
-            }
+            self.make_ahead().await?;
         }
         if let (None, Some(keep)) = (&self.plan, self.settings.keep) {
             self.plan = self.pick(keep).await?;
@@ -399,6 +407,45 @@ impl Task {
         let client = connection(&mut self.client, &self.target.pg).await?;
         let age = catalog::oldest_row_age(client, &self.outboxes).await?;
         self.m.oldest_row_age.set(age);
+        Ok(())
+    }
+
+    /// Partitions ahead. One that another session's lock keeps from being
+    /// made is left for the next pass: said once, and loudly when the
+    /// outbox would run out of partitions before then.
+    async fn make_ahead(&mut self) -> Result<()> {
+        let (ahead, soon) = (self.settings.partitions_ahead, self.settings.interval);
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let mut blocked = false;
+        for outbox in &self.outboxes {
+            let made = ahead::make(client, outbox, ahead, soon).await?;
+            self.m.partitions_created.inc_by(made.made);
+            let Some(b) = made.blocked else {
+                continue;
+            };
+            blocked = true;
+            self.m.partitions_ahead_blocked.inc();
+            if b.running_out {
+                warn!(
+                    table = %outbox.table,
+                    partition = %b.partition,
+                    from = %b.from,
+                    "--partitions-ahead cannot create the next partition: a transaction holds \
+                     a lock on the outbox (see pg_locks); from this time on its rows go to \
+                     the DEFAULT partition, or fail without one, until that transaction ends"
+                );
+            } else if !self.ahead_blocked_told {
+                info!(
+                    table = %outbox.table,
+                    partition = %b.partition,
+                    lock_timeout = ahead::PARTITION_LOCK_TIMEOUT,
+                    "a transaction holds a lock on the outbox: creating the next partition \
+                     would queue the application's writes behind it, so the next pass tries \
+                     again"
+                );
+            }
+        }
+        self.ahead_blocked_told = blocked;
         Ok(())
     }
 

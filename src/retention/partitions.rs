@@ -1,6 +1,6 @@
 //! Whole partitions: which ones a plan may drop (module doc of
 //! `retention`, "Partitions"), and detaching and dropping one under a
-//! short lock timeout.
+//! lock timeout of a few milliseconds.
 
 use std::time::Duration;
 
@@ -120,10 +120,15 @@ pub async fn droppable(
 }
 
 /// Detaches and drops the partition in one short transaction; false when
-/// another session holds it (next pass).
+/// another session holds a lock on it or on the outbox (next pass). The
+/// DETACH needs an ACCESS EXCLUSIVE lock on the outbox, so it waits for it
+/// only as briefly as a CREATE of a partition ahead does: the
+/// application's INSERTs queue behind it meanwhile.
 pub async fn drop(client: &Client, d: &Droppable) -> Result<bool> {
     let sql = format!(
-        "BEGIN; ALTER TABLE {root} DETACH PARTITION {part}; DROP TABLE {part}; COMMIT",
+        "BEGIN; SET LOCAL lock_timeout = '{}'; ALTER TABLE {root} DETACH PARTITION {part}; \
+         DROP TABLE {part}; COMMIT",
+        super::ahead::PARTITION_LOCK_TIMEOUT,
         root = d.root.quoted(),
         part = d.partition.quoted()
     );

@@ -37,7 +37,7 @@ struct Window {
 
 impl Window {
     async fn resolve(client: &Client, flags: &AuditFlags) -> Result<Window> {
-        let since = match humantime::parse_duration(flags.since.trim()) {
+        let since: String = match humantime::parse_duration(flags.since.trim()) {
             Ok(back) => {
                 client
                     .query_one(
@@ -63,14 +63,46 @@ impl Window {
             )
         })?
         .get(0);
-        let until = client
+        let until: String = client
             .query_one(
                 "SELECT COALESCE($1::text::timestamptz, now())::text",
                 &[&flags.until],
             )
             .await
-            .map_err(|e| sql_error(format!("--until {:?} is not a time", flags.until), e))?
+            .map_err(|e| {
+                sql_error(
+                    format!(
+                        "--until {} is not a time Postgres reads (2026-12-01 12:00+00)",
+                        flags.until.as_deref().unwrap_or_default()
+                    ),
+                    e,
+                )
+            })?
             .get(0);
+        let reversed: bool = client
+            .query_one(
+                "SELECT $1::text::timestamptz > $2::text::timestamptz",
+                &[&since, &until],
+            )
+            .await
+            .map_err(|e| sql_error("cannot compare the window's bounds", e))?
+            .get(0);
+        if reversed {
+            return Err(Error::permanent(format!(
+                "the window is reversed: --since {} ({since}) is after {} ({until}); give \
+                 --since the earlier time{}",
+                flags.since,
+                flags
+                    .until
+                    .as_deref()
+                    .map_or_else(|| "now".to_string(), |u| format!("--until {u}")),
+                if flags.until.is_some() {
+                    " and --until the later"
+                } else {
+                    ""
+                }
+            )));
+        }
         Ok(Window {
             since,
             until,
@@ -114,6 +146,8 @@ struct Findings {
     null_ids: bool,
     /// Missing events whose copy is in the dead-letter topic.
     dead_lettered: u64,
+    /// Topics rows route to that do not exist in the cluster.
+    absent: Vec<String>,
 }
 
 /// The event ids (`walrelay.event-id`) of the dead-letter topic's records
@@ -121,6 +155,7 @@ struct Findings {
 /// The topic holds only poison events, so the set stays small.
 fn dead_lettered(reader: &TopicReader, settings: &Settings, from_ms: i64) -> Result<HashSet<u128>> {
     let mut ids = HashSet::new();
+    // A dead-letter topic that does not exist: nothing was ever poison.
     tokio::task::block_in_place(|| {
         reader.scan(settings.dead_letter_topic(), from_ms, |message| {
             use rdkafka::message::{Headers, Message};
@@ -168,13 +203,20 @@ pub async fn run(args: AuditArgs) -> Result<()> {
     let topics = census(&client, &settings, &tables, &window, &mut found).await?;
     let out = Output { json: flags.json };
     out.window(&window, &topics, found.rows);
+    if found.rows == 0 {
+        // Nothing to look for in Kafka: an empty window (or one in the
+        // future) passes, and says so.
+        let _ = client.batch_execute("COMMIT").await;
+        out.result(&found, None);
+        return Ok(());
+    }
     let reader = TopicReader::new(&settings.kafka_brokers, &settings.kafka_properties)?;
-    let earliest = topics.values().map(|t| t.earliest_ms).min().unwrap_or(0);
-    let parked = dead_lettered(
-        &reader,
-        &settings,
-        earliest - flags.margin.as_millis() as i64,
-    )?;
+    let margin_ms = flags.margin.as_millis() as i64;
+    let parked = match topics.values().map(|t| t.earliest_ms).min() {
+        Some(earliest) => dead_lettered(&reader, &settings, (earliest - margin_ms).max(0))?,
+        // Only rows that route nowhere: none can be in the dead-letter topic.
+        None => HashSet::new(),
+    };
     let audit = Audit {
         client: &client,
         settings: &settings,
@@ -182,7 +224,7 @@ pub async fn run(args: AuditArgs) -> Result<()> {
         window: &window,
         reader: &reader,
         parked,
-        margin_ms: flags.margin.as_millis() as i64,
+        margin_ms,
         out: &out,
     };
     let mut meter = Meter::new("audit", "rows", found.rows);
@@ -199,7 +241,7 @@ pub async fn run(args: AuditArgs) -> Result<()> {
     match (found.missing, found.unroutable) {
         (0, 0) => Ok(()),
         (missing, unroutable) => Err(Error::permanent(format!(
-            "{missing} of {} outbox rows between {} and {} have no event in their topic{}",
+            "{missing} of {} outbox rows between {} and {} have no event in their topic{}{}",
             found.rows,
             window.since,
             window.until,
@@ -207,6 +249,21 @@ pub async fn run(args: AuditArgs) -> Result<()> {
                 format!(", and {unroutable} route to no topic (poison: see --on-poison)")
             } else {
                 String::new()
+            },
+            if found.absent.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} {} not exist at {}: if that is not the cluster walrelay run \
+                     publishes to, fix --kafka-brokers and audit again before replaying",
+                    found.absent.join(", "),
+                    if found.absent.len() == 1 {
+                        "does"
+                    } else {
+                        "do"
+                    },
+                    settings.kafka_brokers
+                )
             }
         ))),
     }
@@ -245,7 +302,17 @@ impl Audit<'_> {
         // An id in two rows (two tables) is one event: found once, found.
         hashes.sort_unstable();
         hashes.dedup();
-        let seen = self.read_back(topic, share.earliest_ms - self.margin_ms, &hashes)?;
+        let from_ms = (share.earliest_ms - self.margin_ms).max(0);
+        let seen = match self.read_back(topic, from_ms, &hashes)? {
+            Some(seen) => seen,
+            None => {
+                // Not one of its events can be there: say why first.
+                self.out
+                    .absent(topic, &self.settings.kafka_brokers, share.rows);
+                found.absent.push(topic.to_string());
+                vec![false; hashes.len()]
+            }
+        };
         debug!(topic, rows = share.rows, "topic read back");
         for_each_id(self.client, tables, &settings.mapping.id, &ids, |id| {
             let present = id.is_some() && hashes.binary_search(&hash(id)).is_ok_and(|i| seen[i]);
@@ -273,12 +340,13 @@ impl Audit<'_> {
     }
 
     /// Reads `topic` from `from_ms` on and marks each of the sorted
-    /// `hashes` whose event id a record carries.
-    fn read_back(&self, topic: &str, from_ms: i64, hashes: &[u128]) -> Result<Vec<bool>> {
+    /// `hashes` whose event id a record carries; None when the topic does
+    /// not exist.
+    fn read_back(&self, topic: &str, from_ms: i64, hashes: &[u128]) -> Result<Option<Vec<bool>>> {
         let mut seen = vec![false; hashes.len()];
         let mut shown = std::time::Instant::now();
         let mut read = 0u64;
-        tokio::task::block_in_place(|| {
+        let read_back = tokio::task::block_in_place(|| {
             self.reader.scan(topic, from_ms, |message| {
                 use rdkafka::message::{Headers, Message};
                 read += 1;
@@ -298,7 +366,7 @@ impl Audit<'_> {
                 }
             })
         })?;
-        Ok(seen)
+        Ok(read_back.map(|_| seen))
     }
 }
 

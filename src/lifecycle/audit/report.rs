@@ -76,71 +76,92 @@ impl Output {
                 .iter()
                 .map(|(t, s)| json!({"topic": t, "rows": s.rows}))
                 .collect();
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"window": {"since": window.since, "until": window.until,
                     "time_column": window.column, "rows": rows, "topics": topics}})
             );
             return;
         }
-        println!(
+        crate::outln!(
             "walrelay audit: {rows} outbox rows with {} from {} to {}",
-            window.column, window.since, window.until
+            window.column,
+            window.since,
+            window.until
         );
         for (topic, share) in topics {
-            println!("  {topic}: {} rows", share.rows);
+            crate::outln!("  {topic}: {} rows", share.rows);
         }
     }
 
     pub(super) fn missing(&self, id: &str, topic: &str, dead_letter: Option<&str>) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"missing": {"id": id, "topic": topic, "dead_letter_topic": dead_letter}})
             );
         } else if let Some(parked) = dead_letter {
-            println!("missing: event {id} in {topic} (poison: its copy is in {parked})");
+            crate::outln!("missing: event {id} in {topic} (poison: its copy is in {parked})");
         } else {
-            println!("missing: event {id} in {topic}");
+            crate::outln!("missing: event {id} in {topic}");
+        }
+    }
+
+    /// A topic rows route to that the cluster does not have.
+    pub(super) fn absent(&self, topic: &str, brokers: &str, rows: u64) {
+        if self.json {
+            crate::outln!(
+                "{}",
+                json!({"absent_topic": {"topic": topic, "brokers": brokers, "rows": rows}})
+            );
+        } else {
+            crate::outln!(
+                "missing topic: {topic} does not exist at {brokers}, so the events of its \
+                 {rows} rows are missing with it (is --kafka-brokers the cluster walrelay \
+                 run publishes to?)"
+            );
         }
     }
 
     pub(super) fn result(&self, found: &Findings, replay: Option<&str>) {
         let ok = found.missing == 0 && found.unroutable == 0;
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 json!({"result": {"ok": ok, "rows": found.rows, "missing": found.missing,
                     "dead_lettered": found.dead_lettered, "unroutable": found.unroutable,
-                    "replay": replay}})
+                    "absent_topics": found.absent, "replay": replay}})
             );
             return;
         }
         if found.unroutable > 0 {
-            println!(
+            crate::outln!(
                 "{} rows route to no topic (a NULL route-by value, or one --topic-regex \
                  refuses): they are poison, see --on-poison",
                 found.unroutable
             );
         }
-        if ok {
-            println!(
+        if found.rows == 0 {
+            crate::outln!("audit passed: nothing in this window, no outbox row to check");
+        } else if ok {
+            crate::outln!(
                 "audit passed: every one of the {} rows has its event in its topic",
                 found.rows
             );
         }
         if found.dead_lettered > 0 {
-            println!(
+            crate::outln!(
                 "{} of the missing events are in the dead-letter topic: they were poison, \
                  not lost; fix their cause before publishing them again",
                 found.dead_lettered
             );
         }
         if let Some(command) = replay {
-            println!(
+            crate::outln!(
                 "{} of {} events are missing. To publish them again, with this audit's \
                  connection, mapping and Kafka flags:\n  {command}",
-                found.missing, found.rows
+                found.missing,
+                found.rows
             );
         }
     }
