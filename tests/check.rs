@@ -484,6 +484,41 @@ async fn check_and_run_agree_on_a_missing_publication_and_roles_without_rights()
         "postgres.publication",
         Some("CREATE PUBLICATION \"absent_role\" FOR TABLE \"public\".\"outbox\""),
     );
+    // A role that owns its outbox but may not CREATE in the database: the
+    // fix is the grant, and run creates nothing before it refuses.
+    client
+        .batch_execute(
+            "CREATE ROLE owner_nocreate LOGIN REPLICATION;
+             CREATE TABLE owned_outbox (LIKE outbox INCLUDING ALL);
+             ALTER TABLE owned_outbox OWNER TO owner_nocreate;
+             GRANT SELECT, INSERT, UPDATE ON walrelay_state TO owner_nocreate;",
+        )
+        .await
+        .unwrap();
+    let owned = [
+        "--table",
+        "public.owned_outbox",
+        "--slot",
+        "by_nocreate",
+        "--publication",
+        "absent_nocreate",
+    ];
+    assert_agree(
+        &as_role("owner_nocreate"),
+        &brokers,
+        &owned,
+        "postgres.publication",
+        Some(r#"GRANT CREATE ON DATABASE "postgres" TO "owner_nocreate";"#),
+    );
+    let rows: i64 = client
+        .query_one(
+            "SELECT count(*) FROM walrelay_state WHERE slot = 'by_nocreate'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "a refused start wrote its state row");
     // A role without REPLICATION.
     assert_agree(
         &as_role("norepl"),
@@ -517,4 +552,24 @@ async fn check_and_run_agree_on_a_missing_publication_and_roles_without_rights()
         "postgres.table_select",
         None,
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_refused_for_a_missing_outbox_table_leaves_no_state_table_behind() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client().await;
+    let refused = run_outcome(&pg.url(), &broker.brokers(), &["--table", "public.missing"]);
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("does not exist")),
+        "{refused:?}"
+    );
+    let state: Option<String> = client
+        .query_one("SELECT to_regclass('public.walrelay_state')::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, None, "a refused start created the state table");
 }

@@ -16,8 +16,6 @@ use crate::watchdog::human_bytes;
 struct TableInfo {
     partitioned: bool,
     can_select: bool,
-    /// The current user owns it (or is a member of the owning role).
-    owned: bool,
 }
 
 pub async fn checks(settings: &Settings) -> Vec<Check> {
@@ -122,7 +120,7 @@ impl<'a> Probe<'a> {
                 let binding =
                     publication::inspect(self.client, &self.settings.publication, self.table).await;
                 out.push(match &binding {
-                    Ok(binding) => self.publication_check(None, binding),
+                    Ok(binding) => self.publication_check(None, binding).await,
                     Err(e) => Check::from_error("postgres.publication", e),
                 });
             }
@@ -173,7 +171,7 @@ impl<'a> Probe<'a> {
             (Ok(Some(table)), Ok(binding)) => {
                 out.push(self.table_select(&table));
                 out.push(self.partitioning(&table, binding));
-                out.push(self.publication_check(Some(&table), binding));
+                out.push(self.publication_check(Some(&table), binding).await);
             }
             (Ok(None), _) => {
                 for name in [
@@ -390,8 +388,7 @@ impl<'a> Probe<'a> {
         let row = self
             .client
             .query_opt(
-                "SELECT c.relkind = 'p', has_table_privilege(c.oid, 'SELECT'), \
-                        pg_has_role(c.relowner, 'USAGE') \
+                "SELECT c.relkind = 'p', has_table_privilege(c.oid, 'SELECT') \
                  FROM pg_catalog.pg_class c \
                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
@@ -401,7 +398,6 @@ impl<'a> Probe<'a> {
         Ok(row.map(|r| TableInfo {
             partitioned: r.get(0),
             can_select: r.get(1),
-            owned: r.get(2),
         }))
     }
 
@@ -430,7 +426,7 @@ impl<'a> Probe<'a> {
         }
     }
 
-    fn publication_check(&self, table: Option<&TableInfo>, binding: &Binding) -> Check {
+    async fn publication_check(&self, table: Option<&TableInfo>, binding: &Binding) -> Check {
         let name = &self.settings.publication;
         if binding.publication.is_none() && self.standby {
             let tables = match self.settings.source {
@@ -455,38 +451,20 @@ impl<'a> Probe<'a> {
             );
         }
         if binding.publication.is_none() {
-            // `run` creates it; that needs the table's owner (or, without a
-            // table, CREATE on the database).
-            return if table.is_none_or(|t| t.owned) {
-                Check::pass(
+            // `run` creates it, if this role may: the same decision.
+            let tables = match table {
+                Some(_) => std::slice::from_ref(self.table),
+                None => &[],
+            };
+            let updates = self.settings.on_update != OnUpdate::Warn;
+            let refusal = publication::creation_refusal(self.client, name, tables, updates).await;
+            return match refusal {
+                Ok(None) => Check::pass(
                     "postgres.publication",
                     format!("publication {name:?} is absent; walrelay run creates it"),
-                )
-            } else {
-                Check::fail(
-                    "postgres.publication",
-                    format!(
-                        "publication {name:?} is absent and role {} cannot create it: it does \
-                         not own {}",
-                        self.user, self.table
-                    ),
-                    format!(
-                        "as the table's owner: CREATE PUBLICATION {} FOR TABLE {} WITH \
-                         (publish = '{}'{});",
-                        quote_ident(name),
-                        self.table.quoted(),
-                        if self.settings.on_update == OnUpdate::Warn {
-                            "insert"
-                        } else {
-                            "insert, update"
-                        },
-                        if table.is_some_and(|t| t.partitioned) {
-                            ", publish_via_partition_root = true"
-                        } else {
-                            ""
-                        }
-                    ),
-                )
+                ),
+                Ok(Some((problem, fix))) => Check::fail("postgres.publication", problem, fix),
+                Err(e) => Check::from_error("postgres.publication", &e),
             };
         }
         if table.is_none() {

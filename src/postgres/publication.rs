@@ -426,6 +426,91 @@ pub async fn ensure(
     Ok(identities)
 }
 
+/// Why this role cannot create the publication `run` would create, and the
+/// statements that let it; None when it can, or the publication exists.
+/// One decision for `run`, before it creates anything, and for `walrelay
+/// check`: CREATE PUBLICATION needs CREATE on the database, and FOR TABLE
+/// needs each table's owner (a superuser needs neither).
+pub async fn creation_refusal(
+    client: &Client,
+    name: &str,
+    tables: &[TableName],
+    updates: bool,
+) -> Result<Option<(String, String)>> {
+    let read = |e| {
+        sql_error(
+            "cannot read whether this role may create the publication",
+            e,
+        )
+    };
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(read)?
+        .is_some();
+    if exists {
+        return Ok(None);
+    }
+    let role = client
+        .query_one(
+            "SELECT r.rolsuper, has_database_privilege(current_database(), 'CREATE'), \
+                    current_database()::text, current_user::text \
+             FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(read)?;
+    let (superuser, may_create, database, user): (bool, bool, String, String) =
+        (role.get(0), role.get(1), role.get(2), role.get(3));
+    if superuser {
+        return Ok(None);
+    }
+    let mut reasons = Vec::new();
+    let mut grants = Vec::new();
+    if !may_create {
+        reasons.push(format!("it may not CREATE in database {database}"));
+        grants.push(format!(
+            "GRANT CREATE ON DATABASE {} TO {};",
+            quote_ident(&database),
+            quote_ident(&user)
+        ));
+    }
+    for table in tables {
+        // A missing table is the table check's to report.
+        let owned: Option<bool> = client
+            .query_opt(
+                "SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_catalog.pg_class c \
+                 WHERE c.oid = to_regclass($1)",
+                &[&table.quoted()],
+            )
+            .await
+            .map_err(read)?
+            .map(|row| row.get(0));
+        if owned == Some(false) {
+            reasons.push(format!("it does not own {table}"));
+            grants.push(format!(
+                "ALTER TABLE {} OWNER TO {};",
+                table.quoted(),
+                quote_ident(&user)
+            ));
+        }
+    }
+    if grants.is_empty() {
+        return Ok(None);
+    }
+    let sql = create_sql(name, tables, server_version(client).await?, updates);
+    Ok(Some((
+        format!(
+            "publication {name:?} does not exist, and role {user} cannot create it: {}",
+            reasons.join(", and ")
+        ),
+        format!("{} or let a role that can run {sql};", grants.join(" ")),
+    )))
+}
+
 /// The statement that creates the publication for the outbox tables (none
 /// for the table-less outbox) on a server of `version`: the one walrelay
 /// runs, and the one it names where it cannot (a standby, a role that does

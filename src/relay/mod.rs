@@ -458,18 +458,7 @@ async fn open(
     if let Some(standby) = &standby {
         standby.announce();
     }
-    // Retention deletes the recovery source: refused before anything is
-    // created when it could delete rows whose events never reached Kafka
-    // (no guard), or judge times in the wrong zone (`retention`, "The time
-    // column is a timestamptz").
-    if let Some(retention) = &settings.retention {
-        crate::retention::check_time_columns(&client, &settings.tables, retention).await?;
-        if let Some(problem) =
-            crate::retention::guard_problem(retention, guard::installed(&client).await?)
-        {
-            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
-        }
-    }
+    preconditions(&client, settings, standby.is_some()).await?;
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
     let mut replication = replication::connect(&settings.pg).await?;
@@ -510,9 +499,6 @@ async fn open(
     }
     let mut outbox = match settings.source {
         Source::Table => {
-            for table in &settings.tables {
-                setup::check_table(&client, table, &settings.mapping.column_names()).await?;
-            }
             let updates = settings.on_update != OnUpdate::Warn;
             let outbox =
                 publication::ensure(&client, &settings.publication, &settings.tables, updates)
@@ -534,7 +520,6 @@ async fn open(
             outbox
         }
         Source::Messages => {
-            setup::check_messages_supported(&client).await?;
             publication::ensure(&client, &settings.publication, &[], false).await?;
             Vec::new()
         }
@@ -711,6 +696,49 @@ async fn open(
         guard,
         kafka_committed,
     })))
+}
+
+/// What must hold before a start creates anything (the state table, the
+/// publication, the slot): a start refused later would leave them behind.
+/// `walrelay check` reads the same decisions.
+async fn preconditions(
+    client: &tokio_postgres::Client,
+    settings: &Settings,
+    on_standby: bool,
+) -> Result<()> {
+    let tables: &[crate::postgres::names::TableName] = match settings.source {
+        Source::Table => {
+            for table in &settings.tables {
+                setup::check_table(client, table, &settings.mapping.column_names()).await?;
+            }
+            &settings.tables
+        }
+        Source::Messages => {
+            setup::check_messages_supported(client).await?;
+            &[]
+        }
+    };
+    // A standby cannot create it at all: `publication::ensure` says so.
+    if !on_standby {
+        let updates = settings.on_update != OnUpdate::Warn;
+        let refusal =
+            publication::creation_refusal(client, &settings.publication, tables, updates).await?;
+        if let Some((problem, fix)) = refusal {
+            return Err(Error::permanent(format!("{problem}: {fix}")).with_fix(fix));
+        }
+    }
+    // Retention deletes the recovery source: refused when it could delete
+    // rows whose events never reached Kafka (no guard), or judge times in
+    // the wrong zone (`retention`, "The time column is a timestamptz").
+    if let Some(retention) = &settings.retention {
+        crate::retention::check_time_columns(client, &settings.tables, retention).await?;
+        if let Some(problem) =
+            crate::retention::guard_problem(retention, guard::installed(client).await?)
+        {
+            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
+        }
+    }
+    Ok(())
 }
 
 /// What the guard (sql/walrelay_guard.sql) watches in this session, if it
