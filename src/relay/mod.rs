@@ -307,11 +307,18 @@ async fn session(
                 .snapshot
                 .as_ref()
                 .expect("a snapshot was asked for");
-            if !snapshot::publish(settings, plan, metrics, job, sink, shutdown).await? {
+            let Some(lock) =
+                snapshot::publish(settings, plan, metrics, job, sink, shutdown).await?
+            else {
                 return Ok(());
-            }
+            };
             let sink = new_sink()?;
-            match open_in_time(settings, ever_connected, shared, metrics, shutdown).await? {
+            // The snapshot lock is let go once this start holds the slot: a
+            // replica waiting for the snapshot then finds the slot active,
+            // and stays a standby.
+            let reopened = open_in_time(settings, ever_connected, shared, metrics, shutdown).await;
+            lock.release().await;
+            match reopened? {
                 None => return Ok(()),
                 Some(Opening::Stream(opened)) => (*opened, sink),
                 Some(Opening::Snapshot(_)) => {
