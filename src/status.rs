@@ -7,7 +7,7 @@ use crate::postgres::slot::{self, SlotReport};
 use crate::postgres::state::recovery::{lost_slot_error, missing_slot_error};
 use crate::postgres::state::snapshot::SnapshotState;
 use crate::postgres::state::StateTable;
-use crate::postgres::{describe_target, setup, PgTarget};
+use crate::postgres::{describe_target, setup, snapshot_lock, PgTarget};
 use crate::watchdog::human_bytes;
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
@@ -66,12 +66,22 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             );
         }
         if let Some(snap) = &snapshot {
+            // Under way, or abandoned: the snapshot lock's holder tells.
+            let taker = match snap.state {
+                SnapshotState::Taking => snapshot_lock::holder(&client, slot_name).await?,
+                SnapshotState::Done => None,
+            };
             println!(
                 "snapshot: {} at the slot's creation (--snapshot-where {:?}): {} of {} rows \
                  published, consistent point {}",
-                match snap.state {
-                    SnapshotState::Taking => "begun, not finished: the next start publishes it",
-                    SnapshotState::Done => "published",
+                match (&snap.state, taker) {
+                    (SnapshotState::Taking, Some(taker)) => {
+                        format!("being published by a walrelay (lock held by {taker})")
+                    }
+                    (SnapshotState::Taking, None) => {
+                        "begun, not finished: the next start publishes it".to_string()
+                    }
+                    (SnapshotState::Done, _) => "published".to_string(),
                 },
                 snap.predicate,
                 snap.published,

@@ -19,6 +19,13 @@
 //! snapshot still `taking` (walrelay stopped or crashed part-way) cannot
 //! import that snapshot again: it publishes the rows the predicate selects
 //! now, then streams from the consistent point, which nothing confirmed.
+//!
+//! While the snapshot is published the slot is inactive, so `taking` alone
+//! cannot tell a snapshot under way from one abandoned: one walrelay at a
+//! time takes or redoes it, holding the slot's snapshot lock
+//! (`postgres::snapshot_lock`) until its stream has started. Another that
+//! starts meanwhile waits as a standby, and decides again, from the record
+//! and the slot as they are then, once it holds the lock.
 
 use tokio::sync::watch;
 use tokio_postgres::Client;
@@ -367,6 +374,9 @@ pub async fn publish(
         return Ok(None);
     }
     let _ = reader.batch_execute("COMMIT").await;
+    // Still the one taker: a lock lost with its connection may be held by
+    // another walrelay by now, redoing the snapshot.
+    job.lock.check().await?;
     let done = SnapshotRecord {
         state: SnapshotState::Done,
         published: rate.done,

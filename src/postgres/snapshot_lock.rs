@@ -76,10 +76,15 @@ impl SnapshotLock {
     /// the caller waits as a standby does and starts again once it is gone.
     pub async fn take(target: &PgTarget, slot: &str) -> Result<SnapshotLock> {
         let client = setup::connect(target).await?;
-        // Ignored on a Unix-domain socket, where no peer can vanish unseen.
+        // Ignored on a Unix-domain socket, where no peer can vanish unseen;
+        // through pg_settings, so that a server without one (tcp_user_timeout
+        // is PostgreSQL 12+) sets the others.
         let keepalives = format!(
-            "SET tcp_keepalives_idle = {}; SET tcp_keepalives_interval = {}; \
-             SET tcp_keepalives_count = {}; SET tcp_user_timeout = {}",
+            "SELECT pg_catalog.set_config(s.name, v.value, false) \
+             FROM (VALUES ('tcp_keepalives_idle', '{}'), ('tcp_keepalives_interval', '{}'), \
+                          ('tcp_keepalives_count', '{}'), ('tcp_user_timeout', '{}')) \
+                  AS v(name, value) \
+             JOIN pg_catalog.pg_settings s ON s.name = v.name",
             dead_peer::KEEPALIVE_IDLE.as_secs(),
             dead_peer::KEEPALIVE_INTERVAL.as_secs(),
             dead_peer::KEEPALIVE_RETRIES,
@@ -116,6 +121,26 @@ impl SnapshotLock {
                  one goes away before the stream starts"
             ),
         ))
+    }
+
+    /// Fails when the lock's connection no longer answers: the server may
+    /// have ended its session (the lock with it), and another walrelay may
+    /// be taking the snapshot. Asked before the state table says `done`.
+    pub async fn check(&self) -> Result<()> {
+        self.client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| {
+                sql_error(
+                    format!(
+                        "lost the snapshot lock of slot {:?} (its connection ended): another \
+                         walrelay may be taking the snapshot; starting again",
+                        self.slot
+                    ),
+                    e,
+                )
+            })
     }
 
     /// Lets go, once the state table says `done` or the stream has started.

@@ -308,7 +308,7 @@ async fn session(
                 .as_ref()
                 .expect("a snapshot was asked for");
             let Some(lock) =
-                snapshot::publish(settings, plan, metrics, job, sink, shutdown).await?
+                snapshot::publish(settings, plan, metrics, *job, sink, shutdown).await?
             else {
                 return Ok(());
             };
@@ -426,7 +426,7 @@ async fn open_in_time(
 enum Opening {
     Stream(Box<Opened>),
     /// The first start's snapshot, to publish before streaming.
-    Snapshot(snapshot::Job),
+    Snapshot(Box<snapshot::Job>),
 }
 
 /// "streaming started" means both ends work: it waits for a broker to
@@ -579,7 +579,7 @@ async fn open(
                 outbox: outbox.clone(),
                 intact_at: wal_now,
             });
-            return Ok(Opening::Snapshot(job));
+            return Ok(Opening::Snapshot(Box::new(job)));
         }
     }
     started.creating = Some(client.cancel_token());
