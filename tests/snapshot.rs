@@ -403,8 +403,15 @@ async fn two_replicas_started_seconds_apart_publish_the_snapshot_once_and_the_se
     .await;
     let mut second = Relay::start_with(&pg, &broker, CUTOVER);
     let decided = second_replica_decides(&second).await;
+    // walrelay status tells the on-call person the snapshot is under way.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["status", "--pg-url", &pg.url()])
+        .output()
+        .unwrap();
     broker.resume();
     assert_eq!(decided, "standby", "{}", second.log());
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("being published by a walrelay"), "{status}");
     assert!(
         second.log().contains("taking the snapshot"),
         "{}",
