@@ -101,7 +101,9 @@ pub async fn prepare(
         return Err(Error::new(
             Kind::Standby,
             format!(
-                "another walrelay created slot {slot:?} with its snapshot while this one was                  starting: this one starts again from what it recorded"
+                "slot {slot:?} was created or dropped while this one was starting (by \
+                 another walrelay, with its snapshot?): this one starts again from what the \
+                 state table and the slot say then"
             ),
         ));
     }
