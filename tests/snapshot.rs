@@ -520,6 +520,49 @@ async fn a_replica_killed_during_the_snapshot_is_replaced_by_the_waiting_one_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_snapshot_where_waits_as_a_standby_while_another_takes_the_snapshot() {
+    let (pg, broker, client) = polling_outbox().await;
+    seed(&client, 1, 2_000, 0).await;
+    broker.pause();
+    let mut first = Relay::start_with(&pg, &broker, CUTOVER);
+    eventually(
+        WAIT,
+        "the first replica's snapshot to be under way",
+        || async { (first.metric("walrelay_snapshot_running") == Some(1.0)).then_some(()) },
+    )
+    .await;
+    let mut second = Relay::start(&pg, &broker);
+    let decided = eventually(WAIT, "the second replica to decide", || async {
+        if has_role(&second, "standby") {
+            Some("standby")
+        } else if has_role(&second, "active") {
+            Some("active")
+        } else {
+            None
+        }
+    })
+    .await;
+    broker.resume();
+    assert_eq!(decided, "standby", "{}", second.log());
+    assert!(
+        second.log().contains("taking the snapshot"),
+        "{}",
+        second.log()
+    );
+    eventually(WAIT, "the first replica to stream", || async {
+        has_role(&first, "active").then_some(())
+    })
+    .await;
+    assert!(has_role(&second, "standby"), "{}", second.log());
+    assert!(first.terminate(WAIT).success(), "{}", first.log());
+    eventually(WAIT, "the second replica to stream", || async {
+        has_role(&second, "active").then_some(())
+    })
+    .await;
+    assert!(second.terminate(WAIT).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_record_never_moves_back_from_done_to_taking() {
     use walrelay::postgres::state::snapshot::{SnapshotRecord, SnapshotState};
     use walrelay::postgres::state::StateTable;

@@ -6,7 +6,9 @@
 //! abandoned. A session-level advisory lock keyed by the slot's name, held
 //! on a connection of its own from before `taking` is recorded until the
 //! stream has started, tells them apart: `taking` with a holder means wait
-//! as a standby; `taking` with none means its taker is gone.
+//! as a standby; `taking` with none means its taker is gone. A start
+//! without `--snapshot-where` waits for a holder too, so that nothing
+//! streams before the snapshot's rows.
 //!
 //! The lock lives on the server `--pg-url` names, where the slot and the
 //! exported snapshot live (advisory locks work on a hot standby too), in
@@ -108,19 +110,7 @@ impl SnapshotLock {
                 slot: slot.to_string(),
             });
         }
-        let holder = holder(&client, slot).await?;
-        let who = holder.map_or_else(
-            || "a session that has just let go".into(),
-            |h| h.to_string(),
-        );
-        Err(Error::new(
-            Kind::Standby,
-            format!(
-                "another walrelay is taking the snapshot of slot {slot:?} (--snapshot-where; its \
-                 lock is held by {who}): this one waits as a standby, and takes over if that \
-                 one goes away before the stream starts"
-            ),
-        ))
+        Err(busy(slot, holder(&client, slot).await?))
     }
 
     /// Fails when the lock's connection no longer answers: the server may
@@ -154,6 +144,32 @@ impl SnapshotLock {
             )
             .await;
     }
+}
+
+/// For a start without `--snapshot-where`: it must not stream while
+/// another walrelay takes the slot's snapshot either (each key's snapshot
+/// rows go before its streamed events), and waits as a standby meanwhile.
+pub async fn wait_while_held(client: &Client, slot: &str) -> Result<()> {
+    match holder(client, slot).await? {
+        Some(holder) => Err(busy(slot, Some(holder))),
+        None => Ok(()),
+    }
+}
+
+/// The standby's error while `holder` holds the slot's snapshot lock.
+fn busy(slot: &str, holder: Option<Holder>) -> Error {
+    let who = holder.map_or_else(
+        || "a session that has just let go".into(),
+        |h| h.to_string(),
+    );
+    Error::new(
+        Kind::Standby,
+        format!(
+            "another walrelay is taking the snapshot of slot {slot:?} (--snapshot-where; its \
+             lock is held by {who}): this one waits as a standby, and takes over if that one \
+             goes away before the stream starts"
+        ),
+    )
 }
 
 /// The session holding the slot's snapshot lock, if any: a standby waits

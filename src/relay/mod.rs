@@ -34,6 +34,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
+use crate::postgres::snapshot_lock;
 use crate::postgres::standby::Standby;
 use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
 use crate::postgres::state::recovery::unpublished_since;
@@ -581,6 +582,9 @@ async fn open(
             });
             return Ok(Opening::Snapshot(Box::new(job)));
         }
+    } else {
+        // Nothing streams before a snapshot another walrelay is taking.
+        snapshot_lock::wait_while_held(&client, &settings.slot).await?;
     }
     started.creating = Some(client.cancel_token());
     let ready = setup::ensure_slot(
