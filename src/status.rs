@@ -7,7 +7,7 @@ use crate::postgres::slot::{self, SlotReport};
 use crate::postgres::state::recovery::{lost_slot_error, missing_slot_error};
 use crate::postgres::state::snapshot::SnapshotState;
 use crate::postgres::state::StateTable;
-use crate::postgres::{describe_target, setup, PgTarget};
+use crate::postgres::{describe_target, setup, snapshot_lock, PgTarget};
 use crate::watchdog::{human_bytes, safe_wal_text};
 
 /// Prints the report; returns an error (non-zero exit) when the slot is missing or lost.
@@ -66,17 +66,24 @@ pub async fn run(args: StatusArgs) -> Result<()> {
             );
         }
         if let Some(snap) = &snapshot {
-            // Not "at the slot's creation": a start that finds a snapshot
+            // Under way, or abandoned: the snapshot lock's holder tells. Not
+            // "at the slot's creation": a start that finds a snapshot
             // unfinished publishes the rows the condition selects then.
+            let taker = match snap.state {
+                SnapshotState::Taking => snapshot_lock::holder(&client, slot_name).await?,
+                SnapshotState::Done => None,
+            };
             crate::outln!(
                 "snapshot: {} (--snapshot-where {:?}): {} of {} rows published, streaming \
                  from the slot's consistent point {}",
-                match snap.state {
-                    SnapshotState::Taking => {
-                        "begun, not finished: the next start publishes the rows it selects \
-                         then, before streaming"
+                match (&snap.state, taker) {
+                    (SnapshotState::Taking, Some(taker)) => {
+                        format!("being published by a walrelay (lock held by {taker})")
                     }
-                    SnapshotState::Done => "published before streaming began",
+                    (SnapshotState::Taking, None) => "begun, not finished: the next start \
+                         publishes the rows it selects then, before streaming"
+                        .to_string(),
+                    (SnapshotState::Done, _) => "published before streaming began".to_string(),
                 },
                 snap.predicate,
                 snap.published,

@@ -19,6 +19,13 @@
 //! snapshot still `taking` (walrelay stopped or crashed part-way) cannot
 //! import that snapshot again: it publishes the rows the predicate selects
 //! now, then streams from the consistent point, which nothing confirmed.
+//!
+//! While the snapshot is published the slot is inactive, so `taking` alone
+//! cannot tell a snapshot under way from one abandoned: one walrelay at a
+//! time takes or redoes it, holding the slot's snapshot lock
+//! (`postgres::snapshot_lock`) until its stream has started. Another that
+//! starts meanwhile waits as a standby, and decides again, from the record
+//! and the slot as they are then, once it holds the lock.
 
 use tokio::sync::watch;
 use tokio_postgres::Client;
@@ -29,11 +36,12 @@ use super::plan::Plan;
 use super::rows::{self, mapped_tables, RowCursor};
 use super::sender::RowSender;
 use crate::config::{Settings, SnapshotPlan};
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::KafkaSink;
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::replication::ReplicationConnection;
+use crate::postgres::snapshot_lock::SnapshotLock;
 use crate::postgres::state::snapshot::{SnapshotRecord, SnapshotState};
 use crate::postgres::{server_version, setup};
 use crate::relay::progress::Ticket;
@@ -47,6 +55,10 @@ pub struct Job {
     /// The exported snapshot was lost with an interrupted start: the rows
     /// are read as they are now.
     redo: bool,
+    /// The state table's record as this start last read or wrote it.
+    record: SnapshotRecord,
+    /// One snapshot per slot at a time: held until the stream has started.
+    lock: SnapshotLock,
 }
 
 /// What `--snapshot-where` asks of this start, decided once the start-up
@@ -55,6 +67,8 @@ pub struct Job {
 /// `slot_exists` is what start-up found; `gap_from` is set when the slot
 /// replaces a lost one (`--recreate-missing-slot`). Creates the slot when
 /// it does not exist, on `replication`, which the caller then closes unused.
+/// While another walrelay holds the slot's snapshot lock the error is a
+/// standby's (`Kind::Standby`).
 pub async fn prepare(
     client: &Client,
     replication: &mut ReplicationConnection,
@@ -68,48 +82,68 @@ pub async fn prepare(
     let writer = settings.state_route().client(client).await?;
     state.ensure_snapshot_column(&writer).await?;
     let record = state.read_snapshot(&writer, slot).await?;
-    match step(record.as_ref(), slot_exists) {
-        Step::Take => {}
-        Step::Refuse => return Err(slot_exists_error(settings, plan)),
-        Step::Done => {
-            info!(
-                slot,
-                rows = record.map_or(0, |r| r.published),
-                "the slot's snapshot was published when the slot was created; \
-                 --snapshot-where has nothing more to do"
-            );
-            return Ok(None);
-        }
-        Step::Redo(consistent_point) => {
-            warn!(
-                slot,
-                consistent_point = %consistent_point,
-                published_before = record.map_or(0, |r| r.published),
-                "the snapshot an earlier start took was not finished, and the slot has \
-                 confirmed nothing since: publishing the rows --snapshot-where selects now, \
-                 then streaming from the slot's consistent point (rows sent before are \
-                 sent again; consumers dedupe by id)"
-            );
-            let reader = setup::connect(&settings.pg).await?;
-            rows::begin(&reader, None).await?;
-            return Ok(Some(Job {
-                reader,
-                consistent_point,
-                redo: true,
-            }));
-        }
+    if !decided(
+        step(record.as_ref(), slot_exists),
+        record.as_ref(),
+        settings,
+        plan,
+    )? {
+        return Ok(None);
+    }
+    // A snapshot to take or to redo: one walrelay at a time. A replica
+    // that started alongside, or a moment before, waits as a standby.
+    let lock = SnapshotLock::take(&settings.pg, slot).await?;
+    // Read again under the lock: the holder that let go may have finished
+    // the snapshot, or created the slot, since.
+    let record = state.read_snapshot(&writer, slot).await?;
+    if setup::existing_slot(client, slot).await?.is_some() != slot_exists {
+        lock.release().await;
+        return Err(Error::new(
+            Kind::Standby,
+            format!(
+                "slot {slot:?} was created or dropped while this one was starting (by \
+                 another walrelay, with its snapshot?): this one starts again from what the \
+                 state table and the slot say then"
+            ),
+        ));
+    }
+    let next = step(record.as_ref(), slot_exists);
+    if !decided(next, record.as_ref(), settings, plan)? {
+        lock.release().await;
+        return Ok(None);
+    }
+    if let Step::Redo(consistent_point) = next {
+        warn!(
+            slot,
+            consistent_point = %consistent_point,
+            published_before = record.as_ref().map_or(0, |r| r.published),
+            "the snapshot an earlier start took was not finished, and the slot has \
+             confirmed nothing since: publishing the rows --snapshot-where selects now, \
+             then streaming from the slot's consistent point (rows sent before are \
+             sent again; consumers dedupe by id)"
+        );
+        let reader = setup::connect(&settings.pg).await?;
+        rows::begin(&reader, None).await?;
+        return Ok(Some(Job {
+            reader,
+            consistent_point,
+            redo: true,
+            record: record.expect("a snapshot to redo was recorded"),
+            lock,
+        }));
     }
     check_rows(client, settings, plan).await?;
     // Recorded before the slot exists: a start interrupted from here on
-    // finds the slot with a snapshot still to publish.
-    let mut record = SnapshotRecord {
+    // finds the slot with a snapshot still to publish. Over the record of
+    // a lost slot's snapshot, if any: this one is the new slot's.
+    let taking = SnapshotRecord {
         state: SnapshotState::Taking,
         predicate: plan.predicate.clone(),
         consistent_point: None,
         rows: 0,
         published: 0,
     };
-    state.record_snapshot(&writer, slot, &record).await?;
+    write(&writer, settings, &taking, record.as_ref(), true).await?;
     let version = server_version(client).await?;
     let (consistent_point, snapshot) = replication
         .create_slot_exporting(slot, version, settings.failover_slot)
@@ -119,8 +153,11 @@ pub async fn prepare(
     state
         .record_created(&writer, slot, consistent_point)
         .await?;
-    record.consistent_point = Some(consistent_point.to_string());
-    state.record_snapshot(&writer, slot, &record).await?;
+    let created = SnapshotRecord {
+        consistent_point: Some(consistent_point.to_string()),
+        ..taking.clone()
+    };
+    write(&writer, settings, &created, Some(&taking), false).await?;
     match gap_from {
         Some(gap_from) => error!(
             slot,
@@ -142,7 +179,60 @@ pub async fn prepare(
         reader,
         consistent_point,
         redo: false,
+        record: created,
+        lock,
     }))
+}
+
+/// Whether `step` leaves a snapshot to take or redo; says so when it is
+/// done, and refuses a slot created without one.
+fn decided(
+    step: Step,
+    record: Option<&SnapshotRecord>,
+    settings: &Settings,
+    plan: &SnapshotPlan,
+) -> Result<bool> {
+    match step {
+        Step::Take | Step::Redo(_) => Ok(true),
+        Step::Refuse => Err(slot_exists_error(settings, plan)),
+        Step::Done => {
+            info!(
+                slot = %settings.slot,
+                rows = record.map_or(0, |r| r.published),
+                "the slot's snapshot was published when the slot was created; \
+                 --snapshot-where has nothing more to do"
+            );
+            Ok(false)
+        }
+    }
+}
+
+/// Writes the snapshot's record over `seen`, the one this start last read
+/// or wrote (`StateTable::record_snapshot`). Finding another means a
+/// walrelay that does not take the snapshot lock (an older version) wrote
+/// it meanwhile: the start ends, and the next decides from what it wrote.
+async fn write(
+    writer: &Client,
+    settings: &Settings,
+    record: &SnapshotRecord,
+    seen: Option<&SnapshotRecord>,
+    anew: bool,
+) -> Result<()> {
+    let (state, slot) = (&settings.state_table, settings.slot.as_str());
+    if state
+        .record_snapshot(writer, slot, record, seen, anew)
+        .await?
+    {
+        return Ok(());
+    }
+    let found = state.read_snapshot(writer, slot).await?;
+    Err(Error::transient(format!(
+        "the snapshot record of slot {slot:?} in {state} changed under this walrelay (it found \
+         {:?}, expected {:?}): another walrelay wrote it without the snapshot lock (an older \
+         version?); starting again from what it recorded",
+        found.map(|r| r.state),
+        seen.map(|r| r.state.clone())
+    )))
 }
 
 /// What `--snapshot-where` means for a start: one decision for `run` and
@@ -214,8 +304,10 @@ pub fn slot_exists_error(settings: &Settings, plan: &SnapshotPlan) -> Error {
 }
 
 /// Publishes the snapshot's rows and waits until Kafka has acknowledged
-/// every one, then records the snapshot done. Returns false when a stop
-/// request came first (the record stays `taking`: the next start redoes it).
+/// every one, then records the snapshot done. Returns the snapshot lock,
+/// for the caller to release once the stream has started, or None when a
+/// stop request came first (the record stays `taking`, the lock goes with
+/// the connection: the next start, or a standby, redoes it).
 pub async fn publish(
     settings: &Settings,
     plan: &SnapshotPlan,
@@ -223,7 +315,7 @@ pub async fn publish(
     job: Job,
     sink: KafkaSink<'_, Ticket>,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<bool> {
+) -> Result<Option<SnapshotLock>> {
     let reader = &job.reader;
     let tables = mapped_tables(reader, settings).await?;
     let mut order_by = Vec::with_capacity(tables.len());
@@ -252,17 +344,14 @@ pub async fn publish(
     let total = counted.rows();
     let here = setup::connect(&settings.pg).await?;
     let control = settings.state_route().client(&here).await?;
-    let mut record = SnapshotRecord {
+    let record = SnapshotRecord {
         state: SnapshotState::Taking,
         predicate: plan.predicate.clone(),
         consistent_point: Some(job.consistent_point.to_string()),
         rows: total,
         published: 0,
     };
-    settings
-        .state_table
-        .record_snapshot(&control, &settings.slot, &record)
-        .await?;
+    write(&control, settings, &record, Some(&job.record), false).await?;
     let mut meter = Meter::logging("snapshot", "rows", total);
     metrics.set_snapshot(true, &meter.rate(0));
     // Its own books and registry: the relay's confirmed position and
@@ -292,22 +381,25 @@ pub async fn publish(
             "stopped during the snapshot; the slot confirmed nothing, and the next start \
              publishes the snapshot's rows again before it streams"
         );
-        return Ok(false);
+        return Ok(None);
     }
     let _ = reader.batch_execute("COMMIT").await;
-    record.state = SnapshotState::Done;
-    record.published = rate.done;
-    settings
-        .state_table
-        .record_snapshot(&control, &settings.slot, &record)
-        .await?;
+    // Still the one taker: a lock lost with its connection may be held by
+    // another walrelay by now, redoing the snapshot.
+    job.lock.check().await?;
+    let done = SnapshotRecord {
+        state: SnapshotState::Done,
+        published: rate.done,
+        ..record.clone()
+    };
+    write(&control, settings, &done, Some(&record), false).await?;
     info!(
         rows = rate.done,
         consistent_point = %job.consistent_point,
         "snapshot published: Kafka acknowledged every row; streaming from the slot's \
          consistent point"
     );
-    Ok(true)
+    Ok(Some(job.lock))
 }
 
 #[cfg(test)]

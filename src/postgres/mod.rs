@@ -12,6 +12,7 @@ pub mod publication;
 pub mod replication;
 pub mod setup;
 pub mod slot;
+pub mod snapshot_lock;
 pub mod socket;
 pub mod standby;
 pub mod state;

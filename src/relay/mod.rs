@@ -34,6 +34,7 @@ use crate::postgres::lsn::Lsn;
 use crate::postgres::placement::RelationResolver;
 use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
+use crate::postgres::snapshot_lock;
 use crate::postgres::standby::Standby;
 use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
 use crate::postgres::state::recovery::unpublished_since;
@@ -317,11 +318,18 @@ async fn session(
                 .snapshot
                 .as_ref()
                 .expect("a snapshot was asked for");
-            if !snapshot::publish(settings, plan, metrics, job, sink, shutdown).await? {
+            let Some(lock) =
+                snapshot::publish(settings, plan, metrics, *job, sink, shutdown).await?
+            else {
                 return Ok(());
-            }
+            };
             let sink = new_sink()?;
-            match open_in_time(settings, ever_connected, shared, metrics, shutdown).await? {
+            // The snapshot lock is let go once this start holds the slot: a
+            // replica waiting for the snapshot then finds the slot active,
+            // and stays a standby.
+            let reopened = open_in_time(settings, ever_connected, shared, metrics, shutdown).await;
+            lock.release().await;
+            match reopened? {
                 None => return Ok(()),
                 Some(Opening::Stream(opened)) => (*opened, sink),
                 Some(Opening::Snapshot(_)) => {
@@ -430,7 +438,7 @@ async fn open_in_time(
 enum Opening {
     Stream(Box<Opened>),
     /// The first start's snapshot, to publish before streaming.
-    Snapshot(snapshot::Job),
+    Snapshot(Box<snapshot::Job>),
 }
 
 /// "streaming started" means both ends work: it waits for a broker to
@@ -589,8 +597,11 @@ async fn open(
                 outbox: outbox.clone(),
                 intact_at: wal_now,
             });
-            return Ok(Opening::Snapshot(job));
+            return Ok(Opening::Snapshot(Box::new(job)));
         }
+    } else {
+        // Nothing streams before a snapshot another walrelay is taking.
+        snapshot_lock::wait_while_held(&client, &settings.slot).await?;
     }
     started.creating = Some(client.cancel_token());
     let ready = setup::ensure_slot(

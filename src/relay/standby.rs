@@ -1,4 +1,5 @@
-//! Active/passive: while another process streams from the slot, a standby
+//! Active/passive: while another process streams from the slot, or takes
+//! its first start's snapshot (`postgres::snapshot_lock`), a standby
 //! watches the slot over one SQL connection instead of opening a session
 //! every poll, and logs one line per change of state (waiting, Postgres out
 //! of reach, Postgres back, the slot free), not one per poll.
@@ -10,7 +11,7 @@ use tracing::{info, warn};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::postgres::{setup, slot};
+use crate::postgres::{setup, slot, snapshot_lock};
 
 /// How a standby's wait ended.
 pub(super) enum Wait {
@@ -78,18 +79,24 @@ pub(super) async fn wait(
     ended
 }
 
-/// Whether some process streams from the slot now. A silent server counts
-/// as out of reach after --setup-timeout.
+/// Whether some process streams from the slot now, or takes its snapshot
+/// (the slot is inactive meanwhile: `snapshot_lock`). A silent server
+/// counts as out of reach after --setup-timeout.
 async fn poll(settings: &Settings, client: &mut Option<Client>) -> Result<bool> {
     let read = async {
         if client.as_ref().is_none_or(Client::is_closed) {
             *client = Some(setup::connect(&settings.pg).await?);
         }
         let c = client.as_ref().expect("connected above");
-        slot::read(c, &settings.slot).await
+        if slot::read(c, &settings.slot)
+            .await?
+            .is_some_and(|r| r.active)
+        {
+            return Ok(true);
+        }
+        Ok(snapshot_lock::holder(c, &settings.slot).await?.is_some())
     };
-    let report = tokio::time::timeout(settings.timeouts.setup, read)
+    tokio::time::timeout(settings.timeouts.setup, read)
         .await
-        .map_err(|_| Error::transient("Postgres did not answer within --setup-timeout"))??;
-    Ok(report.is_some_and(|r| r.active))
+        .map_err(|_| Error::transient("Postgres did not answer within --setup-timeout"))?
 }

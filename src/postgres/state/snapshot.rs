@@ -1,7 +1,9 @@
 //! The first start's snapshot, as the state table remembers it
 //! (`run --snapshot-where`, `lifecycle::snapshot`): taken and done, or
 //! begun and never finished, which the next start must redo before it
-//! streams, since the slot stands where the snapshot was taken.
+//! streams, since the slot stands where the snapshot was taken. Each write
+//! lands only on the record its writer last saw, so that two walrelays
+//! starting on one slot cannot move it back from `done` to `taking`.
 //!
 //! Kept in a column of its own (`snapshot jsonb`), added to a table made
 //! by an older walrelay the first time a snapshot is asked for.
@@ -115,22 +117,50 @@ impl StateTable {
         }
     }
 
-    /// Records the slot's snapshot (the slot's row exists: start-up wrote it).
+    /// Records the slot's snapshot over `seen`, the record this start last
+    /// read or wrote, and over nothing else: the state never moves on from
+    /// a record the writer did not see (another walrelay's, written since),
+    /// and a `taking` record never replaces a `done` one, unless `anew`
+    /// (the start that creates a lost slot again, with a snapshot of its
+    /// own). Returns whether the record was written. Records are compared
+    /// by state and consistent point: progress counts may differ. The
+    /// slot's row exists: start-up wrote it.
     pub async fn record_snapshot(
         &self,
         client: &Client,
         slot: &str,
         record: &SnapshotRecord,
-    ) -> Result<()> {
+        seen: Option<&SnapshotRecord>,
+        anew: bool,
+    ) -> Result<bool> {
+        // In SQL, so that two walrelays cannot both read the old record
+        // and each write over it.
         let sql = format!(
-            "UPDATE {} SET snapshot = $2::text::jsonb WHERE slot = $1",
+            "UPDATE {} SET snapshot = $2::text::jsonb \
+             WHERE slot = $1 \
+               AND snapshot->>'state' IS NOT DISTINCT FROM $3 \
+               AND snapshot->>'consistent_point' IS NOT DISTINCT FROM $4 \
+               AND (snapshot->>'state' IS DISTINCT FROM 'done' \
+                    OR $2::text::jsonb->>'state' = 'done' OR $5)",
             self.0.quoted()
         );
         let json = serde_json::to_string(record).expect("a record serializes");
+        let seen_state = seen.map(|s| s.state.as_str());
+        let seen_point = seen.and_then(|s| s.consistent_point.as_deref());
         client
-            .execute(&sql, &[&slot, &json])
+            .execute(&sql, &[&slot, &json, &seen_state, &seen_point, &anew])
             .await
-            .map(drop)
+            .map(|written| written == 1)
             .map_err(|e| sql_error(format!("cannot record the snapshot in {self}"), e))
+    }
+}
+
+impl SnapshotState {
+    /// As the record's JSON spells it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SnapshotState::Taking => "taking",
+            SnapshotState::Done => "done",
+        }
     }
 }
