@@ -42,30 +42,13 @@ impl StateTable {
     /// Adds the `snapshot` column to a table an older walrelay made. Only
     /// the table's owner may: anyone else gets the statement to run.
     pub async fn ensure_snapshot_column(&self, client: &Client) -> Result<()> {
-        let present = client
-            .query_opt(
-                "SELECT 1 FROM pg_catalog.pg_attribute \
-                 WHERE attrelid = $1::text::regclass AND attname = 'snapshot' AND NOT attisdropped",
-                &[&self.0.quoted()],
-            )
-            .await
-            .map_err(|e| sql_error(format!("cannot read the columns of {self}"), e))?
-            .is_some();
-        if present {
-            return Ok(());
-        }
-        let alter = format!(
-            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS snapshot jsonb",
-            self.0.quoted()
-        );
-        client.batch_execute(&alter).await.map_err(|e| {
-            Error::permanent(format!(
-                "--snapshot-where records the snapshot's progress in the state table {self}, \
-                 which has no snapshot column, and this role may not add it: let its owner \
-                 run {alter};"
-            ))
-            .with_source(e)
-        })
+        self.ensure_column(
+            client,
+            "snapshot",
+            "jsonb",
+            "--snapshot-where records the snapshot's progress",
+        )
+        .await
     }
 
     /// The slot's snapshot record, if a snapshot was ever begun.
