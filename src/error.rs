@@ -20,8 +20,21 @@ pub enum Kind {
     Standby,
 }
 
+/// A stop whose cause decides more than the exit: the start refused for
+/// a slot that is gone keeps `/metrics` up so that its alert can fire
+/// (`relay::refused`), whichever way the slot went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// The slot walrelay streamed from no longer exists (`WalrelaySlotMissing`).
+    SlotMissing,
+    /// Postgres invalidated the slot, `wal_status = lost` (`WalrelaySlotWalUnreserved`).
+    SlotLost,
+}
+
 pub struct Error {
     kind: Kind,
+    /// Set for the stops whose cause decides more than the exit.
+    cause: Option<StopCause>,
     message: String,
     /// What fixes it, apart from the message, for `walrelay check`'s `fix`.
     fix: Option<String>,
@@ -34,6 +47,7 @@ impl Error {
     pub fn new(kind: Kind, message: impl Into<String>) -> Self {
         Error {
             kind,
+            cause: None,
             message: message.into(),
             fix: None,
             source: None,
@@ -62,6 +76,16 @@ impl Error {
     pub fn with_fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
         self
+    }
+
+    /// The same error with its stop cause.
+    pub fn with_cause(mut self, cause: StopCause) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+
+    pub fn stop_cause(&self) -> Option<StopCause> {
+        self.cause
     }
 
     /// What fixes it, when the error knows.

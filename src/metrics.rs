@@ -662,11 +662,6 @@ impl Metrics {
         self.0.slot_missing.set(i64::from(missing));
     }
 
-    /// The slot walrelay streamed from no longer exists.
-    pub fn is_slot_missing(&self) -> bool {
-        self.0.slot_missing.get() == 1
-    }
-
     pub fn set_publication_broken(&self, broken: bool) {
         self.0.publication_broken.set(i64::from(broken));
     }

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::pg::slots_and_publications;
-use support::{free_port, Broker, Postgres, Relay};
+use support::{eventually, free_port, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -197,11 +197,32 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
         .get(0);
     assert_eq!(status, "lost", "the test could not lose the slot");
 
-    let line = fails_cleanly(Relay::start(&pg, &broker));
+    // walrelay refuses, and stays up so that the alert on the lost slot
+    // (WalrelaySlotWalUnreserved) has a series to fire on.
+    let mut relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "1s"]);
+    eventually(
+        WAIT,
+        "walrelay_slot_wal_status{status=\"lost\"} 1",
+        || async {
+            (relay.metric("walrelay_slot_wal_status{status=\"lost\"}") == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    let (status, _) = relay.http_get("/readyz").unwrap();
+    assert_eq!(status, 503);
+    let stopped = relay.terminate(WAIT);
     assert!(
-        line.contains("is lost") && line.contains("pg_drop_replication_slot"),
-        "{line}"
+        !stopped.success(),
+        "a refused start exits non-zero when stopped"
     );
+    let log = relay.log();
+    assert!(
+        log.contains("walrelay does not start")
+            && log.contains("is lost")
+            && log.contains("pg_drop_replication_slot"),
+        "{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
     let slots: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_replication_slots WHERE wal_status = 'lost'",

@@ -131,10 +131,10 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
-    // A refused start whose slot is missing keeps /metrics up, so that the
-    // alert on walrelay_slot_missing can fire (`refused`).
+    // A refused start whose slot is missing or lost keeps /metrics up, so
+    // that the alert on it can fire (`refused`).
     let result = match result {
-        Err(e) if !cut_short && !e.is_transient() && metrics.is_slot_missing() => {
+        Err(e) if !cut_short && !e.is_transient() && e.stop_cause().is_some() => {
             refused::hold(e, &mut shutdown).await
         }
         result => result,

@@ -1,7 +1,8 @@
-//! A start refused because the slot walrelay streamed from is missing. An
-//! exit would take `/metrics` with it, so `walrelay_slot_missing` (and the
-//! WalrelaySlotMissing alert on it) could never show the main case of a
-//! lost slot: walrelay instead stays up, creates nothing, answers `/readyz`
+//! A start refused because the slot walrelay streamed from is missing or
+//! lost (`StopCause`). An exit would take `/metrics` with it, so
+//! `walrelay_slot_missing` and `walrelay_slot_wal_status{status="lost"}`
+//! (and WalrelaySlotMissing and WalrelaySlotWalUnreserved on them) could
+//! never show the main cases of a lost slot: walrelay instead stays up, creates nothing, answers `/readyz`
 //! with 503, repeats the error once a minute, and exits non-zero when
 //! stopped. The watchdog meanwhile reports the missing slot (log, webhook)
 //! as it does for a slot that vanishes under a running relay.
@@ -21,7 +22,7 @@ pub(super) async fn hold(refusal: Error, shutdown: &mut watch::Receiver<bool>) -
     let report = refusal.report();
     error!(
         "walrelay does not start, and waits to be stopped so that /metrics keeps reporting \
-         walrelay_slot_missing 1: {report}"
+         the slot's state: {report}"
     );
     loop {
         tokio::select! {

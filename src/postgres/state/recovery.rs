@@ -5,7 +5,7 @@
 //! loop, `check` and `status`.
 
 use super::SlotState;
-use crate::error::Error;
+use crate::error::{Error, StopCause};
 use crate::postgres::lsn::Lsn;
 
 /// The permanent error for a slot that existed and is gone.
@@ -24,6 +24,7 @@ pub fn missing_slot_error(slot: &str, state: &SlotState) -> Error {
         state.last_delivered(),
         recovery_steps(slot)
     ))
+    .with_cause(StopCause::SlotMissing)
 }
 
 /// The permanent error for a slot Postgres invalidated (wal_status = lost).
@@ -35,6 +36,7 @@ pub fn lost_slot_error(slot: &str, confirmed: Option<Lsn>) -> Error {
         confirmed.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
         recovery_steps(slot)
     ))
+    .with_cause(StopCause::SlotLost)
 }
 
 /// One text for every way a slot is lost.
