@@ -204,6 +204,20 @@ pub async fn facts(client: &Client, table: &OutboxTable) -> Result<BTreeMap<Stri
         .collect())
 }
 
+/// The ORDER BY list for `table`: `order_by` as given, else a default,
+/// either one that keeps each key's events in the order they were written;
+/// `key` is the Kafka key's column, `flag` the flag that sets the order.
+pub async fn order_by(
+    client: &Client,
+    table: &OutboxTable,
+    order_by: Option<&str>,
+    key: &str,
+    flag: &str,
+) -> Result<String> {
+    let columns = facts(client, table).await?;
+    choose(table, &columns, order_by, key, flag)
+}
+
 /// The ORDER BY for `table`: `given` when it keeps each key's order, else
 /// the safe default when none is given; otherwise an error with the fix.
 /// `key` is the Kafka key's column, `flag` the flag that sets the order.

@@ -13,6 +13,7 @@ use tokio_postgres::Client;
 use tracing::info;
 
 use super::meter::Meter;
+use super::order;
 use super::plan::Plan;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
 use super::sender::RowSender;
@@ -54,9 +55,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     for (table, _) in &tables {
         let key = &settings.mapping.key;
         order_by.push(
-            table
-                .order_by(&client, flags.order_by.as_deref(), key, "--order-by")
-                .await?,
+            order::order_by(&client, table, flags.order_by.as_deref(), key, "--order-by").await?,
         );
     }
     let table_list: Vec<OutboxTable> = tables.iter().map(|(t, _)| t.clone()).collect();

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::BytesMut;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::order;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::outbox::mapping::OutboxSchema;
@@ -139,21 +138,6 @@ impl OutboxTable {
             defaults,
             primary_key: primary_key.into_iter().map(|(_, name)| name).collect(),
         })
-    }
-
-    /// The ORDER BY list: `order_by` as given, else a default, either one
-    /// that keeps each key's events in the order they were written
-    /// (`order`); `key` is the Kafka key's column, `flag` the flag that
-    /// sets the order.
-    pub async fn order_by(
-        &self,
-        client: &Client,
-        order_by: Option<&str>,
-        key: &str,
-        flag: &str,
-    ) -> Result<String> {
-        let columns = order::facts(client, self).await?;
-        order::choose(self, &columns, order_by, key, flag)
     }
 
     /// Whether the table has a column of this name.

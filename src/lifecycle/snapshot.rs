@@ -32,6 +32,7 @@ use tokio_postgres::Client;
 use tracing::{error, info, warn};
 
 use super::meter::Meter;
+use super::order;
 use super::plan::Plan;
 use super::rows::{self, mapped_tables, RowCursor};
 use super::sender::RowSender;
@@ -271,9 +272,14 @@ pub fn step(record: Option<&SnapshotRecord>, slot_exists: bool) -> Step {
 pub async fn check_rows(client: &Client, settings: &Settings, plan: &SnapshotPlan) -> Result<()> {
     for (table, _) in mapped_tables(client, settings).await? {
         let key = &settings.mapping.key;
-        let order = table
-            .order_by(client, plan.order_by.as_deref(), key, "--snapshot-order-by")
-            .await?;
+        let order = order::order_by(
+            client,
+            &table,
+            plan.order_by.as_deref(),
+            key,
+            "--snapshot-order-by",
+        )
+        .await?;
         let sql = format!(
             "SELECT 1 FROM {} WHERE ({}) ORDER BY {order} LIMIT 0",
             table.table.quoted(),
@@ -322,9 +328,14 @@ pub async fn publish(
     for (table, _) in &tables {
         let key = &settings.mapping.key;
         order_by.push(
-            table
-                .order_by(reader, plan.order_by.as_deref(), key, "--snapshot-order-by")
-                .await?,
+            order::order_by(
+                reader,
+                table,
+                plan.order_by.as_deref(),
+                key,
+                "--snapshot-order-by",
+            )
+            .await?,
         );
     }
     let list: Vec<_> = tables.iter().map(|(t, _)| t.clone()).collect();
