@@ -43,6 +43,20 @@ async fn written(writer: &Writer, since: u64, more: u64) -> u64 {
     .await
 }
 
+/// Two instances on one slot: the first streams, the second waits as a
+/// standby, polling ten times a second.
+async fn active_and_standby(pg: &Postgres, broker: &Broker) -> (Relay, Relay) {
+    let poll = ["--standby-poll-interval", "100ms"];
+    let first = relay(pg, broker, &poll);
+    let flags = [EXACTLY_ONCE, &poll[..]].concat();
+    let second = Relay::start_with(pg, broker, &flags);
+    eventually(WAIT, "the second instance to wait as a standby", || async {
+        second.log().contains("waiting as a standby").then_some(())
+    })
+    .await;
+    (first, second)
+}
+
 /// Waits until walrelay committed a Kafka transaction.
 async fn a_committed_transaction(relay: &Relay) {
     eventually(WAIT, "a committed transaction", || async {
@@ -261,14 +275,7 @@ async fn two_instances_on_one_slot_deliver_every_event_exactly_once_through_take
     let pg = Postgres::start();
     let broker = shared();
     let client = pg.client_with_outbox().await;
-    let poll = ["--standby-poll-interval", "100ms"];
-    let mut first = relay(&pg, broker, &poll);
-    let flags = [EXACTLY_ONCE, &poll[..]].concat();
-    let mut second = Relay::start_with(&pg, broker, &flags);
-    eventually(WAIT, "the second instance to wait as a standby", || async {
-        second.log().contains("waiting as a standby").then_some(())
-    })
-    .await;
+    let (mut first, mut second) = active_and_standby(&pg, broker).await;
     let writer = Writer::start(pg.url(), "TakenOver");
     // kill -9 whichever streams; the other takes over, fences the dead
     // one's producer and reads past what its transactions committed.
@@ -456,14 +463,7 @@ async fn a_position_topic_behind_what_walrelay_committed_stops_the_replica_that_
     let pg = Postgres::start();
     let broker = shared();
     let client = pg.client_with_outbox().await;
-    let poll = ["--standby-poll-interval", "100ms"];
-    let mut first = relay(&pg, broker, &poll);
-    let flags = [EXACTLY_ONCE, &poll[..]].concat();
-    let mut second = Relay::start_with(&pg, broker, &flags);
-    eventually(WAIT, "the second instance to wait as a standby", || async {
-        second.log().contains("waiting as a standby").then_some(())
-    })
-    .await;
+    let (mut first, mut second) = active_and_standby(&pg, broker).await;
     events("BeforeTakeover", 10).insert(&client).await;
     a_committed_transaction(&first).await;
     let committed = kafka_committed(&client).await;
