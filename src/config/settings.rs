@@ -558,6 +558,5 @@ pub(super) fn topic_policy(
         dead_letter_max_message_bytes,
         compressed,
         created: CreationLog::default(),
-        smallest_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
     })
 }

@@ -5,7 +5,6 @@
 //! creation can be turned off, limited to an allow-list and capped per minute.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,9 +50,6 @@ pub struct TopicPolicy {
     pub compressed: bool,
     /// When walrelay created topics in the last minute; outlives sessions.
     pub created: CreationLog,
-    /// The smallest `max.message.bytes` of a topic walrelay writes to; each
-    /// session's producer builds batches no larger (it outlives sessions).
-    pub smallest_limit: AtomicUsize,
 }
 
 /// What a broker accepts unless a topic says otherwise (Kafka's default
@@ -64,16 +60,10 @@ pub const DEFAULT_BATCH_SIZE: usize = 1_000_000;
 /// Room between a batch and a topic's limit for the batch's own framing.
 const BATCH_MARGIN: usize = 1024;
 
-impl TopicPolicy {
-    /// The largest batch the producer may build: the -X batch.size (or
-    /// librdkafka's default), below every topic's limit seen so far.
-    pub fn batch_size(&self, configured: Option<usize>) -> usize {
-        let smallest = self.smallest_limit.load(Ordering::Relaxed);
-        configured
-            .unwrap_or(DEFAULT_BATCH_SIZE)
-            .min(smallest.saturating_sub(BATCH_MARGIN))
-            .max(1)
-    }
+/// Whether the producer's batches (`batch.size`) may outgrow a topic's
+/// `max.message.bytes`: the broker would refuse such a batch whole.
+fn batches_outgrow(limit: usize, batch_size: usize) -> bool {
+    batch_size.saturating_add(BATCH_MARGIN) > limit
 }
 
 /// When walrelay created topics in the last minute.
@@ -193,32 +183,35 @@ impl<'a> TopicManager<'a> {
             self.create(topic, &[]).await?;
         }
         self.missing.remove(topic);
-        let info = self.describe(topic).await;
-        self.fits_batches(topic, &info)?;
+        let mut info = self.describe(topic).await;
+        self.fit_batches(topic, &mut info);
         self.known.insert(topic.to_string(), info);
         Ok(TopicAccess::Open(info))
     }
 
     /// A topic whose limit is below the producer's batches would have whole
-    /// batches of good records refused: the next session's producer builds
-    /// smaller ones, before anything goes to the topic.
-    fn fits_batches(&self, topic: &str, info: &TopicInfo) -> Result<()> {
+    /// batches of good records refused. librdkafka's `batch.size` is one for
+    /// all topics, so shrinking it would slow every other topic: instead
+    /// each record to this topic is sent alone, in a batch of its own, and
+    /// only this topic's records pay for it.
+    fn fit_batches(&self, topic: &str, info: &mut TopicInfo) {
         let Some(limit) = info.max_record_bytes.filter(|_| !info.assumed) else {
-            return Ok(());
+            return;
         };
-        if self.batch_size + BATCH_MARGIN <= limit {
-            return Ok(());
+        if !batches_outgrow(limit, self.batch_size) {
+            return;
         }
-        self.policy
-            .smallest_limit
-            .fetch_min(limit, Ordering::Relaxed);
-        Err(Error::transient(format!(
-            "topic {topic} accepts at most {limit} bytes per batch (max.message.bytes), less \
-             than the producer's batch.size ({}): starting a new session whose producer builds \
-             batches of at most {} bytes",
-            self.batch_size,
-            self.policy.batch_size(Some(self.batch_size))
-        )))
+        info.send_alone = true;
+        // Once per topic and session: `known` keeps the verdict.
+        warn!(
+            topic,
+            max_message_bytes = limit,
+            batch_size = self.batch_size,
+            "topic accepts smaller batches (max.message.bytes) than the producer's batch.size: \
+             each record to it is sent alone, so that a batch of it is never refused for size; \
+             other topics keep their batches. Raise the topic's max.message.bytes above \
+             batch.size if it carries many events"
+        );
     }
 
     /// The dead-letter topic, created with room for large events. Exempt from
@@ -241,11 +234,13 @@ impl<'a> TopicManager<'a> {
         }
         let mut info = self.describe(&topic).await;
         // Unknown (the broker does not say): assume the limit walrelay
-        // creates it with, so a copy is refused here rather than lost later.
+        // creates it with, so a copy is refused here rather than lost later,
+        // and taken as known, so copies travel alone if batches outgrow it.
         if info.assumed {
             info.max_record_bytes = Some(self.policy.dead_letter_max_message_bytes);
+            info.assumed = false;
         }
-        self.fits_batches(&topic, &info)?;
+        self.fit_batches(&topic, &mut info);
         self.known.insert(topic, info);
         Ok(info)
     }
@@ -367,6 +362,7 @@ impl<'a> TopicManager<'a> {
         let assumed = TopicInfo {
             max_record_bytes: Some(DEFAULT_TOPIC_LIMIT),
             assumed: true,
+            send_alone: false,
         };
         if self.cannot_describe {
             return assumed;
@@ -403,6 +399,7 @@ impl<'a> TopicManager<'a> {
             Some(limit) => TopicInfo {
                 max_record_bytes: Some(limit),
                 assumed: false,
+                send_alone: false,
             },
             None => {
                 warn!(
@@ -464,7 +461,6 @@ mod tests {
             dead_letter_max_message_bytes: 1 << 20,
             compressed: false,
             created: CreationLog::default(),
-            smallest_limit: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -484,15 +480,10 @@ mod tests {
     }
 
     #[test]
-    fn batches_stay_below_the_smallest_topic_limit_seen() {
-        let p = policy(0);
-        assert_eq!(p.batch_size(None), DEFAULT_BATCH_SIZE);
-        assert_eq!(
-            p.batch_size(Some(500_000)),
-            500_000,
-            "-X batch.size when smaller"
-        );
-        p.smallest_limit.fetch_min(100_000, Ordering::Relaxed);
-        assert_eq!(p.batch_size(None), 100_000 - BATCH_MARGIN);
+    fn only_a_topic_whose_limit_is_below_the_batches_and_their_framing_is_outgrown() {
+        assert!(batches_outgrow(2000, DEFAULT_BATCH_SIZE));
+        assert!(batches_outgrow(DEFAULT_BATCH_SIZE, DEFAULT_BATCH_SIZE));
+        assert!(!batches_outgrow(DEFAULT_TOPIC_LIMIT, DEFAULT_BATCH_SIZE));
+        assert!(!batches_outgrow(2000, 2000 - BATCH_MARGIN));
     }
 }

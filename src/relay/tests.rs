@@ -588,6 +588,63 @@ async fn a_batch_refused_for_size_is_sent_again_record_by_record_and_only_the_of
     relay.stop().await;
 }
 
+/// What a sink says of a topic whose limit is below the producer's batches.
+fn below_the_batches() -> crate::sink::TopicInfo {
+    crate::sink::TopicInfo {
+        max_record_bytes: Some(2000),
+        assumed: false,
+        send_alone: true,
+    }
+}
+
+#[tokio::test]
+async fn each_record_to_a_topic_whose_limit_is_below_the_batches_travels_alone() {
+    let relay = Relay::start(&[]);
+    relay
+        .sink
+        .set_topic_info("outbox.event.OrderPlaced", below_the_batches());
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    let first = relay.wait_for_records(1).await;
+    assert_eq!(first[0].topic, "outbox.event.OrderPlaced");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        relay.records().len(),
+        1,
+        "a second record was sent beside it"
+    );
+    relay.sink.ack(0);
+    relay.wait_for_records(2).await;
+    relay
+        .ack_until_confirmed(1, commit_end(INSERT_AFTER_ALTER))
+        .await;
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_copy_to_a_dead_letter_topic_whose_limit_is_below_the_batches_travels_alone() {
+    let relay = Relay::start(&["--on-poison", "dead-letter"]);
+    relay.sink.set_dead_letter_info(below_the_batches());
+    relay.feed(INSERT);
+    relay.feed(INSERT_AFTER_ALTER);
+    relay.wait_for_records(2).await;
+    relay.sink.refuse(0, poison("Broker: Invalid record"));
+    // The copy waits for the record still in flight, not for its original.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        relay.records().len(),
+        2,
+        "the copy was sent beside a record"
+    );
+    relay.sink.ack(1);
+    let records = relay.wait_for_records(3).await;
+    assert_eq!(records[2].topic, "walrelay.dead-letter");
+    relay
+        .ack_until_confirmed(2, commit_end(INSERT_AFTER_ALTER))
+        .await;
+    relay.stop().await;
+}
+
 #[tokio::test]
 async fn in_halt_mode_a_batch_refused_for_size_stops_walrelay_naming_the_offender_not_its_neighbour(
 ) {

@@ -25,6 +25,9 @@ struct State<T> {
     capacity: usize,
     /// Topics that refuse records, with the reason.
     closed_topics: HashMap<String, String>,
+    /// What the sink says of topics, when not the default.
+    topic_infos: HashMap<String, TopicInfo>,
+    dead_letter_info: TopicInfo,
     deliveries: mpsc::UnboundedSender<Delivery<T>>,
     /// Transactions, when the sink writes in them.
     transactions: Option<Transactions>,
@@ -83,6 +86,8 @@ impl<T> MemorySink<T> {
             waiting: BTreeMap::new(),
             capacity: usize::MAX,
             closed_topics: HashMap::new(),
+            topic_infos: HashMap::new(),
+            dead_letter_info: TopicInfo::default(),
             deliveries: tx,
             transactions,
         }));
@@ -147,6 +152,17 @@ impl<T> MemoryHandle<T> {
         self.lock()
             .closed_topics
             .insert(topic.to_string(), reason.to_string());
+    }
+
+    /// What the sink says of `topic` (its limit, whether records to it
+    /// travel alone).
+    pub fn set_topic_info(&self, topic: &str, info: TopicInfo) {
+        self.lock().topic_infos.insert(topic.to_string(), info);
+    }
+
+    /// What the sink says of the dead-letter topic.
+    pub fn set_dead_letter_info(&self, info: TopicInfo) {
+        self.lock().dead_letter_info = info;
     }
 
     /// The position of each commit asked for so far, in order.
@@ -225,12 +241,12 @@ impl<T> Sink<T> for MemorySink<T> {
         let state = lock(&self.state);
         Ok(match state.closed_topics.get(topic) {
             Some(reason) => TopicAccess::Closed(reason.clone()),
-            None => TopicAccess::Open(TopicInfo::default()),
+            None => TopicAccess::Open(state.topic_infos.get(topic).copied().unwrap_or_default()),
         })
     }
 
     async fn open_dead_letter_topic(&mut self) -> Result<TopicInfo> {
-        Ok(TopicInfo::default())
+        Ok(lock(&self.state).dead_letter_info)
     }
 
     /// Tests name no topic with a partition count: as if none existed.

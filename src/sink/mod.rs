@@ -183,6 +183,10 @@ pub struct TopicInfo {
     /// The limit is the broker's default, assumed because the topic's own
     /// could not be read: a record over it may still fit.
     pub assumed: bool,
+    /// The limit is below the producer's batches: each record to the topic
+    /// travels alone, in a batch of its own, so that no batch of it is
+    /// refused for size (the producer's batch size is one for all topics).
+    pub send_alone: bool,
 }
 
 /// Kafka's RecordBatch header (61 bytes) plus one record's framing (varints
@@ -304,7 +308,7 @@ mod tests {
     fn a_record_over_the_topic_limit_is_refused_with_both_sizes() {
         let info = TopicInfo {
             max_record_bytes: Some(1000),
-            assumed: false,
+            ..TopicInfo::default()
         };
         assert!(info.refuse_size("t", 800).is_none());
         let why = info.refuse_size("t", 1000).unwrap();

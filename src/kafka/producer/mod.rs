@@ -30,7 +30,7 @@ use tracing::{debug, warn};
 use super::polled::{self, Polled};
 use super::reachability;
 use super::secrets;
-use super::topics::{TopicManager, TopicPolicy};
+use super::topics::{TopicManager, TopicPolicy, DEFAULT_BATCH_SIZE};
 use super::transaction::{self, TransactionalId};
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
 use crate::error::{Error, Result};
@@ -303,18 +303,21 @@ impl<'a, T: Send + Sync + 'static> KafkaSink<'a, T> {
         fatal: mpsc::Sender<Error>,
     ) -> Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
-        // No batch larger than a topic accepts (see TopicManager::fits_batches).
-        let configured = config.get("batch.size").and_then(|v| v.parse().ok());
-        let batch_size = policy.batch_size(configured);
-        let mut config = config.clone();
-        config.set("batch.size", batch_size.to_string());
+        // One batch.size for every topic, whatever their limits: a topic
+        // whose limit is below it has its records sent alone instead
+        // (TopicManager::fit_batches).
+        let batch_size = config
+            .get("batch.size")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_BATCH_SIZE);
         let parts = Parts {
-            config,
+            config: config.clone(),
             deliveries: tx,
             metrics: metrics.clone(),
             fatal,
         };
         let producer = parts.producer(None)?;
+        debug!(batch_size, "created the Kafka producer of the session");
         warm_up(producer.clone());
         let topics = TopicManager::new(&parts.config, policy, metrics.clone(), batch_size)?;
         let brokers = parts

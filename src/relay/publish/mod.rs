@@ -202,6 +202,9 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
             // sent alone the broker's verdict is its own.
             Some(_) => true,
         };
+        // The producer's batches may outgrow the topic's limit: alone, its
+        // batch is this record, which fits (`TopicManager::fit_batches`).
+        alone |= info.send_alone;
         // What Kafka said of it inside an aborted transaction.
         match self.remembered(txn.commit_lsn, event.id.as_ref()) {
             Some(Remembered::Alone) => alone = true,
@@ -452,10 +455,16 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                     published: self.metrics.published(&copy.topic),
                     timestamp_ms: record.timestamp_ms,
                     dead_letter: true,
-                    alone: false,
+                    alone: info.send_alone,
                 };
+                if info.send_alone {
+                    // The refused original, still counted in flight, waits
+                    // for its copy: it is not one to wait for.
+                    let original = usize::from(poisoned.inflight_bytes.is_some());
+                    self.until_in_flight_at_most(progress, original).await?;
+                }
                 match self.hand(progress, &record, ticket).await? {
-                    Handed::Taken(_) => {}
+                    Handed::Taken(_) => self.alone_in_flight |= info.send_alone,
                     Handed::Refused(refusal) if refusal.rejection == Rejection::Retriable => {
                         return Err(Error::transient(
                             "cannot hand a dead-letter record to the Kafka producer",

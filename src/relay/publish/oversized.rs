@@ -8,9 +8,11 @@
 //! Most such refusals never happen: a record over its topic's known limit
 //! is poison before it is sent, one that may fit (compressed, or against a
 //! limit assumed because the topic's could not be read) is sent alone from
-//! the start, and the producer's batches stay below the smallest topic
-//! limit walrelay has seen (`TopicManager::fits_batches`). What is left is
-//! a limit that changed under a running relay. Then records produced after
+//! the start, and so is every record to a topic whose limit is below the
+//! producer's batches (`TopicManager::fit_batches`: librdkafka's
+//! `batch.size` is one for all topics, and shrinking it for one small
+//! topic would slow all the others). What is left is a limit that changed
+//! under a running relay. Then records produced after
 //! the refused batch may reach the partition before the suspects sent
 //! again: the one case where walrelay's first deliveries leave commit order
 //! (docs/delivery-guarantees.md).
@@ -37,7 +39,17 @@ impl<S: Sink<Ticket>> Publisher<'_, S> {
         &mut self,
         progress: &mut Progress,
     ) -> Result<()> {
-        while progress.inflight_events() > self.held_in_flight() {
+        self.until_in_flight_at_most(progress, 0).await
+    }
+
+    /// Takes deliveries until the only records in flight are the ones this
+    /// publisher holds itself, and `others` more it knows of.
+    pub(super) async fn until_in_flight_at_most(
+        &mut self,
+        progress: &mut Progress,
+        others: usize,
+    ) -> Result<()> {
+        while progress.inflight_events() > self.held_in_flight() + others {
             self.take_delivery(progress).await?;
         }
         Ok(())
