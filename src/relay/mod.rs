@@ -460,15 +460,12 @@ async fn open(
     }
     // Retention deletes the recovery source: refused before anything is
     // created when it could delete rows whose events never reached Kafka
-    // (no guard), or judge times in the wrong zone (`retention`, "The time
-    // column is a timestamptz").
+    // (no guard), judge times in the wrong zone (`retention`, "The time
+    // column is a timestamptz"), or lacks a right or a partition's
+    // ownership (all named at once).
     if let Some(retention) = &settings.retention {
-        crate::retention::check_time_columns(&client, &settings.tables, retention).await?;
-        if let Some(problem) =
-            crate::retention::guard_problem(retention, guard::installed(&client).await?)
-        {
-            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
-        }
+        let (tables, publication) = (&settings.tables, &settings.publication);
+        crate::retention::check_before_start(&client, tables, publication, retention).await?;
     }
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
