@@ -636,3 +636,43 @@ pub async fn any_before(client: &Client, outboxes: &[Outbox], floor: &str) -> Re
     }
     Ok(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lack(what: &str, fix: &str) -> Lack {
+        Lack {
+            what: what.to_string(),
+            fix: fix.to_string(),
+        }
+    }
+
+    #[test]
+    fn nothing_lacking_is_no_refusal() {
+        assert!(refusal(&[]).is_none());
+    }
+
+    #[test]
+    fn a_refusal_names_every_lack_and_every_statement_is_its_fix() {
+        let refused = refusal(&[
+            lack(
+                "partition a is owned by postgres",
+                "ALTER TABLE a OWNER TO w;",
+            ),
+            lack("no pg_read_all_stats", "GRANT pg_read_all_stats TO w;"),
+        ])
+        .expect("a refusal");
+        let message = refused.to_string();
+        assert!(message.contains("2 things, all listed here"), "{message}");
+        assert!(
+            message.contains("(1) partition a is owned by postgres"),
+            "{message}"
+        );
+        assert!(message.contains("(2) no pg_read_all_stats"), "{message}");
+        assert_eq!(
+            refused.fix(),
+            Some("ALTER TABLE a OWNER TO w; GRANT pg_read_all_stats TO w;")
+        );
+    }
+}
