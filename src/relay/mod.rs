@@ -464,8 +464,12 @@ async fn open(
     // column is a timestamptz"), or lacks a right or a partition's
     // ownership (all named at once).
     if let Some(retention) = &settings.retention {
-        let (tables, publication) = (&settings.tables, &settings.publication);
-        crate::retention::check_before_start(&client, tables, publication, retention).await?;
+        let books = crate::retention::Books {
+            publication: &settings.publication,
+            slot: &settings.slot,
+            state_table: &settings.state_table,
+        };
+        crate::retention::check_before_start(&client, &settings.tables, &books, retention).await?;
     }
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.

@@ -295,11 +295,24 @@ pub struct Lack {
     pub fix: String,
 }
 
+/// Where retention's floor stands for the partitions it may drop: one
+/// whose lower bound is before it is never dropped (module doc of
+/// `retention`, step 2), so its owner does not matter.
+#[derive(Debug, Clone)]
+pub enum Floor {
+    /// The slot's creation as walrelay recorded it.
+    Since(String),
+    /// No slot yet: it is created after this start, so now.
+    FirstStart,
+    /// The record could not be read: every partition counts.
+    Unknown,
+}
+
 /// Everything the role lacks for what retention is asked to do on
 /// `tables`, all of it (a set-up with five gaps must not take five
 /// restarts to learn them): the rights on each table, the ownership of each
-/// partition retention may drop (`ALTER TABLE outbox OWNER TO` does not
-/// carry over to partitions a DBA made), `pg_read_all_stats`, CREATE on
+/// partition retention may drop, from `floor` on (`ALTER TABLE outbox OWNER
+/// TO` does not carry over to partitions a DBA made), `pg_read_all_stats`, CREATE on
 /// the schema for `--partitions-ahead`, DELETE on the DEFAULT partition,
 /// and the publication's `publish_via_partition_root`. A missing table or
 /// column, or a partition scheme retention cannot use, is left to
@@ -309,10 +322,11 @@ pub async fn lacks(
     tables: &[TableName],
     settings: &RetentionSettings,
     publication: &str,
+    floor: &Floor,
 ) -> Result<Vec<Lack>> {
     let mut found: Vec<Lack> = Vec::new();
     for table in tables {
-        for lack in lacks_of(client, table, settings, publication).await? {
+        for lack in lacks_of(client, table, settings, publication, floor).await? {
             // Tables in one schema need its CREATE once.
             if !found.iter().any(|l| l.fix == lack.fix) {
                 found.push(lack);
@@ -327,6 +341,7 @@ async fn lacks_of(
     table: &TableName,
     settings: &RetentionSettings,
     publication: &str,
+    floor: &Floor,
 ) -> Result<Vec<Lack>> {
     let mut found = Vec::new();
     let Some(entry) = entry(client, table, &settings.time_column).await? else {
@@ -359,7 +374,7 @@ async fn lacks_of(
         });
     }
     if deleting {
-        for (partition, owner) in unowned_partitions(client, table).await? {
+        for (partition, owner) in unowned_partitions(client, table, floor).await? {
             found.push(Lack {
                 what: format!(
                     "partition {partition} is owned by {owner}, not {role}, so retention could \
@@ -399,23 +414,33 @@ async fn lacks_of(
     Ok(found)
 }
 
-/// The partitions of `table` (but DEFAULT, whose rows are deleted one by
-/// one) the role does not own, with their owners.
-pub async fn unowned_partitions(
+/// The partitions of `table` retention may drop (not DEFAULT, whose rows
+/// are deleted one by one; a FROM … TO … range from the floor on) that the
+/// role does not own, with their owners.
+async fn unowned_partitions(
     client: &Client,
     table: &TableName,
+    floor: &Floor,
 ) -> Result<Vec<(TableName, String)>> {
+    let (every, since) = match floor {
+        Floor::Since(since) => (false, Some(since.as_str())),
+        Floor::FirstStart => (false, None),
+        Floor::Unknown => (true, None),
+    };
     let rows = client
         .query(
             "SELECT n.nspname::text, c.relname::text, pg_get_userbyid(c.relowner)::text \
              FROM pg_catalog.pg_inherits i \
              JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), \
+                  '^FOR VALUES FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)$') m ON true \
              WHERE i.inhparent = $1::text::regclass \
                AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT' \
                AND NOT pg_has_role(c.relowner, 'USAGE') \
+               AND ($2 OR m[1]::timestamptz >= COALESCE($3::text::timestamptz, now())) \
              ORDER BY c.relname",
-            &[&table.quoted()],
+            &[&table.quoted(), &every, &since],
         )
         .await
         .map_err(|e| sql_error(format!("cannot read who owns the partitions of {table}"), e))?;

@@ -153,6 +153,33 @@ pub struct Retained {
     pub tables: Vec<TableName>,
 }
 
+/// Where walrelay keeps its books on the slot: retention's floor (the
+/// slot's creation) is read there.
+pub struct Books<'a> {
+    pub publication: &'a str,
+    pub slot: &'a str,
+    pub state_table: &'a StateTable,
+}
+
+impl Books<'_> {
+    /// The floor for the partitions whose owner matters; a record that
+    /// cannot be read (the role's rights on the state table are the relay's
+    /// to report) counts every partition.
+    async fn floor(&self, client: &Client) -> catalog::Floor {
+        match self
+            .state_table
+            .peek(client, self.publication, self.slot)
+            .await
+        {
+            Ok(state) => match state.and_then(|s| s.created) {
+                Some((_, since)) => catalog::Floor::Since(since),
+                None => catalog::Floor::FirstStart,
+            },
+            Err(_) => catalog::Floor::Unknown,
+        }
+    }
+}
+
 /// Rows picked in one snapshot at most, per table: the keys stay in memory
 /// until the rows' events are confirmed.
 const BATCHES_PER_PLAN: usize = 100;
@@ -258,11 +285,12 @@ struct Task {
 pub async fn check(
     client: &Client,
     tables: &[TableName],
-    publication: &str,
+    books: &Books<'_>,
     settings: &RetentionSettings,
 ) -> Result<String> {
     let outboxes = catalog::inspect(client, tables, settings).await?;
-    let lacks = catalog::lacks(client, tables, settings, publication).await?;
+    let floor = books.floor(client).await;
+    let lacks = catalog::lacks(client, tables, settings, books.publication, &floor).await?;
     if let Some(refused) = catalog::refusal(&lacks) {
         return Err(refused);
     }
@@ -331,13 +359,15 @@ pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Opt
 pub async fn check_before_start(
     client: &Client,
     tables: &[TableName],
-    publication: &str,
+    books: &Books<'_>,
     settings: &RetentionSettings,
 ) -> Result<()> {
     if let Some((detail, fix)) = catalog::time_columns(client, tables, settings).await? {
         return Err(Error::permanent(format!("outbox retention: {detail}: {fix}")).with_fix(fix));
     }
-    let mut lacks = catalog::lacks(client, tables, settings, publication).await?;
+    let floor = books.floor(client).await;
+    let publication = books.publication;
+    let mut lacks = catalog::lacks(client, tables, settings, publication, &floor).await?;
     let installed = crate::postgres::guard::installed(client).await?;
     if let Some(problem) = guard_problem(settings, installed) {
         if lacks.is_empty() {
@@ -390,7 +420,12 @@ impl Task {
         let client = connection(&mut self.client, &self.target.pg).await?;
         // The same refusal as `run`'s before it created anything, whichever
         // of the two comes first.
-        check_before_start(client, &tables, &self.target.publication, &settings).await?;
+        let books = Books {
+            publication: &self.target.publication,
+            slot: &self.target.slot,
+            state_table: &self.target.state_table,
+        };
+        check_before_start(client, &tables, &books, &settings).await?;
         self.outboxes = catalog::inspect(client, &tables, &settings).await?;
         if settings.partitions_ahead > 0 {
             for outbox in &self.outboxes {
