@@ -26,6 +26,13 @@ CREATE TABLE IF NOT EXISTS public.outbox (
 CREATE TABLE IF NOT EXISTS public.outbox_default PARTITION OF public.outbox DEFAULT;
 -- CREATE TABLE public.outbox_2026_12_01 PARTITION OF public.outbox
 --     FOR VALUES FROM ('2026-12-01') TO ('2026-12-02');
+-- A partition belongs to the role that creates it, whoever owns the
+-- outbox (ALTER TABLE public.outbox OWNER TO … does not change it). For
+-- --retention, walrelay's role must own every partition it may drop (all
+-- but DEFAULT and those older than walrelay's slot): a DBA
+-- who makes partitions hands each over (ALTER TABLE
+-- public.outbox_2026_12_01 OWNER TO walrelay;), and grants SELECT, DELETE
+-- on the DEFAULT one; `walrelay check` lists what is missing.
 
 -- Dropping old partitions: an event's row is only needed until its INSERT
 -- is in the WAL, so a partition may be dropped once walrelay has confirmed

@@ -736,3 +736,197 @@ async fn a_timestamp_partition_key_is_refused_saying_the_table_must_be_rebuilt()
         "{retention}"
     );
 }
+
+/// The partitions of the outbox but DEFAULT, oldest first.
+async fn partition_names(client: &Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = 'public.outbox'::regclass \
+               AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT' \
+             ORDER BY c.relname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_outbox_a_dba_set_up_is_refused_at_start_naming_every_partition_and_right_it_lacks_at_once(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    pg.install_guard();
+    let client = partitioned(&pg).await;
+    // As reported: the root handed to walrelay, its partitions (one made
+    // ahead by the DBA) left to the superuser, and a publication made by
+    // hand without publish_via_partition_root.
+    client
+        .batch_execute(
+            "CREATE ROLE walrelay LOGIN REPLICATION PASSWORD 'pw-retain-2';
+             ALTER TABLE public.outbox OWNER TO walrelay;
+             DO $$ DECLARE lo timestamptz := date_trunc('second', clock_timestamp()) \
+                 + interval '1 hour'; \
+             BEGIN EXECUTE format('CREATE TABLE public.%I PARTITION OF public.outbox \
+                 FOR VALUES FROM (%L) TO (%L)', \
+                 'outbox_' || to_char(lo, 'YYYY_MM_DD_HH24MISS'), lo, lo + interval '2 seconds'); \
+             END $$;
+             CREATE PUBLICATION walrelay FOR TABLE public.outbox WITH (publish = 'insert');",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("../sql/walrelay_state.sql"))
+        .await
+        .unwrap();
+    // The partition of now is older than the slot this start makes, so
+    // retention never drops it: only the one ahead must be walrelay's.
+    let partitions = partition_names(&client).await;
+    assert_eq!(partitions.len(), 2, "{partitions:?}");
+    let own = |p: &str| format!(r#"ALTER TABLE "public"."{p}" OWNER TO "walrelay";"#);
+    let mut statements = vec![own(&partitions[1])];
+    statements.extend(
+        [
+            r#"GRANT pg_read_all_stats TO "walrelay";"#,
+            r#"GRANT CREATE ON SCHEMA "public" TO "walrelay";"#,
+            r#"GRANT SELECT, DELETE ON "public"."outbox_default" TO "walrelay";"#,
+            r#"ALTER PUBLICATION "walrelay" SET (publish_via_partition_root = true);"#,
+        ]
+        .map(String::from),
+    );
+    let url = pg.url_as("walrelay", "pw-retain-2");
+    let flags = ["--retention", "1m", "--partitions-ahead", "3"];
+    let mut relay = Relay::start_raw(&url, &broker.brokers(), &flags);
+    let log = relay.wait_for_failure(WAIT);
+    for statement in &statements {
+        assert!(log.contains(statement.as_str()), "{statement}\n{log}");
+    }
+    assert!(!log.contains(&own(&partitions[0])), "{log}");
+    assert_eq!(
+        support::pg::slots_and_publications(&client).await,
+        (0, 1),
+        "a refused start left a slot behind"
+    );
+
+    // walrelay check names the same statements as the fix.
+    let args: Vec<String> = ["--pg-url", &url, "--kafka-brokers", &broker.brokers()]
+        .into_iter()
+        .chain(flags)
+        .map(ToString::to_string)
+        .collect();
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let retention = support::check_entry(&doc, "postgres.retention");
+    assert_eq!(retention["status"], "fail", "{doc:#}");
+    let fix = retention["fix"].as_str().expect("a fix").to_string();
+    for statement in &statements {
+        assert!(fix.contains(statement.as_str()), "{statement}\n{doc:#}");
+    }
+    // And that fix is the whole of it.
+    client.batch_execute(&fix).await.unwrap();
+    let (_, doc, _) = support::check_json(&args);
+    assert_eq!(
+        support::check_entry(&doc, "postgres.retention")["status"],
+        "pass",
+        "{doc:#}"
+    );
+}
+
+/// The partitions of the outbox starting after now, soonest first.
+async fn partitions_ahead(client: &Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             CROSS JOIN LATERAL (SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), \
+                 'FROM \\(''([^'']*)''\\)'))[1]::timestamptz AS lower) b \
+             WHERE i.inhparent = 'public.outbox'::regclass AND b.lower > clock_timestamp() \
+             ORDER BY b.lower",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_another_role_owns_is_counted_stuck_and_walrelay_s_own_partitions_are_still_dropped(
+) {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    pg.install_guard();
+    let client = partitioned(&pg).await;
+    // Everything walrelay needs; the outbox and its partitions its own.
+    client
+        .batch_execute(
+            "CREATE ROLE walrelay LOGIN REPLICATION PASSWORD 'pw-retain-3';
+             CREATE ROLE dba;
+             GRANT CREATE ON SCHEMA public TO walrelay;
+             GRANT pg_read_all_stats TO walrelay;
+             ALTER TABLE public.outbox OWNER TO walrelay;
+             DO $$ DECLARE t regclass; BEGIN \
+                 FOR t IN SELECT inhrelid::regclass FROM pg_inherits \
+                          WHERE inhparent = 'public.outbox'::regclass LOOP \
+                     EXECUTE format('ALTER TABLE %s OWNER TO walrelay', t); \
+                 END LOOP; END $$;
+             CREATE PUBLICATION walrelay FOR TABLE public.outbox \
+                 WITH (publish = 'insert', publish_via_partition_root = true);",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(include_str!("../sql/walrelay_state.sql"))
+        .await
+        .unwrap();
+    let flags = [
+        "--retention",
+        RETENTION,
+        "--retention-interval",
+        "300ms",
+        "--watchdog-interval",
+        "500ms",
+        "--replication-timeout",
+        "2s",
+        "--partitions-ahead",
+        "3",
+    ];
+    let url = pg.url_as("walrelay", "pw-retain-3");
+    let relay = Relay::start_raw(&url, &broker.brokers(), &flags);
+    relay.wait_ready(WAIT);
+    let ahead = eventually(WAIT, "two partitions made ahead", || async {
+        let ahead = partitions_ahead(&client).await;
+        (ahead.len() >= 2).then_some(ahead)
+    })
+    .await;
+    // While walrelay runs, a DBA takes over the next partition: no start
+    // could have seen it.
+    let (stuck, after) = (&ahead[0], &ahead[1]);
+    client
+        .batch_execute(&format!("ALTER TABLE public.{stuck} OWNER TO dba"))
+        .await
+        .unwrap();
+
+    eventually(WAIT, "the partition after it dropped", || async {
+        insert(&client, "Stuck", 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (!exists(&client, after).await).then_some(())
+    })
+    .await;
+    let log = relay.log();
+    assert!(exists(&client, stuck).await, "{log}");
+    eventually(WAIT, "the stuck partition counted", || async {
+        (relay.metric("walrelay_retention_partitions_stuck")? >= 1.0).then_some(())
+    })
+    .await;
+    let fix = format!(r#"ALTER TABLE "public"."{stuck}" OWNER TO "walrelay";"#);
+    let log = relay.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains(stuck.as_str()) && l.contains(&fix)),
+        "{fix}\n{log}"
+    );
+}

@@ -127,13 +127,20 @@ impl<'a> Probe<'a> {
         }
         if let Some(retention) = &self.settings.retention {
             let tables = &self.settings.tables;
+            let books = crate::retention::Books {
+                publication: &self.settings.publication,
+                slot: &self.settings.slot,
+                state_table: &self.settings.state_table,
+            };
             let problem = crate::retention::time_column_problem(self.client, tables, retention);
             out.push(match problem.await {
                 Ok(Some((detail, fix))) => Check::fail("postgres.retention", detail, fix),
-                Ok(None) => match crate::retention::check(self.client, tables, retention).await {
-                    Ok(detail) => Check::pass("postgres.retention", detail),
-                    Err(e) => Check::from_error("postgres.retention", &e),
-                },
+                Ok(None) => {
+                    match crate::retention::check(self.client, tables, &books, retention).await {
+                        Ok(detail) => Check::pass("postgres.retention", detail),
+                        Err(e) => Check::from_error("postgres.retention", &e),
+                    }
+                }
                 Err(e) => Check::from_error("postgres.retention", &e),
             });
         }

@@ -739,15 +739,16 @@ async fn preconditions(
         }
     }
     // Retention deletes the recovery source: refused when it could delete
-    // rows whose events never reached Kafka (no guard), or judge times in
-    // the wrong zone (`retention`, "The time column is a timestamptz").
+    // rows whose events never reached Kafka (no guard), judge times in the
+    // wrong zone (`retention`, "The time column is a timestamptz"), or
+    // lacks a right or a partition's ownership (all named at once).
     if let Some(retention) = &settings.retention {
-        crate::retention::check_time_columns(client, &settings.tables, retention).await?;
-        if let Some(problem) =
-            crate::retention::guard_problem(retention, guard::installed(client).await?)
-        {
-            return Err(Error::permanent(problem).with_fix(crate::retention::GUARD_FIX));
-        }
+        let books = crate::retention::Books {
+            publication: &settings.publication,
+            slot: &settings.slot,
+            state_table: &settings.state_table,
+        };
+        crate::retention::check_before_start(client, &settings.tables, &books, retention).await?;
     }
     Ok(())
 }

@@ -150,14 +150,22 @@ pub async fn time_columns(
     Ok(None)
 }
 
-/// Each table, checked: it exists, has the time column, and the role may
-/// delete (and, partitioned, detach, drop, read other sessions'
-/// transaction starts, and create partitions when asked).
+/// Each table, checked: it exists, has the time column, and is partitioned
+/// as retention needs. What the role may do there is `lacks`'s to say.
 pub async fn inspect(
     client: &Client,
     tables: &[TableName],
     settings: &RetentionSettings,
 ) -> Result<Vec<Outbox>> {
+    refuse_standby(client).await?;
+    let mut outboxes = Vec::new();
+    for table in tables {
+        outboxes.push(inspect_one(client, table, settings).await?);
+    }
+    Ok(outboxes)
+}
+
+async fn refuse_standby(client: &Client) -> Result<()> {
     let in_recovery: bool = client
         .query_one("SELECT pg_is_in_recovery()", &[])
         .await
@@ -169,19 +177,25 @@ pub async fn inspect(
              --pg-url at the primary, or drop --retention and --partitions-ahead",
         ));
     }
-    let mut outboxes = Vec::new();
-    for table in tables {
-        outboxes.push(inspect_one(client, table, settings).await?);
-    }
-    Ok(outboxes)
+    Ok(())
 }
 
-async fn inspect_one(
-    client: &Client,
-    table: &TableName,
-    settings: &RetentionSettings,
-) -> Result<Outbox> {
-    let column = &settings.time_column;
+/// What the catalog says of one table and of the role's rights there.
+struct Entry {
+    kind: String,
+    column_type: Option<String>,
+    select: bool,
+    delete: bool,
+    /// The role is (a member of) the table's owner.
+    owner: bool,
+    role: String,
+    /// Partitioned BY RANGE on the time column alone.
+    by_time: Option<bool>,
+    read_all_stats: bool,
+    create: bool,
+}
+
+async fn entry(client: &Client, table: &TableName, column: &str) -> Result<Option<Entry>> {
     let row = client
         .query_opt(
             "SELECT c.relkind::text, format_type(a.atttypid, a.atttypmod), \
@@ -198,29 +212,41 @@ async fn inspect_one(
              LEFT JOIN pg_catalog.pg_attribute a \
                ON a.attrelid = c.oid AND a.attname = $3 AND NOT a.attisdropped \
              WHERE n.nspname = $1 AND c.relname = $2",
-            &[&table.schema, &table.name, column],
+            &[&table.schema, &table.name, &column],
         )
         .await
         .map_err(|e| sql_error(format!("cannot read the catalog entry of {table}"), e))?;
-    let Some(row) = row else {
+    Ok(row.map(|row| Entry {
+        kind: row.get(0),
+        column_type: row.get(1),
+        select: row.get(2),
+        delete: row.get(3),
+        owner: row.get(4),
+        role: row.get(5),
+        by_time: row.get(6),
+        read_all_stats: row.get::<_, Option<bool>>(7).unwrap_or(false),
+        create: row.get(8),
+    }))
+}
+
+async fn inspect_one(
+    client: &Client,
+    table: &TableName,
+    settings: &RetentionSettings,
+) -> Result<Outbox> {
+    let column = &settings.time_column;
+    let Some(entry) = entry(client, table, column).await? else {
         return Err(Error::permanent(format!(
             "outbox retention: table {table} does not exist"
         )));
     };
-    let kind: String = row.get(0);
-    let column_type: Option<String> = row.get(1);
-    let (select, delete, owner): (bool, bool, bool) = (row.get(2), row.get(3), row.get(4));
-    let role: String = row.get(5);
-    let by_time: Option<bool> = row.get(6);
-    let read_all_stats: bool = row.get::<_, Option<bool>>(7).unwrap_or(false);
-    let create: bool = row.get(8);
-    let Some(column_type) = column_type else {
+    let Some(column_type) = entry.column_type else {
         return Err(Error::permanent(format!(
             "--retention-time-column {column}: table {table} has no such column; name the \
              column that holds each row's insert time"
         )));
     };
-    let partitioned = match kind.as_str() {
+    let partitioned = match entry.kind.as_str() {
         "r" => false,
         "p" => true,
         other => {
@@ -232,51 +258,19 @@ async fn inspect_one(
     if let Some((detail, fix)) = time_type_problem(table, column, &column_type, partitioned) {
         return Err(Error::permanent(format!("{detail}: {fix}")));
     }
-    let quoted_role = quote_ident(&role);
     if settings.partitions_ahead > 0 && !partitioned {
         return Err(Error::permanent(format!(
             "--partitions-ahead makes partitions of an outbox partitioned by time, and {table} \
              is not partitioned (sql/outbox_partitioned.sql is); drop --partitions-ahead"
         )));
     }
-    let deleting = settings.keep.is_some();
-    if !select || (deleting && !partitioned && !delete) {
-        return Err(Error::permanent(format!(
-            "--retention deletes old rows of {table}, and role {role} may not: run GRANT \
-             SELECT, DELETE ON {} TO {quoted_role};",
-            table.quoted()
-        )));
-    }
     let mut default = None;
     if partitioned {
-        if by_time != Some(true) {
+        if entry.by_time != Some(true) {
             return Err(Error::permanent(format!(
                 "outbox retention drops partitions of {table} by their bounds, which needs the \
                  table partitioned BY RANGE ({column}) alone (sql/outbox_partitioned.sql); \
                  partition it so, or set --retention-time-column to its partition key"
-            )));
-        }
-        if !owner {
-            return Err(Error::permanent(format!(
-                "outbox retention detaches and drops partitions of {table} (and \
-                 --partitions-ahead creates them), which only its owner may: run ALTER TABLE \
-                 {} OWNER TO {quoted_role}; or GRANT its owner TO {quoted_role};",
-                table.quoted()
-            )));
-        }
-        if deleting && !read_all_stats {
-            return Err(Error::permanent(format!(
-                "outbox retention keeps a partition while a transaction that started before \
-                 its upper bound runs, and reading other roles' transactions needs \
-                 pg_read_all_stats: run GRANT pg_read_all_stats TO {quoted_role};"
-            )));
-        }
-        if settings.partitions_ahead > 0 && !create {
-            return Err(Error::permanent(format!(
-                "--partitions-ahead creates partitions in schema {}, and role {role} may not: \
-                 run GRANT CREATE ON SCHEMA {} TO {quoted_role};",
-                table.schema,
-                quote_ident(&table.schema)
             )));
         }
         default = list(client, table)
@@ -284,23 +278,6 @@ async fn inspect_one(
             .into_iter()
             .find(|p| p.default)
             .map(|p| p.table);
-        if let (true, Some(leaf)) = (deleting, &default) {
-            let row = client
-                .query_one(
-                    "SELECT has_table_privilege($1::text::regclass, 'SELECT') \
-                        AND has_table_privilege($1::text::regclass, 'DELETE')",
-                    &[&leaf.quoted()],
-                )
-                .await
-                .map_err(|e| sql_error("cannot read a partition's privileges", e))?;
-            if !row.get::<_, bool>(0) {
-                return Err(Error::permanent(format!(
-                    "--retention deletes old rows of the DEFAULT partition {leaf}, and role \
-                     {role} may not: run GRANT SELECT, DELETE ON {} TO {quoted_role};",
-                    leaf.quoted()
-                )));
-            }
-        }
     }
     Ok(Outbox {
         table: table.clone(),
@@ -309,6 +286,263 @@ async fn inspect_one(
         partitioned,
         default,
     })
+}
+
+/// Something retention needs and lacks, and the statement that gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lack {
+    pub what: String,
+    pub fix: String,
+}
+
+/// Where retention's floor stands for the partitions it may drop: one
+/// whose lower bound is before it is never dropped (module doc of
+/// `retention`, step 2), so its owner does not matter.
+#[derive(Debug, Clone)]
+pub enum Floor {
+    /// The slot's creation as walrelay recorded it.
+    Since(String),
+    /// No slot yet: it is created after this start, so now.
+    FirstStart,
+    /// The record could not be read: every partition counts.
+    Unknown,
+}
+
+/// Everything the role lacks for what retention is asked to do on
+/// `tables`, all of it (a set-up with five gaps must not take five
+/// restarts to learn them): the rights on each table, the ownership of each
+/// partition retention may drop, from `floor` on (`ALTER TABLE outbox OWNER
+/// TO` does not carry over to partitions a DBA made), `pg_read_all_stats`, CREATE on
+/// the schema for `--partitions-ahead`, DELETE on the DEFAULT partition,
+/// and the publication's `publish_via_partition_root`. A missing table or
+/// column, or a partition scheme retention cannot use, is left to
+/// `inspect`.
+pub async fn lacks(
+    client: &Client,
+    tables: &[TableName],
+    settings: &RetentionSettings,
+    publication: &str,
+    floor: &Floor,
+) -> Result<Vec<Lack>> {
+    let mut found: Vec<Lack> = Vec::new();
+    for table in tables {
+        for lack in lacks_of(client, table, settings, publication, floor).await? {
+            // Tables in one schema need its CREATE once.
+            if !found.iter().any(|l| l.fix == lack.fix) {
+                found.push(lack);
+            }
+        }
+    }
+    Ok(found)
+}
+
+async fn lacks_of(
+    client: &Client,
+    table: &TableName,
+    settings: &RetentionSettings,
+    publication: &str,
+    floor: &Floor,
+) -> Result<Vec<Lack>> {
+    let mut found = Vec::new();
+    let Some(entry) = entry(client, table, &settings.time_column).await? else {
+        return Ok(found);
+    };
+    let partitioned = entry.kind == "p";
+    let deleting = settings.keep.is_some();
+    let role = &entry.role;
+    let quoted_role = quote_ident(role);
+    if !entry.select || (deleting && !partitioned && !entry.delete) {
+        found.push(Lack {
+            what: format!("role {role} may not read and delete the old rows of {table}"),
+            fix: format!(
+                "GRANT SELECT, DELETE ON {} TO {quoted_role};",
+                table.quoted()
+            ),
+        });
+    }
+    if !partitioned || entry.by_time != Some(true) {
+        return Ok(found);
+    }
+    if !entry.owner {
+        found.push(Lack {
+            what: format!(
+                "role {role} does not own {table}: detaching partitions (and creating them, \
+                 for --partitions-ahead) is its owner's (GRANT the owner TO {quoted_role}; \
+                 does as well)"
+            ),
+            fix: format!("ALTER TABLE {} OWNER TO {quoted_role};", table.quoted()),
+        });
+    }
+    if deleting {
+        for (partition, owner) in unowned_partitions(client, table, floor).await? {
+            found.push(Lack {
+                what: format!(
+                    "partition {partition} is owned by {owner}, not {role}, so retention could \
+                     never drop it (ALTER TABLE {} OWNER TO does not change its partitions' \
+                     owner)",
+                    table.quoted()
+                ),
+                fix: format!("ALTER TABLE {} OWNER TO {quoted_role};", partition.quoted()),
+            });
+        }
+    }
+    if deleting && !entry.read_all_stats {
+        found.push(Lack {
+            what: format!(
+                "role {role} may not read other roles' transactions, and retention keeps a \
+                 partition while a transaction that started before its upper bound runs"
+            ),
+            fix: format!("GRANT pg_read_all_stats TO {quoted_role};"),
+        });
+    }
+    if settings.partitions_ahead > 0 && !entry.create {
+        found.push(Lack {
+            what: format!(
+                "--partitions-ahead creates partitions in schema {}, and role {role} may not",
+                table.schema
+            ),
+            fix: format!(
+                "GRANT CREATE ON SCHEMA {} TO {quoted_role};",
+                quote_ident(&table.schema)
+            ),
+        });
+    }
+    if let Some(lack) = default_lack(client, table, deleting, role).await? {
+        found.push(lack);
+    }
+    found.extend(publication_lack(client, table, publication).await?);
+    Ok(found)
+}
+
+/// The partitions of `table` retention may drop (not DEFAULT, whose rows
+/// are deleted one by one; a FROM … TO … range from the floor on) that the
+/// role does not own, with their owners.
+async fn unowned_partitions(
+    client: &Client,
+    table: &TableName,
+    floor: &Floor,
+) -> Result<Vec<(TableName, String)>> {
+    let (every, since) = match floor {
+        Floor::Since(since) => (false, Some(since.as_str())),
+        Floor::FirstStart => (false, None),
+        Floor::Unknown => (true, None),
+    };
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, pg_get_userbyid(c.relowner)::text \
+             FROM pg_catalog.pg_inherits i \
+             JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             LEFT JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), \
+                  '^FOR VALUES FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)$') m ON true \
+             WHERE i.inhparent = $1::text::regclass \
+               AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT' \
+               AND NOT pg_has_role(c.relowner, 'USAGE') \
+               AND ($2 OR m[1]::timestamptz >= COALESCE($3::text::timestamptz, now())) \
+             ORDER BY c.relname",
+            &[&table.quoted(), &every, &since],
+        )
+        .await
+        .map_err(|e| sql_error(format!("cannot read who owns the partitions of {table}"), e))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let partition = TableName {
+                schema: r.get(0),
+                name: r.get(1),
+            };
+            (partition, r.get(2))
+        })
+        .collect())
+}
+
+/// The DEFAULT partition's rows are deleted as rows: SELECT and DELETE.
+async fn default_lack(
+    client: &Client,
+    table: &TableName,
+    deleting: bool,
+    role: &str,
+) -> Result<Option<Lack>> {
+    if !deleting {
+        return Ok(None);
+    }
+    let Some(leaf) = list(client, table).await?.into_iter().find(|p| p.default) else {
+        return Ok(None);
+    };
+    let leaf = leaf.table;
+    let may: bool = client
+        .query_one(
+            "SELECT has_table_privilege($1::text::regclass, 'SELECT') \
+                AND has_table_privilege($1::text::regclass, 'DELETE')",
+            &[&leaf.quoted()],
+        )
+        .await
+        .map_err(|e| sql_error("cannot read a partition's privileges", e))?
+        .get(0);
+    Ok((!may).then(|| Lack {
+        what: format!(
+            "--retention deletes old rows of the DEFAULT partition {leaf}, and role {role} may not"
+        ),
+        fix: format!(
+            "GRANT SELECT, DELETE ON {} TO {};",
+            leaf.quoted(),
+            quote_ident(role)
+        ),
+    }))
+}
+
+/// A publication that exists and publishes the partitions under their own
+/// names: walrelay refuses it (`publication::Binding::problem`), so it is
+/// named here too, with the rest.
+async fn publication_lack(
+    client: &Client,
+    table: &TableName,
+    publication: &str,
+) -> Result<Option<Lack>> {
+    let binding = crate::postgres::publication::inspect(client, publication, table).await?;
+    let partitioned = binding.table.is_some_and(|t| t.partitioned);
+    let via_root = binding.publication.map(|p| p.via_root);
+    if !partitioned || via_root != Some(false) {
+        return Ok(None);
+    }
+    Ok(Some(Lack {
+        what: format!(
+            "publication {publication:?} publishes the partitions of {table} under their own \
+             names, so a partition walrelay has not seen could be missed"
+        ),
+        fix: format!(
+            "ALTER PUBLICATION {} SET (publish_via_partition_root = true);",
+            quote_ident(publication)
+        ),
+    }))
+}
+
+/// One error naming every lack and, as its fix, every statement; None when
+/// nothing lacks.
+pub fn refusal(lacks: &[Lack]) -> Option<Error> {
+    if lacks.is_empty() {
+        return None;
+    }
+    let what: Vec<String> = lacks
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("({}) {}", i + 1, l.what))
+        .collect();
+    let fix: Vec<&str> = lacks.iter().map(|l| l.fix.as_str()).collect();
+    let fix = fix.join(" ");
+    Some(
+        Error::permanent(format!(
+            "outbox retention cannot do what it is asked, for want of {}: {}. Run, as a \
+             superuser (or the tables' owner): {fix}",
+            if lacks.len() == 1 {
+                "one thing".to_string()
+            } else {
+                format!("{} things, all listed here", lacks.len())
+            },
+            what.join("; ")
+        ))
+        .with_fix(fix),
+    )
 }
 
 /// The partitions of `table` with their bounds.
@@ -426,4 +660,44 @@ pub async fn any_before(client: &Client, outboxes: &[Outbox], floor: &str) -> Re
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lack(what: &str, fix: &str) -> Lack {
+        Lack {
+            what: what.to_string(),
+            fix: fix.to_string(),
+        }
+    }
+
+    #[test]
+    fn nothing_lacking_is_no_refusal() {
+        assert!(refusal(&[]).is_none());
+    }
+
+    #[test]
+    fn a_refusal_names_every_lack_and_every_statement_is_its_fix() {
+        let refused = refusal(&[
+            lack(
+                "partition a is owned by postgres",
+                "ALTER TABLE a OWNER TO w;",
+            ),
+            lack("no pg_read_all_stats", "GRANT pg_read_all_stats TO w;"),
+        ])
+        .expect("a refusal");
+        let message = refused.to_string();
+        assert!(message.contains("2 things, all listed here"), "{message}");
+        assert!(
+            message.contains("(1) partition a is owned by postgres"),
+            "{message}"
+        );
+        assert!(message.contains("(2) no pg_read_all_stats"), "{message}");
+        assert_eq!(
+            refused.fix(),
+            Some("ALTER TABLE a OWNER TO w; GRANT pg_read_all_stats TO w;")
+        );
+    }
 }

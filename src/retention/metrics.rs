@@ -13,6 +13,7 @@ pub struct RetentionMetrics {
     pub partitions_ahead_blocked: IntCounter,
     pub oldest_row_age: Gauge,
     pub waiting: Gauge,
+    pub partitions_stuck: Gauge,
     pub errors: IntCounter,
 }
 
@@ -60,6 +61,12 @@ impl RetentionMetrics {
                 "walrelay_retention_waiting_seconds",
                 "How long the rows and partitions retention picked have waited for their \
                  events to be confirmed (0 when none wait).",
+            ),
+            partitions_stuck: gauge(
+                "walrelay_retention_partitions_stuck",
+                "Partitions past the retention that the last pass could not drop (logged at \
+                 error level with the fix, e.g. a partition another role owns): they stay and \
+                 the outbox grows.",
             ),
             errors: counter(
                 "walrelay_retention_errors_total",

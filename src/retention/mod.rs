@@ -153,6 +153,33 @@ pub struct Retained {
     pub tables: Vec<TableName>,
 }
 
+/// Where walrelay keeps its books on the slot: retention's floor (the
+/// slot's creation) is read there.
+pub struct Books<'a> {
+    pub publication: &'a str,
+    pub slot: &'a str,
+    pub state_table: &'a StateTable,
+}
+
+impl Books<'_> {
+    /// The floor for the partitions whose owner matters; a record that
+    /// cannot be read (the role's rights on the state table are the relay's
+    /// to report) counts every partition.
+    async fn floor(&self, client: &Client) -> catalog::Floor {
+        match self
+            .state_table
+            .peek(client, self.publication, self.slot)
+            .await
+        {
+            Ok(state) => match state.and_then(|s| s.created) {
+                Some((_, since)) => catalog::Floor::Since(since),
+                None => catalog::Floor::FirstStart,
+            },
+            Err(_) => catalog::Floor::Unknown,
+        }
+    }
+}
+
 /// Rows picked in one snapshot at most, per table: the keys stay in memory
 /// until the rows' events are confirmed.
 const BATCHES_PER_PLAN: usize = 100;
@@ -252,14 +279,21 @@ struct Task {
 }
 
 /// What `walrelay check` says of retention: the checks its start makes
-/// (the tables, the time column, the role's rights, the partition scheme
-/// for `--partitions-ahead`), changing nothing.
+/// (the tables, the time column, everything the role lacks, all at once,
+/// the partition scheme for `--partitions-ahead`), changing nothing. The
+/// guard is `postgres.guard`'s to report.
 pub async fn check(
     client: &Client,
     tables: &[TableName],
+    books: &Books<'_>,
     settings: &RetentionSettings,
 ) -> Result<String> {
     let outboxes = catalog::inspect(client, tables, settings).await?;
+    let floor = books.floor(client).await;
+    let lacks = catalog::lacks(client, tables, settings, books.publication, &floor).await?;
+    if let Some(refused) = catalog::refusal(&lacks) {
+        return Err(refused);
+    }
     let mut said = Vec::new();
     for outbox in &outboxes {
         let how = match (outbox.partitioned, &outbox.default) {
@@ -312,18 +346,40 @@ pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Opt
     )
 }
 
-/// The time column of every table is a timestamptz (module doc, "The time
-/// column is a timestamptz"): `run` checks it before it creates a
-/// publication or a slot.
-pub async fn check_time_columns(
+/// What `run` checks before it creates a publication or a slot: the time
+/// column of every table is a timestamptz (module doc, "The time column is
+/// a timestamptz"), and then nothing retention needs is missing: the
+/// guard, and every right and partition ownership `catalog::lacks` finds,
+/// refused in one message that names them all, each with its statement.
+///
+/// A partition a DBA made that walrelay does not own is refused here
+/// rather than skipped: skipped, it would stay forever while the table
+/// grows. One made while walrelay runs, which no start could see, is
+/// reported by the pass that cannot drop it (`Task::drop_partitions`).
+pub async fn check_before_start(
     client: &Client,
     tables: &[TableName],
+    books: &Books<'_>,
     settings: &RetentionSettings,
 ) -> Result<()> {
-    match catalog::time_columns(client, tables, settings).await? {
-        Some((detail, fix)) => {
-            Err(Error::permanent(format!("outbox retention: {detail}: {fix}")).with_fix(fix))
+    if let Some((detail, fix)) = catalog::time_columns(client, tables, settings).await? {
+        return Err(Error::permanent(format!("outbox retention: {detail}: {fix}")).with_fix(fix));
+    }
+    let floor = books.floor(client).await;
+    let publication = books.publication;
+    let mut lacks = catalog::lacks(client, tables, settings, publication, &floor).await?;
+    let installed = crate::postgres::guard::installed(client).await?;
+    if let Some(problem) = guard_problem(settings, installed) {
+        if lacks.is_empty() {
+            return Err(Error::permanent(problem).with_fix(GUARD_FIX));
         }
+        lacks.push(catalog::Lack {
+            what: problem,
+            fix: format!("For the guard, {GUARD_FIX}."),
+        });
+    }
+    match catalog::refusal(&lacks) {
+        Some(refused) => Err(refused),
         None => Ok(()),
     }
 }
@@ -362,6 +418,14 @@ impl Task {
         let settings = self.settings.clone();
         let tables = self.target.tables.clone();
         let client = connection(&mut self.client, &self.target.pg).await?;
+        // The same refusal as `run`'s before it created anything, whichever
+        // of the two comes first.
+        let books = Books {
+            publication: &self.target.publication,
+            slot: &self.target.slot,
+            state_table: &self.target.state_table,
+        };
+        check_before_start(client, &tables, &books, &settings).await?;
         self.outboxes = catalog::inspect(client, &tables, &settings).await?;
         if settings.partitions_ahead > 0 {
             for outbox in &self.outboxes {
@@ -402,6 +466,10 @@ impl Task {
         }
         if let (None, Some(keep)) = (&self.plan, self.settings.keep) {
             self.plan = self.pick(keep).await?;
+            if self.plan.is_none() {
+                // Nothing past the retention: nothing stuck either.
+                self.m.partitions_stuck.set(0.0);
+            }
             self.settle().await?;
         }
         let client = connection(&mut self.client, &self.target.pg).await?;
@@ -548,13 +616,7 @@ impl Task {
         for picked in &plan.rows {
             deleted += rows::delete(client, picked, batch, &self.m.rows_deleted).await?;
         }
-        let mut dropped = 0;
-        for partition in &plan.partitions {
-            if partitions::drop(client, partition).await? {
-                self.m.partitions_dropped.inc();
-                dropped += 1;
-            }
-        }
+        let dropped = self.drop_partitions(&plan.partitions).await?;
         if deleted > 0 || dropped > 0 {
             info!(
                 rows = deleted,
@@ -568,5 +630,40 @@ impl Task {
             self.next_pass = Instant::now();
         }
         Ok(())
+    }
+
+    /// Drops the plan's partitions. One that cannot be dropped (a DBA made
+    /// it, or changed its owner, while walrelay ran) is logged with its fix
+    /// and counted as stuck, and the others still go: it must not keep
+    /// walrelay's own partitions from being dropped.
+    async fn drop_partitions(&mut self, droppable: &[partitions::Droppable]) -> Result<u64> {
+        let client = connection(&mut self.client, &self.target.pg).await?;
+        let (mut dropped, mut stuck) = (0, 0);
+        for partition in droppable {
+            match partitions::drop(client, partition).await {
+                Ok(true) => {
+                    self.m.partitions_dropped.inc();
+                    dropped += 1;
+                }
+                Ok(false) => {}
+                // The connection is gone: no partition can go; a new one next pass.
+                Err(e) if client.is_closed() => return Err(e),
+                Err(e) => {
+                    stuck += 1;
+                    let fix = partitions::owner_fix(client, partition).await;
+                    error!(
+                        partition = %partition.partition,
+                        table = %partition.root,
+                        error = %e.report(),
+                        fix = %fix.as_deref().unwrap_or("see the error"),
+                        "outbox retention cannot drop a partition past the retention, so it \
+                         stays and the outbox grows (walrelay_retention_partitions_stuck); the \
+                         other partitions still go"
+                    );
+                }
+            }
+        }
+        self.m.partitions_stuck.set(stuck as f64);
+        Ok(dropped)
     }
 }

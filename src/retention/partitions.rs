@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::catalog::{self, Outbox};
 use super::rows::interval;
 use crate::error::Result;
-use crate::postgres::names::TableName;
+use crate::postgres::names::{quote_ident, TableName};
 use crate::postgres::sql_error;
 
 /// What keeps partitions whose rows may still come, read just before the
@@ -153,4 +153,27 @@ pub async fn drop(client: &Client, d: &Droppable) -> Result<bool> {
             ))
         }
     }
+}
+
+/// What lets retention drop `d` when the role owns neither it nor the
+/// outbox: an `ALTER TABLE … OWNER TO` for each it does not own; None when
+/// it owns both (or the catalog cannot be read: the error says the rest).
+pub async fn owner_fix(client: &Client, d: &Droppable) -> Option<String> {
+    let rows = client
+        .query(
+            "SELECT t, current_user::text FROM unnest($1::text[]) t \
+             WHERE NOT pg_has_role((SELECT relowner FROM pg_catalog.pg_class \
+                                    WHERE oid = to_regclass(t)), 'USAGE')",
+            &[&vec![d.root.quoted(), d.partition.quoted()]],
+        )
+        .await
+        .ok()?;
+    let fix: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (table, role): (String, String) = (r.get(0), r.get(1));
+            format!("ALTER TABLE {table} OWNER TO {};", quote_ident(&role))
+        })
+        .collect();
+    (!fix.is_empty()).then(|| fix.join(" "))
 }
