@@ -106,7 +106,7 @@
 //! time. Read in retention's zone, a writer east of it would have rows from
 //! before the slot deleted (step 2 fails), one west of it a partition still
 //! written to judged expired. So the column must be a timestamptz, and
-//! `run` checks it before it creates anything (`check_time_columns`),
+//! `run` checks it before it creates anything (`check_before_start`),
 //! naming the `ALTER TABLE … TYPE timestamptz USING … AT TIME ZONE` that
 //! converts it (a partition key cannot be converted in place: the table
 //! must be rebuilt).
