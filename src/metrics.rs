@@ -90,11 +90,7 @@ struct Inner {
     reconnects: IntCounterVec,
     dead_letters: prometheus::IntCounter,
     topics_created: prometheus::IntCounter,
-    slot_lag_bytes: IntGauge,
-    slot_retained_wal_bytes: IntGauge,
-    slot_safe_wal_size_bytes: IntGauge,
-    slot_wal_status: IntGaugeVec,
-    slot_active: IntGauge,
+    slot: SlotGauges,
     slot_lag_alert_level: IntGauge,
     last_confirm_age_seconds: Gauge,
     streaming_gauge: IntGauge,
@@ -165,6 +161,80 @@ impl SnapshotGauges {
                 .expect("metric registered once");
         }
         gauges
+    }
+}
+
+/// The slot's figures as the watchdog last read them, served only while
+/// they are known: not before its first reading, and not while it cannot
+/// read Postgres (down, unreachable, the slot gone). A frozen figure would
+/// look healthy (a lag of 0, an active slot) exactly when nobody knows.
+#[derive(Clone)]
+struct SlotGauges {
+    lag_bytes: IntGauge,
+    retained_wal_bytes: IntGauge,
+    safe_wal_size_bytes: IntGauge,
+    wal_status: IntGaugeVec,
+    active: IntGauge,
+    known: Arc<AtomicBool>,
+}
+
+impl SlotGauges {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let wal_status = IntGaugeVec::new(
+            Opts::new(
+                "walrelay_slot_wal_status",
+                "1 for the slot's current wal_status, 0 for the others.",
+            ),
+            &["status"],
+        )
+        .expect("valid metric");
+        for status in WAL_STATUSES {
+            wal_status.with_label_values(&[status]);
+        }
+        SlotGauges {
+            lag_bytes: gauge(
+                "walrelay_slot_lag_bytes",
+                "The WAL position (pg_current_wal_lsn(), on a standby pg_last_wal_replay_lsn()) minus the slot's confirmed_flush_lsn.",
+            ),
+            retained_wal_bytes: gauge(
+                "walrelay_slot_retained_wal_bytes",
+                "The WAL position (on a standby, its replay position) minus the slot's restart_lsn: WAL the slot keeps on disk.",
+            ),
+            safe_wal_size_bytes: gauge(
+                "walrelay_slot_safe_wal_size_bytes",
+                "WAL that can still be written before the slot is lost; -1 when retention is unlimited (max_slot_wal_keep_size = -1).",
+            ),
+            wal_status,
+            active: gauge(
+                "walrelay_slot_active",
+                "1 when a process streams from the slot (pg_replication_slots.active).",
+            ),
+            known: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn parts(&self) -> [&dyn prometheus::core::Collector; 5] {
+        [
+            &self.lag_bytes,
+            &self.retained_wal_bytes,
+            &self.safe_wal_size_bytes,
+            &self.wal_status,
+            &self.active,
+        ]
+    }
+}
+
+impl prometheus::core::Collector for SlotGauges {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.parts().into_iter().flat_map(|c| c.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        if !self.known.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.parts().into_iter().flat_map(|c| c.collect()).collect()
     }
 }
 
@@ -253,30 +323,7 @@ impl Metrics {
         )
         .expect("valid metric");
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
-        let slot_lag_bytes = gauge(
-            "walrelay_slot_lag_bytes",
-            "The WAL position (pg_current_wal_lsn(), on a standby pg_last_wal_replay_lsn()) minus the slot's confirmed_flush_lsn.",
-        );
-        let slot_retained_wal_bytes = gauge(
-            "walrelay_slot_retained_wal_bytes",
-            "The WAL position (on a standby, its replay position) minus the slot's restart_lsn: WAL the slot keeps on disk.",
-        );
-        let slot_safe_wal_size_bytes = gauge(
-            "walrelay_slot_safe_wal_size_bytes",
-            "WAL that can still be written before the slot is lost; -1 when retention is unlimited (max_slot_wal_keep_size = -1).",
-        );
-        let slot_wal_status = IntGaugeVec::new(
-            Opts::new(
-                "walrelay_slot_wal_status",
-                "1 for the slot's current wal_status, 0 for the others.",
-            ),
-            &["status"],
-        )
-        .expect("valid metric");
-        let slot_active = gauge(
-            "walrelay_slot_active",
-            "1 when a process streams from the slot (pg_replication_slots.active).",
-        );
+        let slot = SlotGauges::new();
         let slot_lag_alert_level = gauge(
             "walrelay_slot_lag_alert_level",
             "The watchdog's alert level: 0 ok, 1 warning, 2 critical.",
@@ -353,10 +400,6 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for status in WAL_STATUSES {
-            slot_wal_status.with_label_values(&[status]);
-        }
-        slot_safe_wal_size_bytes.set(-1);
         for collector in [
             Box::new(events_published.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(delivery_latency.clone()),
@@ -367,11 +410,7 @@ impl Metrics {
             Box::new(reconnects.clone()),
             Box::new(dead_letters.clone()),
             Box::new(topics_created.clone()),
-            Box::new(slot_lag_bytes.clone()),
-            Box::new(slot_retained_wal_bytes.clone()),
-            Box::new(slot_safe_wal_size_bytes.clone()),
-            Box::new(slot_wal_status.clone()),
-            Box::new(slot_active.clone()),
+            Box::new(slot.clone()),
             Box::new(slot_lag_alert_level.clone()),
             Box::new(last_confirm_age_seconds.clone()),
             Box::new(streaming_gauge.clone()),
@@ -424,11 +463,7 @@ impl Metrics {
             reconnects,
             dead_letters,
             topics_created,
-            slot_lag_bytes,
-            slot_retained_wal_bytes,
-            slot_safe_wal_size_bytes,
-            slot_wal_status,
-            slot_active,
+            slot,
             slot_lag_alert_level,
             last_confirm_age_seconds,
             streaming_gauge,
@@ -635,19 +670,27 @@ impl Metrics {
         })
     }
 
+    /// What the watchdog read: served from now on, until `forget_slot`.
     pub fn set_slot(&self, slot: &SlotFigures) {
-        let m = &self.0;
-        m.slot_lag_bytes.set(slot.lag_bytes);
-        m.slot_retained_wal_bytes.set(slot.retained_wal_bytes);
-        m.slot_safe_wal_size_bytes
+        let g = &self.0.slot;
+        g.lag_bytes.set(slot.lag_bytes);
+        g.retained_wal_bytes.set(slot.retained_wal_bytes);
+        g.safe_wal_size_bytes
             .set(slot.safe_wal_size_bytes.unwrap_or(-1));
         for status in WAL_STATUSES {
             let current = slot.wal_status.as_deref() == Some(status);
-            m.slot_wal_status
+            g.wal_status
                 .with_label_values(&[status])
                 .set(i64::from(current));
         }
-        m.slot_active.set(i64::from(slot.active));
+        g.active.set(i64::from(slot.active));
+        g.known.store(true, Ordering::Relaxed);
+    }
+
+    /// The watchdog cannot read the slot (Postgres down, the slot gone):
+    /// its figures leave /metrics rather than freeze at their last values.
+    pub fn forget_slot(&self) {
+        self.0.slot.known.store(false, Ordering::Relaxed);
     }
 
     pub fn observe_stage(&self, stage: Stage, took: Duration) {
