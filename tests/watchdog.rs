@@ -289,7 +289,15 @@ async fn an_alert_the_webhook_does_not_take_is_counted_and_logged() {
     let relay = Relay::start_raw(
         &pg.url(),
         &nowhere,
-        &["--watchdog-interval", "1s", "--alert-webhook", &hook],
+        // broker_down comes after --stall-timeout (2 min by default).
+        &[
+            "--watchdog-interval",
+            "1s",
+            "--stall-timeout",
+            "3s",
+            "--alert-webhook",
+            &hook,
+        ],
     );
     eventually(WAIT, "an undelivered alert to be counted", || async {
         (relay.metric("walrelay_alerts_undelivered_total")? >= 1.0).then_some(())
