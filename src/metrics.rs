@@ -343,7 +343,7 @@ impl Metrics {
         );
         let last_confirm_age_seconds = Gauge::new(
             "walrelay_last_confirm_age_seconds",
-            "Seconds since the confirmed LSN last moved while events were pending; 0 when nothing is pending.",
+            "Seconds since the confirmed LSN last moved while events were pending, across sessions; 0 when nothing is pending.",
         )
         .expect("valid metric");
         let streaming_gauge = gauge(
