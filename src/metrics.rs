@@ -2,7 +2,7 @@
 //! `/healthz` (the process is alive) and `/readyz` (it is streaming).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,12 @@ impl Stage {
 /// The `wal_status` values Postgres reports for a slot.
 pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
 
+/// What the brokers answered the last probe: not probed yet, a broker
+/// answered, none did.
+const UNPROBED: u8 = 0;
+const ANSWERING: u8 = 1;
+const SILENT: u8 = 2;
+
 /// The values of `walrelay_role`: what this walrelay is to its slot. With
 /// two replicas (active/passive), one is `active` and the other `standby`.
 pub const ROLES: [&str; 3] = ["active", "standby", "none"];
@@ -68,8 +74,10 @@ struct Inner {
     role: IntGaugeVec,
     /// Set by the watchdog when events are pending and nothing is confirmed.
     stalled: AtomicBool,
-    /// A broker answered the last probe (kafka::reachability).
-    kafka_reachable: AtomicBool,
+    /// What the last probe of the brokers found (kafka::reachability):
+    /// `UNPROBED`, `ANSWERING` or `SILENT`. Kept across sessions, so an
+    /// outage is told once however many sessions it spans.
+    kafka_answer: AtomicU8,
     /// Microseconds after `started`, plus one, at which the brokers stopped
     /// answering; 0 while they answer or before the first probe.
     kafka_silent_since_us: AtomicU64,
@@ -80,6 +88,10 @@ struct Inner {
     /// Microseconds after `started` at which the confirmed LSN last moved, or
     /// nothing was pending.
     last_progress_us: AtomicU64,
+    /// A session ended with events pending that are not confirmed since:
+    /// they are still pending (the next session reads them again), so its
+    /// fresh count of none in flight must not restart the confirm age.
+    pending_carried: AtomicBool,
     acked: AtomicU64,
     events_published: IntCounterVec,
     delivery_latency: Histogram,
@@ -90,11 +102,7 @@ struct Inner {
     reconnects: IntCounterVec,
     dead_letters: prometheus::IntCounter,
     topics_created: prometheus::IntCounter,
-    slot_lag_bytes: IntGauge,
-    slot_retained_wal_bytes: IntGauge,
-    slot_safe_wal_size_bytes: IntGauge,
-    slot_wal_status: IntGaugeVec,
-    slot_active: IntGauge,
+    slot: SlotGauges,
     slot_lag_alert_level: IntGauge,
     last_confirm_age_seconds: Gauge,
     streaming_gauge: IntGauge,
@@ -168,6 +176,80 @@ impl SnapshotGauges {
     }
 }
 
+/// The slot's figures as the watchdog last read them, served only while
+/// they are known: not before its first reading, and not while it cannot
+/// read Postgres (down, unreachable, the slot gone). A frozen figure would
+/// look healthy (a lag of 0, an active slot) exactly when nobody knows.
+#[derive(Clone)]
+struct SlotGauges {
+    lag_bytes: IntGauge,
+    retained_wal_bytes: IntGauge,
+    safe_wal_size_bytes: IntGauge,
+    wal_status: IntGaugeVec,
+    active: IntGauge,
+    known: Arc<AtomicBool>,
+}
+
+impl SlotGauges {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let wal_status = IntGaugeVec::new(
+            Opts::new(
+                "walrelay_slot_wal_status",
+                "1 for the slot's current wal_status, 0 for the others.",
+            ),
+            &["status"],
+        )
+        .expect("valid metric");
+        for status in WAL_STATUSES {
+            wal_status.with_label_values(&[status]);
+        }
+        SlotGauges {
+            lag_bytes: gauge(
+                "walrelay_slot_lag_bytes",
+                "The WAL position (pg_current_wal_lsn(), on a standby pg_last_wal_replay_lsn()) minus the slot's confirmed_flush_lsn.",
+            ),
+            retained_wal_bytes: gauge(
+                "walrelay_slot_retained_wal_bytes",
+                "The WAL position (on a standby, its replay position) minus the slot's restart_lsn: WAL the slot keeps on disk.",
+            ),
+            safe_wal_size_bytes: gauge(
+                "walrelay_slot_safe_wal_size_bytes",
+                "WAL that can still be written before the slot is lost; -1 when retention is unlimited (max_slot_wal_keep_size = -1).",
+            ),
+            wal_status,
+            active: gauge(
+                "walrelay_slot_active",
+                "1 when a process streams from the slot (pg_replication_slots.active).",
+            ),
+            known: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn parts(&self) -> [&dyn prometheus::core::Collector; 5] {
+        [
+            &self.lag_bytes,
+            &self.retained_wal_bytes,
+            &self.safe_wal_size_bytes,
+            &self.wal_status,
+            &self.active,
+        ]
+    }
+}
+
+impl prometheus::core::Collector for SlotGauges {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.parts().into_iter().flat_map(|c| c.desc()).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        if !self.known.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.parts().into_iter().flat_map(|c| c.collect()).collect()
+    }
+}
+
 /// What the watchdog read from `pg_replication_slots`.
 #[derive(Debug, Clone, Default)]
 pub struct SlotFigures {
@@ -237,7 +319,8 @@ impl Metrics {
         let reconnects = IntCounterVec::new(
             Opts::new(
                 "walrelay_reconnects_total",
-                "Reconnects after a failure, by target (postgres, kafka).",
+                "Reconnects after a failure, by target: postgres (a session ended by Postgres), \
+             kafka (a session ended by Kafka, or an established broker connection lost).",
             ),
             &["target"],
         )
@@ -253,42 +336,19 @@ impl Metrics {
         )
         .expect("valid metric");
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
-        let slot_lag_bytes = gauge(
-            "walrelay_slot_lag_bytes",
-            "The WAL position (pg_current_wal_lsn(), on a standby pg_last_wal_replay_lsn()) minus the slot's confirmed_flush_lsn.",
-        );
-        let slot_retained_wal_bytes = gauge(
-            "walrelay_slot_retained_wal_bytes",
-            "The WAL position (on a standby, its replay position) minus the slot's restart_lsn: WAL the slot keeps on disk.",
-        );
-        let slot_safe_wal_size_bytes = gauge(
-            "walrelay_slot_safe_wal_size_bytes",
-            "WAL that can still be written before the slot is lost; -1 when retention is unlimited (max_slot_wal_keep_size = -1).",
-        );
-        let slot_wal_status = IntGaugeVec::new(
-            Opts::new(
-                "walrelay_slot_wal_status",
-                "1 for the slot's current wal_status, 0 for the others.",
-            ),
-            &["status"],
-        )
-        .expect("valid metric");
-        let slot_active = gauge(
-            "walrelay_slot_active",
-            "1 when a process streams from the slot (pg_replication_slots.active).",
-        );
+        let slot = SlotGauges::new();
         let slot_lag_alert_level = gauge(
             "walrelay_slot_lag_alert_level",
             "The watchdog's alert level: 0 ok, 1 warning, 2 critical.",
         );
         let last_confirm_age_seconds = Gauge::new(
             "walrelay_last_confirm_age_seconds",
-            "Seconds since the confirmed LSN last moved while events were pending; 0 when nothing is pending.",
+            "Seconds since the confirmed LSN last moved while events were pending, across sessions; 0 when nothing is pending.",
         )
         .expect("valid metric");
         let streaming_gauge = gauge(
             "walrelay_streaming",
-            "1 while walrelay streams from its slot.",
+            "1 while events can flow: walrelay streams from its slot and a Kafka broker answers.",
         );
         let role = IntGaugeVec::new(
             Opts::new(
@@ -353,10 +413,6 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        for status in WAL_STATUSES {
-            slot_wal_status.with_label_values(&[status]);
-        }
-        slot_safe_wal_size_bytes.set(-1);
         for collector in [
             Box::new(events_published.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(delivery_latency.clone()),
@@ -367,11 +423,7 @@ impl Metrics {
             Box::new(reconnects.clone()),
             Box::new(dead_letters.clone()),
             Box::new(topics_created.clone()),
-            Box::new(slot_lag_bytes.clone()),
-            Box::new(slot_retained_wal_bytes.clone()),
-            Box::new(slot_safe_wal_size_bytes.clone()),
-            Box::new(slot_wal_status.clone()),
-            Box::new(slot_active.clone()),
+            Box::new(slot.clone()),
             Box::new(slot_lag_alert_level.clone()),
             Box::new(last_confirm_age_seconds.clone()),
             Box::new(streaming_gauge.clone()),
@@ -408,12 +460,13 @@ impl Metrics {
             standby: AtomicBool::new(false),
             role,
             stalled: AtomicBool::new(false),
-            kafka_reachable: AtomicBool::new(false),
+            kafka_answer: AtomicU8::new(UNPROBED),
             kafka_silent_since_us: AtomicU64::new(0),
             kafka_reachable_gauge,
             started: Instant::now(),
             unix: crate::clock::UnixInstants::new(),
             last_progress_us: AtomicU64::new(0),
+            pending_carried: AtomicBool::new(false),
             acked: AtomicU64::new(0),
             events_published,
             delivery_latency,
@@ -424,11 +477,7 @@ impl Metrics {
             reconnects,
             dead_letters,
             topics_created,
-            slot_lag_bytes,
-            slot_retained_wal_bytes,
-            slot_safe_wal_size_bytes,
-            slot_wal_status,
-            slot_active,
+            slot,
             slot_lag_alert_level,
             last_confirm_age_seconds,
             streaming_gauge,
@@ -500,15 +549,23 @@ impl Metrics {
         self.0.reconnects.with_label_values(&[target]).inc();
     }
 
+    /// The confirmed LSN; the confirm age restarts only if it moved on: a
+    /// new session starting where the last one stopped is no progress.
     pub fn set_confirmed(&self, lsn: u64) {
+        let before = self.0.confirmed_flush_lsn.get();
         self.0.confirmed_flush_lsn.set(lsn as i64);
-        self.mark_progress();
+        if lsn as i64 > before {
+            self.0.pending_carried.store(false, Ordering::Relaxed);
+            self.mark_progress();
+        }
     }
 
     pub fn set_inflight(&self, events: usize, bytes: usize) {
-        if events == 0 || self.0.inflight_events.get() == 0 {
-            // Nothing was pending, or nothing is: the confirm age starts
-            // from here, not from the last event of an idle hour ago.
+        let carried = self.0.pending_carried.load(Ordering::Relaxed);
+        if !carried && events > 0 && self.0.inflight_events.get() == 0 {
+            // Nothing was pending: the confirm age starts from here, not
+            // from the last event of an idle hour ago. (While nothing is
+            // pending it reads 0 whatever the mark.)
             self.mark_progress();
         }
         self.0.inflight_events.set(events as i64);
@@ -529,24 +586,45 @@ impl Metrics {
         self.0.acked.load(Ordering::Relaxed)
     }
 
-    /// How long the confirmed LSN has not moved while events were pending.
+    /// A session ended: events it left pending, in flight or in a
+    /// transaction read and not confirmed (an event whose topic lookup just
+    /// failed is no longer in flight), stay pending until the confirmed LSN
+    /// moves: the next session reads them again.
+    pub fn session_ended(&self) {
+        let pending = self.0.inflight_events.get() > 0 || self.0.pending_transactions.get() > 0;
+        self.0.pending_carried.fetch_or(pending, Ordering::Relaxed);
+    }
+
+    /// How long the confirmed LSN has not moved while events were pending,
+    /// in this session or the ones before it.
     pub fn confirm_age(&self) -> Duration {
-        if self.0.inflight_events.get() == 0 {
+        if self.0.inflight_events.get() == 0 && !self.0.pending_carried.load(Ordering::Relaxed) {
             return Duration::ZERO;
         }
         let last = Duration::from_micros(self.0.last_progress_us.load(Ordering::Relaxed));
         self.0.started.elapsed().saturating_sub(last)
     }
 
+    /// Streaming from the slot (the role `active`); `walrelay_streaming`
+    /// also needs a broker that answers, for events to flow.
     pub fn set_streaming(&self, streaming: bool) {
         self.0.streaming.store(streaming, Ordering::Relaxed);
-        self.0.streaming_gauge.set(i64::from(streaming));
+        self.show_streaming();
         self.show_role();
+    }
+
+    fn show_streaming(&self) {
+        let flowing = self.is_streaming() && self.is_kafka_reachable();
+        self.0.streaming_gauge.set(i64::from(flowing));
     }
 
     /// Waiting as a standby (another process streams from the slot), or not.
     pub fn set_standby(&self, standby: bool) {
         self.0.standby.store(standby, Ordering::Relaxed);
+        if standby {
+            // What the last session left pending is another process's now.
+            self.0.pending_carried.store(false, Ordering::Relaxed);
+        }
         self.show_role();
     }
 
@@ -602,11 +680,15 @@ impl Metrics {
         }
     }
 
-    /// What the last probe of the brokers found.
-    pub fn set_kafka_reachable(&self, reachable: bool) {
+    /// What the last probe of the brokers found; true when that is news to
+    /// tell: the first silence since start or since a broker last answered,
+    /// or the first answer after a silence, whichever session probed.
+    pub fn set_kafka_reachable(&self, reachable: bool) -> bool {
         let m = &self.0;
-        m.kafka_reachable.store(reachable, Ordering::Relaxed);
+        let now = if reachable { ANSWERING } else { SILENT };
+        let before = m.kafka_answer.swap(now, Ordering::Relaxed);
         m.kafka_reachable_gauge.set(i64::from(reachable));
+        self.show_streaming();
         if reachable {
             m.kafka_silent_since_us.store(0, Ordering::Relaxed);
         } else {
@@ -618,10 +700,11 @@ impl Metrics {
                 Ordering::Relaxed,
             );
         }
+        before != now && !(before == UNPROBED && reachable)
     }
 
     pub fn is_kafka_reachable(&self) -> bool {
-        self.0.kafka_reachable.load(Ordering::Relaxed)
+        self.0.kafka_answer.load(Ordering::Relaxed) == ANSWERING
     }
 
     /// How long no broker has answered, if none does now.
@@ -635,19 +718,27 @@ impl Metrics {
         })
     }
 
+    /// What the watchdog read: served from now on, until `forget_slot`.
     pub fn set_slot(&self, slot: &SlotFigures) {
-        let m = &self.0;
-        m.slot_lag_bytes.set(slot.lag_bytes);
-        m.slot_retained_wal_bytes.set(slot.retained_wal_bytes);
-        m.slot_safe_wal_size_bytes
+        let g = &self.0.slot;
+        g.lag_bytes.set(slot.lag_bytes);
+        g.retained_wal_bytes.set(slot.retained_wal_bytes);
+        g.safe_wal_size_bytes
             .set(slot.safe_wal_size_bytes.unwrap_or(-1));
         for status in WAL_STATUSES {
             let current = slot.wal_status.as_deref() == Some(status);
-            m.slot_wal_status
+            g.wal_status
                 .with_label_values(&[status])
                 .set(i64::from(current));
         }
-        m.slot_active.set(i64::from(slot.active));
+        g.active.set(i64::from(slot.active));
+        g.known.store(true, Ordering::Relaxed);
+    }
+
+    /// The watchdog cannot read the slot (Postgres down, the slot gone):
+    /// its figures leave /metrics rather than freeze at their last values.
+    pub fn forget_slot(&self) {
+        self.0.slot.known.store(false, Ordering::Relaxed);
     }
 
     pub fn observe_stage(&self, stage: Stage, took: Duration) {
@@ -774,6 +865,56 @@ fn respond(request: &[u8], metrics: &Metrics) -> (&'static str, &'static str, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_confirm_age_runs_on_across_a_session_that_ended_with_events_pending() {
+        let metrics = Metrics::new();
+        metrics.set_confirmed(100);
+        metrics.set_inflight(1, 10);
+        std::thread::sleep(Duration::from_millis(20));
+        // The failed topic lookup takes the event out of flight, then the
+        // session ends with its transaction unconfirmed.
+        metrics.set_pending_transactions(1);
+        metrics.set_inflight(0, 0);
+        metrics.session_ended();
+        // The next session starts where the last one stopped.
+        metrics.set_confirmed(100);
+        metrics.set_inflight(0, 0);
+        assert!(metrics.confirm_age() >= Duration::from_millis(20));
+        metrics.set_inflight(1, 10);
+        assert!(metrics.confirm_age() >= Duration::from_millis(20));
+        // Only a confirmed LSN that moves on starts it again.
+        metrics.set_confirmed(200);
+        assert!(metrics.confirm_age() < Duration::from_millis(20));
+    }
+
+    #[test]
+    fn the_slot_figures_are_served_only_while_known() {
+        let metrics = Metrics::new();
+        assert!(!metrics.render().contains("walrelay_slot_active "));
+        metrics.set_slot(&SlotFigures {
+            active: true,
+            ..SlotFigures::default()
+        });
+        assert!(metrics.render().contains("walrelay_slot_active 1"));
+        metrics.forget_slot();
+        let text = metrics.render();
+        assert!(!text.contains("walrelay_slot_lag_bytes"), "{text}");
+        assert!(text.contains("walrelay_slot_lag_alert_level"), "{text}");
+    }
+
+    #[test]
+    fn a_kafka_outage_is_news_once_and_streaming_needs_a_broker() {
+        let metrics = Metrics::new();
+        metrics.set_streaming(true);
+        assert!(!Metrics::new().set_kafka_reachable(true), "a first answer");
+        assert!(metrics.set_kafka_reachable(false), "the first silence");
+        assert!(metrics.render().contains("\nwalrelay_streaming 0\n"));
+        assert!(!metrics.set_kafka_reachable(false), "said already");
+        assert!(metrics.set_kafka_reachable(true), "answers again");
+        assert!(metrics.render().contains("\nwalrelay_streaming 1\n"));
+        assert!(metrics.set_kafka_reachable(false), "a new outage");
+    }
 
     #[test]
     fn each_stage_is_observed_under_its_own_label() {

@@ -271,7 +271,8 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
 }
 
 /// Runs until the slot is lost or the outbox is no longer published, which
-/// it reports on `fatal`.
+/// it reports on `fatal`. The slot's figures are in /metrics only while
+/// its last reading succeeded (`Metrics::forget_slot`).
 pub async fn run(
     watched: Watched,
     mut settings: WatchdogSettings,
@@ -309,6 +310,7 @@ pub async fn run(
                     client = Some(c)
                 }
                 Err(e) => {
+                    metrics.forget_slot();
                     // Its checks (the slot, the publication) guard against
                     // loss: being blind must not go unsaid, nor flood the log
                     // while the relay's own session says more.
@@ -331,6 +333,7 @@ pub async fn run(
             Ok(()) => {}
             Err(e) if e.is_transient() => {
                 warn!(error = %e.report(), "watchdog cannot read the publication");
+                metrics.forget_slot();
                 client = None;
                 continue;
             }
@@ -345,6 +348,7 @@ pub async fn run(
                 report
             }
             Ok(None) => {
+                metrics.forget_slot();
                 source
                     .slot_absent(c, &watched, &metrics, settings.webhook.as_ref())
                     .await;
@@ -352,6 +356,7 @@ pub async fn run(
             }
             Err(e) => {
                 warn!(error = %e.report(), "watchdog cannot read the slot");
+                metrics.forget_slot();
                 client = None;
                 continue;
             }

@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::promtool::{self, Scrapes};
 use support::{eventually, free_port, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -77,7 +78,24 @@ async fn every_documented_metric_is_exposed_and_moves() {
         .unwrap();
     assert!(retained > 0.0);
     assert_eq!(stack.relay.http_get("/healthz").unwrap().0, 200);
+    // Healthy as scraped, the shipped stall alert stays quiet.
+    let apart = Duration::from_secs(2);
+    let (_, first) = stack.relay.http_get("/metrics").unwrap();
+    tokio::time::sleep(apart).await;
+    let (_, second) = stack.relay.http_get("/metrics").unwrap();
+    let scrapes = Scrapes {
+        first: &first,
+        second: &second,
+        apart,
+    };
+    assert!(!promtool::fires("WalrelayStalled", STALL_SERIES, &scrapes));
 }
+
+/// What the shipped WalrelayStalled rule reads.
+const STALL_SERIES: &[&str] = &[
+    "walrelay_inflight_events",
+    "walrelay_last_confirm_age_seconds",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume() {
@@ -237,7 +255,14 @@ async fn a_broker_list_nothing_answers_on_is_unready_and_raises_broker_down_with
         )
     );
     assert_eq!(relay.metric("walrelay_kafka_reachable"), Some(0.0));
-    assert_eq!(relay.metric("walrelay_streaming"), Some(1.0));
+    // It holds the slot (its role is active, so no standby takes over),
+    // yet no event can flow: it is not streaming.
+    assert_eq!(relay.metric("walrelay_streaming"), Some(0.0));
+    let (_, metrics) = relay.http_get("/metrics").unwrap();
+    assert!(
+        metrics.contains("walrelay_role{role=\"active\"} 1"),
+        "{metrics}"
+    );
     let log = relay.log();
     assert!(
         log.contains("broker_down") && log.contains("no Kafka broker has answered"),
@@ -289,7 +314,15 @@ async fn an_alert_the_webhook_does_not_take_is_counted_and_logged() {
     let relay = Relay::start_raw(
         &pg.url(),
         &nowhere,
-        &["--watchdog-interval", "1s", "--alert-webhook", &hook],
+        // broker_down comes after --stall-timeout (2 min by default).
+        &[
+            "--watchdog-interval",
+            "1s",
+            "--stall-timeout",
+            "3s",
+            "--alert-webhook",
+            &hook,
+        ],
     );
     eventually(WAIT, "an undelivered alert to be counted", || async {
         (relay.metric("walrelay_alerts_undelivered_total")? >= 1.0).then_some(())
@@ -340,13 +373,15 @@ async fn an_event_waiting_for_its_topic_counts_as_pending_and_can_stall() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_served() {
-    let stack = Stack::start(&[]).await;
-    // A labelled series shows once it has a label: one event gives a topic.
+    let stack = Stack::start(&["--watchdog-interval", "1s"]).await;
+    // A labelled series shows once it has a label: one event gives a topic;
+    // the slot's figures, once the watchdog read them.
     insert(&stack.client, "Listed", 1).await;
-    eventually(WAIT, "the event published", || async {
+    eventually(WAIT, "the event published and the slot read", || async {
         let (_, body) = stack.relay.http_get("/metrics").unwrap();
-        body.contains("walrelay_events_published_total{")
-            .then_some(())
+        (body.contains("walrelay_events_published_total{")
+            && body.contains("walrelay_slot_active "))
+        .then_some(())
     })
     .await;
     let mut served = stack.relay.metric_names();
@@ -371,4 +406,141 @@ async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_
         Vec::<&String>::new(),
         "documented but not served"
     );
+}
+
+/// A broker list nothing answers on ends each session when the pending
+/// event's topic metadata times out (30 s). The sessions restart, and
+/// none of that may hide the stall: the confirm age runs on across them,
+/// Postgres is not said to reconnect, failed connection attempts to a
+/// broker never reached are no reconnects, and the outage is told once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_never_answered_cannot_hide_a_stall_behind_session_restarts() {
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let relay = Relay::start_raw(&pg.url(), &nowhere, &["--watchdog-interval", "1s"]);
+    // Holding the slot, so that the event is in what it streams.
+    eventually(WAIT, "the slot held", || async {
+        let (_, body) = relay.http_get("/metrics")?;
+        body.contains("walrelay_role{role=\"active\"} 1")
+            .then_some(())
+    })
+    .await;
+    insert(&client, "Stuck", 1).await;
+    eventually(WAIT, "the event pending", || async {
+        (relay.metric("walrelay_inflight_events")? >= 1.0).then_some(())
+    })
+    .await;
+    let restarts = || relay.log().matches("session ended; reconnecting").count();
+    let before = eventually(WAIT, "the confirm age to run", || async {
+        let age = relay.metric("walrelay_last_confirm_age_seconds")?;
+        (age >= 5.0).then_some(age)
+    })
+    .await;
+    assert_eq!(restarts(), 0, "{}", relay.log());
+    let (_, first) = relay.http_get("/metrics").unwrap();
+    let taken = std::time::Instant::now();
+
+    eventually(WAIT, "a session restart", || async {
+        (restarts() >= 1).then_some(())
+    })
+    .await;
+    eventually(WAIT, "the event pending again", || async {
+        (relay.metric("walrelay_inflight_events")? >= 1.0).then_some(())
+    })
+    .await;
+    let (_, second) = relay.http_get("/metrics").unwrap();
+    let apart = taken.elapsed();
+    let after = promtool::value(&second, "walrelay_last_confirm_age_seconds").unwrap();
+    assert!(
+        after > before,
+        "the confirm age went from {before} s back to {after} s across a session restart"
+    );
+    // Fed what walrelay served, carried on as it moved, the shipped rule
+    // fires.
+    let scrapes = Scrapes {
+        first: &first,
+        second: &second,
+        apart,
+    };
+    assert!(
+        promtool::fires("WalrelayStalled", STALL_SERIES, &scrapes),
+        "first:\n{first}\nsecond:\n{second}"
+    );
+
+    let reconnects = |target: &str| {
+        let line = format!("walrelay_reconnects_total{{target=\"{target}\"}} ");
+        second
+            .lines()
+            .find_map(|l| l.strip_prefix(&line)?.parse::<f64>().ok())
+            .unwrap()
+    };
+    assert_eq!(reconnects("postgres"), 0.0, "Postgres is fine:\n{second}");
+    let sessions_ended = restarts() as f64;
+    assert!(
+        (1.0..=sessions_ended).contains(&reconnects("kafka")),
+        "{} Kafka reconnects for {sessions_ended} sessions ended by Kafka",
+        reconnects("kafka")
+    );
+    assert_eq!(promtool::value(&second, "walrelay_streaming"), Some(0.0));
+    // The new session's probe has had its answer (a 5 s timeout) well
+    // before ten more seconds of stall.
+    eventually(WAIT, "the new session's probe", || async {
+        (relay.metric("walrelay_last_confirm_age_seconds")? >= after + 10.0).then_some(())
+    })
+    .await;
+    let log = relay.log();
+    assert_eq!(
+        log.matches("no Kafka broker answers").count(),
+        1,
+        "one outage, told once:\n{log}"
+    );
+    drop(client);
+}
+
+/// The slot's figures are served only while the watchdog knows them: not
+/// before its first reading, and not while Postgres is down, rather than
+/// invented (-1, inactive) or frozen (a lag of 0, active) meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_figures_are_absent_before_the_first_reading_and_while_postgres_is_down() {
+    let mut pg = Postgres::start();
+    let broker = Broker::start();
+    let _client = pg.client_with_outbox().await;
+    let relay = Relay::start_with(&pg, &broker, &["--watchdog-interval", "15s"]);
+    relay.wait_ready(WAIT);
+    let figures = [
+        "walrelay_slot_lag_bytes",
+        "walrelay_slot_retained_wal_bytes",
+        "walrelay_slot_safe_wal_size_bytes",
+        "walrelay_slot_wal_status",
+        "walrelay_slot_active",
+    ];
+    let served = || {
+        let (_, body) = relay.http_get("/metrics").unwrap_or_default();
+        figures
+            .iter()
+            .filter(|name| promtool::value(&body, name).is_some())
+            .map(|name| name.to_string())
+            .collect::<Vec<_>>()
+    };
+    // The first reading comes one interval after the start.
+    assert_eq!(served(), Vec::<String>::new(), "before the first reading");
+    eventually(WAIT, "the watchdog's first reading", || async {
+        (served().len() == figures.len()).then_some(())
+    })
+    .await;
+    assert_eq!(relay.metric("walrelay_slot_active"), Some(1.0));
+
+    pg.stop("fast");
+    eventually(WAIT, "the figures to leave /metrics", || async {
+        served().is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(relay.metric("walrelay_streaming"), Some(0.0));
+
+    pg.start_server();
+    eventually(WAIT, "the figures back once Postgres is", || async {
+        (relay.metric("walrelay_slot_active") == Some(1.0)).then_some(())
+    })
+    .await;
 }

@@ -37,7 +37,8 @@ impl Drop for BrokerProbe {
 }
 
 /// Starts probing `brokers` (for the log) through `admin`, reporting to
-/// `metrics`. A change of answer is logged once, not every probe.
+/// `metrics`. A change of answer is logged once, not every probe, nor
+/// every session: `metrics` remembers what was said across sessions.
 pub fn watch(
     admin: Arc<AdminClient<DefaultClientContext>>,
     brokers: String,
@@ -48,24 +49,22 @@ pub fn watch(
     let spawned = std::thread::Builder::new()
         .name("walrelay-kafka-probe".into())
         .spawn(move || {
-            let mut last: Option<bool> = None;
             while !stopped.load(Ordering::Relaxed) {
                 let answers = broker_answers(&admin);
                 if stopped.load(Ordering::Relaxed) {
                     break;
                 }
-                metrics.set_kafka_reachable(answers);
-                match (last, answers) {
-                    (Some(false), true) => info!(kafka = %brokers, "Kafka answers again"),
-                    (None | Some(true), false) => warn!(
+                let news = metrics.set_kafka_reachable(answers);
+                match (news, answers) {
+                    (false, _) => {}
+                    (true, true) => info!(kafka = %brokers, "Kafka answers again"),
+                    (true, false) => warn!(
                         kafka = %brokers,
                         "no Kafka broker answers a metadata request; events wait, and /readyz \
                          fails, until one does; check --kafka-brokers, the network and the \
                          -X security properties"
                     ),
-                    _ => {}
                 }
-                last = Some(answers);
                 std::thread::sleep(INTERVAL);
             }
         });
@@ -74,6 +73,15 @@ pub fn watch(
         warn!(error = %e, "cannot start the Kafka probe; /readyz reports Kafka unreachable");
     }
     BrokerProbe { stop }
+}
+
+/// Whether a librdkafka client error reports an established broker
+/// connection lost (`... (after 1234ms in state UP)`): a reconnect. A
+/// connection that never came up (`in state CONNECT`, a broker list
+/// nothing listens on) fails this way at every retry, many times a second,
+/// and is no reconnect.
+pub fn lost_an_established_connection(reason: &str) -> bool {
+    reason.contains("in state UP")
 }
 
 /// One metadata request for no topic (all_topics = 0 and no topic handle:
@@ -97,4 +105,24 @@ fn broker_answers(admin: &AdminClient<DefaultClientContext>) -> bool {
         unsafe { rdsys::rd_kafka_metadata_destroy(metadata) };
     }
     err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connection_that_was_up_counts_as_lost() {
+        assert!(lost_an_established_connection(
+            "127.0.0.1:9092/1: Disconnected (after 5012ms in state UP)"
+        ));
+        assert!(lost_an_established_connection(
+            "127.0.0.1:9092/1: Disconnected (after 5012ms in state UP, 3 identical error(s) suppressed)"
+        ));
+        assert!(!lost_an_established_connection(
+            "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused \
+             (after 0ms in state CONNECT)"
+        ));
+        assert!(!lost_an_established_connection("1/1 brokers are down"));
+    }
 }

@@ -221,6 +221,7 @@ async fn supervise(
         let session_start = Instant::now();
         let result = session(settings, metrics, shutdown, &mut ever_connected, shared).await;
         metrics.set_streaming(false);
+        metrics.session_ended();
         let err = match result {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
@@ -267,12 +268,33 @@ async fn supervise(
                 "cannot connect to Postgres yet; retrying until --startup-timeout"
             );
         }
-        metrics.record_reconnect("postgres");
+        metrics.record_reconnect(reconnect_target(&err, metrics));
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
         }
         backoff = (backoff * 2).min(settings.timeouts.reconnect_max_backoff);
+    }
+}
+
+/// Which side ended a session, for `walrelay_reconnects_total`: Kafka when
+/// a Kafka client error caused it, or when no broker answers and Postgres
+/// raised nothing (a metadata lookup that timed out, say); Postgres
+/// otherwise. A broker that never answers must not read as Postgres
+/// reconnecting every 30 s.
+fn reconnect_target(err: &Error, metrics: &Metrics) -> &'static str {
+    let mut from_kafka = false;
+    let mut from_postgres = false;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        from_kafka |= e.is::<rdkafka::error::KafkaError>();
+        from_postgres |= e.is::<tokio_postgres::Error>();
+        cause = e.source();
+    }
+    if from_kafka || (!from_postgres && !metrics.is_kafka_reachable()) {
+        "kafka"
+    } else {
+        "postgres"
     }
 }
 

@@ -14,6 +14,7 @@ pub mod kerberos;
 pub mod oidc;
 pub mod outbox;
 pub mod pg;
+pub mod promtool;
 pub mod relay;
 pub mod standby;
 pub mod webhook;

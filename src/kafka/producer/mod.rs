@@ -107,13 +107,13 @@ impl<T> DeliveryContext<T> {
 impl<T: Send + Sync + 'static> ClientContext for DeliveryContext<T> {
     super::msk_iam::oauth_token_hook!();
 
-    // librdkafka reconnects to brokers by itself; count it and say so, once
-    // per kind of error and minute rather than at every retry.
+    // librdkafka reconnects to brokers by itself; count a connection that
+    // was up and went down, and say so, once per kind of error and minute
+    // rather than at every retry.
     fn error(&self, error: KafkaError, reason: &str) {
-        if matches!(
-            error.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
-        ) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::BrokerTransportFailure)
+            && reachability::lost_an_established_connection(reason)
+        {
             self.metrics.record_reconnect("kafka");
         }
         let kind = format!("{error}");
