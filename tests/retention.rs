@@ -768,6 +768,8 @@ async fn a_partitioned_outbox_a_dba_set_up_is_refused_at_start_naming_every_part
         .batch_execute(
             "CREATE ROLE walrelay LOGIN REPLICATION PASSWORD 'pw-retain-2';
              ALTER TABLE public.outbox OWNER TO walrelay;
+             -- PostgreSQL 15's default; 14 and older grant it to PUBLIC.
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC;
              DO $$ DECLARE lo timestamptz := date_trunc('second', clock_timestamp()) \
                  + interval '1 hour'; \
              BEGIN EXECUTE format('CREATE TABLE public.%I PARTITION OF public.outbox \
