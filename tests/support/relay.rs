@@ -304,6 +304,28 @@ pub fn run_command(subcommand: &str, pg: &Postgres, broker: &Broker, extra: &[&s
 
 /// bash running `line`, with the walrelay under test first on its PATH:
 /// a command as a user pastes it.
+/// `command` (a walrelay command line against `stack`) piped into
+/// `head -1` ends as a Unix filter does when its reader goes: exit 0 or
+/// SIGPIPE (141), never a panic.
+pub fn assert_ends_quietly_into_head(command: &str, stack: &super::Stack) {
+    let out = shell(&format!(
+        "{command} | head -1 >/dev/null; echo \"exit ${{PIPESTATUS[0]}}\""
+    ))
+    .env("WALRELAY_PG_URL", stack.pg.url())
+    .env("WALRELAY_KAFKA_BROKERS", stack.broker.brokers())
+    .output()
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("exit 0") || stdout.contains("exit 141"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 pub fn shell(line: &str) -> Command {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_walrelay"));
     let path = format!(
