@@ -465,11 +465,19 @@ async fn a_position_topic_behind_what_walrelay_committed_stops_the_replica_that_
     let client = pg.client_with_outbox().await;
     let (mut first, mut second) = active_and_standby(&pg, broker).await;
     events("BeforeTakeover", 10).insert(&client).await;
-    a_committed_transaction(&first).await;
-    let committed = kafka_committed(&client).await;
+    // Every event committed in Kafka: the first instance writes no more
+    // position records, so the older one below stays the last.
+    eventually(WAIT, "all ten events in committed transactions", || async {
+        (first.metric("walrelay_kafka_transaction_events_sum")? >= 10.0).then_some(())
+    })
+    .await;
+    kafka_committed(&client).await;
 
     rewind_position(broker, &client).await;
     first.kill9();
+    // What the state table holds once the first is gone is what the
+    // second compares with.
+    let committed = kafka_committed(&client).await;
     let log = second.wait_for_failure(WAIT);
     assert_stops_naming_the_lost_range(&log, &committed);
 }
