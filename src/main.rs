@@ -65,6 +65,12 @@ fn main() -> ExitCode {
             }
             Command::Completions { shell } => completions::completions(shell),
             Command::Man { subcommand } => completions::man(subcommand.as_deref()),
+            Command::Tail {
+                kafka_brokers,
+                count,
+                timeout,
+                topics,
+            } => walrelay::kafka::tail::run(&kafka_brokers, count, timeout, &topics).await,
         }
     });
     // Dropping the runtime would wait for every blocking task, e.g. a Kafka

@@ -75,6 +75,22 @@ pub enum Command {
         /// A subcommand, e.g. run, for its own page walrelay-run(1).
         subcommand: Option<String>,
     },
+    /// Print every record of TOPICs as JSON lines once COUNT are in: the demo's reader (scripts/demo.sh), hidden.
+    #[command(hide = true)]
+    Tail {
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        kafka_brokers: String,
+        /// How many records to wait for, across the topics.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        /// How long to wait for them.
+        #[arg(long, value_parser = parse_duration, default_value = "60s")]
+        timeout: Duration,
+        /// The topics, read from their start.
+        #[arg(required = true)]
+        topics: Vec<String>,
+    },
 }
 
 /// The database, slot and publication: shared by `run` and `status`.

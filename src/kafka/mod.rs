@@ -1,6 +1,7 @@
 //! Everything that talks to Kafka: the client configuration, the sink (an
 //! idempotent producer with its delivery reports), topic creation through
-//! the admin API, and reading a topic back over a time range (the audit).
+//! the admin API, and reading a topic back over a time range (the audit,
+//! and the demo's `tail`).
 
 pub mod aliases;
 pub mod client;
@@ -13,6 +14,7 @@ pub mod producer;
 pub mod reachability;
 pub mod reader;
 pub mod secrets;
+pub mod tail;
 pub mod topics;
 pub mod transaction;
 
