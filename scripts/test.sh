@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs walrelay's whole test suite against a real Postgres and real Kafka
-# brokers (tansu, and Apache Kafka for tests/apache_kafka.rs and, with
-# Debezium in Kafka Connect, tests/debezium_oracle.rs), installing them
-# first when they are missing.
+# brokers (tansu in memory; Apache Kafka for tests/apache_kafka.rs, for
+# every broker that must survive kill -9 and, with Debezium in Kafka
+# Connect, for tests/debezium_oracle.rs), installing them first when they
+# are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,10 @@ docker-compose -f docker-compose.yml config -q
 scripts/validate-kubernetes.sh
 
 cargo fmt --all -- --check
+# Every feature is on by default, so tests/aws.rs, kafka_kerberos.rs and
+# kafka_oidc.rs run; the demo's build has none of them (scripts/demo.sh).
 cargo clippy --all-targets -- -D warnings
+cargo clippy --no-default-features --bin walrelay -- -D warnings
 # Each integration test starts its own Postgres and broker; two at a time suit 2 cores.
 # On Apache Kafka whatever the broker setting: tests/apache_kafka.rs (the core
 # guarantees), tests/kafka_security.rs (SASL/SCRAM and ACLs on one secure
