@@ -186,7 +186,7 @@ fn features(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
 
 /// The examples and integration tests link the library built with the
 /// dev-dependencies' features too: a feature only they turn on (proptest's
-/// `regex-syntax/default` once did) makes `cargo build --example tail`
+/// `regex-syntax/default` once did) makes `cargo build --example dedupe_consumer`
 /// rebuild walrelay and half its dependencies after `cargo build`.
 #[test]
 fn dev_dependencies_turn_on_no_feature_of_a_crate_walrelay_builds_with() {
