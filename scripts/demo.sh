@@ -23,7 +23,7 @@ fetch=$(mktemp -d)
 scripts/tansu.sh >"$fetch/path" 2>"$fetch/log" &
 fetch_pid=$!
 
-# The demo profile: release without LTO, built sooner (Cargo.toml).
+# The demo profile: unoptimised and without debug info, built sooner (Cargo.toml).
 cargo build --profile demo --no-default-features --bin walrelay
 
 if ! wait "$fetch_pid"; then
