@@ -25,6 +25,7 @@ pub fn man(subcommand: Option<&str>) -> Result<()> {
         Some(name) => {
             let names: Vec<String> = command
                 .get_subcommands()
+                .filter(|c| !c.is_hide_set())
                 .map(|c| c.get_name().to_string())
                 .collect();
             let found = command.find_subcommand(name).cloned().ok_or_else(|| {
