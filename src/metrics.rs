@@ -82,6 +82,11 @@ struct Inner {
     /// answering; 0 while they answer or before the first probe.
     kafka_silent_since_us: AtomicU64,
     kafka_reachable_gauge: IntGauge,
+    /// What the last schema registry request found (`UNPROBED`,
+    /// `ANSWERING`, `SILENT`), and its gauge, registered by the first
+    /// request: a walrelay without a registry shows none.
+    registry_answer: AtomicU8,
+    registry_reachable_gauge: std::sync::OnceLock<IntGauge>,
     started: Instant,
     /// Acknowledgement instants on the Unix epoch, for the delivery latency.
     unix: crate::clock::UnixInstants,
@@ -463,6 +468,8 @@ impl Metrics {
             kafka_answer: AtomicU8::new(UNPROBED),
             kafka_silent_since_us: AtomicU64::new(0),
             kafka_reachable_gauge,
+            registry_answer: AtomicU8::new(UNPROBED),
+            registry_reachable_gauge: std::sync::OnceLock::new(),
             started: Instant::now(),
             unix: crate::clock::UnixInstants::new(),
             last_progress_us: AtomicU64::new(0),
@@ -675,6 +682,11 @@ impl Metrics {
             Some(
                 "Kafka does not answer: no broker of --kafka-brokers replied to a metadata request",
             )
+        } else if self.0.registry_answer.load(Ordering::Relaxed) == SILENT {
+            Some(
+                "the schema registry does not answer: events wait in the slot until \
+                 --schema-registry-url answers",
+            )
         } else {
             None
         }
@@ -701,6 +713,27 @@ impl Metrics {
             );
         }
         before != now && !(before == UNPROBED && reachable)
+    }
+
+    /// What the last schema registry request found; the first call
+    /// registers `walrelay_schema_registry_reachable`.
+    pub fn set_schema_registry_reachable(&self, reachable: bool) {
+        let m = &self.0;
+        let gauge = m.registry_reachable_gauge.get_or_init(|| {
+            let gauge = IntGauge::new(
+                "walrelay_schema_registry_reachable",
+                "1 if the schema registry answered walrelay's last request, 0 if it did not \
+                 (events wait in the slot meanwhile).",
+            )
+            .expect("valid metric");
+            m.registry
+                .register(Box::new(gauge.clone()))
+                .expect("registered once");
+            gauge
+        });
+        gauge.set(i64::from(reachable));
+        let now = if reachable { ANSWERING } else { SILENT };
+        m.registry_answer.store(now, Ordering::Relaxed);
     }
 
     pub fn is_kafka_reachable(&self) -> bool {
