@@ -390,10 +390,12 @@ async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_
     // message of another prefix (tests/messages_source.rs reads it).
     served.insert("walrelay_ignored_messages_total".into());
     // Registered only with --retention (tests/retention.rs compares them),
-    // and with --delivery exactly-once (tests/exactly_once.rs).
+    // with --delivery exactly-once (tests/exactly_once.rs), and with a
+    // schema registry (tests/schema_registry.rs).
     let documented: std::collections::BTreeSet<String> = documented
         .into_iter()
         .filter(|name| !name.starts_with("walrelay_retention_"))
+        .filter(|name| !name.starts_with("walrelay_schema_registry_"))
         .filter(|name| !name.starts_with("walrelay_kafka_transaction"))
         .collect();
     assert_eq!(

@@ -8,6 +8,7 @@ mod lifecycle;
 mod redrive;
 mod retention;
 mod run;
+mod schema_registry;
 mod secrets;
 mod settings;
 
@@ -23,6 +24,7 @@ pub use run::{
     FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,
     WatchdogArgs,
 };
+pub use schema_registry::SchemaRegistryArgs;
 pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 
 use crate::error::{Error, Result};

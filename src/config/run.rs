@@ -33,6 +33,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kafka: KafkaArgs,
     #[command(flatten)]
+    pub schema_registry: super::SchemaRegistryArgs,
+    #[command(flatten)]
     pub poison: PoisonArgs,
     #[command(flatten)]
     pub delivery: super::DeliveryArgs,

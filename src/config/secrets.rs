@@ -49,6 +49,9 @@ impl Command {
             secrets.push(crate::percent::decode(&password));
             secrets.push(password);
         }
+        if let Some(args) = self.run_args() {
+            secrets.extend(args.schema_registry.secrets());
+        }
         if self.uses_aws() {
             // The AWS credential chain's first link.
             secrets.extend(

@@ -3,6 +3,7 @@
 //! reads a flag.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
@@ -22,6 +23,7 @@ use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::{StateRoute, StateTable};
 use crate::postgres::{PgAuth, PgTarget};
+use crate::registry::Serializer;
 use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
@@ -66,6 +68,11 @@ pub struct Settings {
     pub retention: Option<RetentionSettings>,
     /// `--snapshot-where`: rows to publish on the start that creates the slot.
     pub snapshot: Option<SnapshotPlan>,
+    /// `--key-format`/`--value-format avro`: the registry's serializer,
+    /// shared by every session so its ids stay cached; and which sides.
+    pub registry: Option<Arc<Serializer>>,
+    pub avro_key: bool,
+    pub avro_value: bool,
 }
 
 /// The first start's snapshot (`--snapshot-where`, `--snapshot-order-by`).
@@ -131,6 +138,18 @@ impl Settings {
         check_formats(args)?;
         let mapping_config = mapping_config(args, &pg);
         let snapshot = snapshot_plan(args)?;
+        let m = &args.mapping;
+        let registry = args
+            .schema_registry
+            .settings(
+                m.key_format,
+                m.value_format,
+                m.header_format,
+                args.source.source,
+            )?
+            .map(|settings| Serializer::new(settings).map(Arc::new))
+            .transpose()
+            .map_err(Error::permanent)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
         validate_topic(&poison.dead_letter_topic)
@@ -225,6 +244,9 @@ impl Settings {
             },
             retention: args.retention.settings(source.source)?,
             snapshot,
+            registry,
+            avro_key: m.key_format == Format::Avro,
+            avro_value: m.value_format == Format::Avro,
         })
     }
 
@@ -277,7 +299,8 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     check_cloudevents(args, prefix_set)?;
-    let with_schema = |f: Format| f == Format::JsonWithSchema;
+    // Avro starts from json-with-schema's Connect schema, so the same rules hold.
+    let with_schema = |f: Format| f.mapped() == Format::JsonWithSchema;
     if !with_schema(m.key_format) && !with_schema(m.value_format) {
         return Ok(());
     }
@@ -495,8 +518,8 @@ fn mapping_config(args: &RunArgs, pg: &PgTarget) -> MappingConfig {
         expand_json_payload: m.expand_json_payload,
         tombstone_on_empty_payload: m.tombstone_on_empty_payload,
         decimals: m.decimal_handling_mode,
-        key_format: m.key_format,
-        value_format: m.value_format,
+        key_format: m.key_format.mapped(),
+        value_format: m.value_format.mapped(),
         schema_topic_prefix: m.schema_topic_prefix.clone(),
         extended_headers: m
             .extended_headers

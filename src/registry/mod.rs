@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::outbox::mapping::OutboxEvent;
 use client::{Auth, Client, Trouble};
 use connect_schema::Connect;
 use names::NameAdjustment;
@@ -70,7 +71,7 @@ pub enum Side {
 
 /// Why an event's bytes could not be made.
 #[derive(Debug)]
-pub enum Refusal {
+pub enum Unwritten {
     /// The event itself cannot be written (an incompatible schema, a name
     /// Avro refuses): the poison policy decides, with this reason.
     Poison(String),
@@ -131,7 +132,7 @@ impl Serializer {
         topic: &str,
         side: Side,
         document: &[u8],
-    ) -> Result<Option<Bytes>, Refusal> {
+    ) -> Result<Option<Bytes>, Unwritten> {
         let (compiled, payload) = self.read(document)?;
         if payload.is_null() {
             return Ok(None);
@@ -142,7 +143,7 @@ impl Serializer {
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());
         avro::encode(&compiled.connect, &payload, &mut out)
-            .map_err(|e| Refusal::Poison(format!("{}: {e}", self.what(side))))?;
+            .map_err(|e| Unwritten::Poison(format!("{}: {e}", self.what(side))))?;
         Ok(Some(Bytes::from(out)))
     }
 
@@ -153,12 +154,45 @@ impl Serializer {
         topic: &str,
         side: Side,
         document: &[u8],
-    ) -> Result<(String, String), Refusal> {
+    ) -> Result<(String, String), Unwritten> {
         let (compiled, _) = self.read(document)?;
         Ok((
             self.subject(topic, side, &compiled.record_name),
             compiled.avro.clone(),
         ))
+    }
+
+    /// The event with its key and value (as `avro_key`/`avro_value` ask)
+    /// in the wire format; on a refusal, the event as it came, for the
+    /// poison policy's dead-letter copy.
+    pub async fn encode_event(
+        &self,
+        metrics: &Metrics,
+        topic: &str,
+        mut event: OutboxEvent,
+        avro_key: bool,
+        avro_value: bool,
+    ) -> Result<OutboxEvent, (OutboxEvent, Unwritten)> {
+        let key = match (&event.key, avro_key) {
+            (Some(document), true) => self.encode(metrics, topic, Side::Key, document).await,
+            _ => Ok(event.key.clone()),
+        };
+        let key = match key {
+            Ok(key) => key,
+            Err(refusal) => return Err((event, refusal)),
+        };
+        let value = match (&event.payload, avro_value) {
+            (Some(document), true) => self.encode(metrics, topic, Side::Value, document).await,
+            _ => Ok(event.payload.clone()),
+        };
+        match value {
+            Ok(value) => {
+                event.key = key;
+                event.payload = value;
+                Ok(event)
+            }
+            Err(refusal) => Err((event, refusal)),
+        }
     }
 
     fn what(&self, side: Side) -> &'static str {
@@ -169,8 +203,8 @@ impl Serializer {
     }
 
     /// The document's compiled schema (cached by its text) and its payload.
-    fn read(&self, document: &[u8]) -> Result<(Arc<Compiled>, Value), Refusal> {
-        let poison = |why: String| Refusal::Poison(format!("the Avro format: {why}"));
+    fn read(&self, document: &[u8]) -> Result<(Arc<Compiled>, Value), Unwritten> {
+        let poison = |why: String| Unwritten::Poison(format!("the Avro format: {why}"));
         let parts: HashMap<&str, &RawValue> =
             serde_json::from_slice(document).map_err(|e| poison(e.to_string()))?;
         let schema = parts
@@ -220,7 +254,7 @@ impl Serializer {
         }
     }
 
-    async fn id(&self, metrics: &Metrics, subject: &str, avro: &str) -> Result<i32, Refusal> {
+    async fn id(&self, metrics: &Metrics, subject: &str, avro: &str) -> Result<i32, Unwritten> {
         let latest = !self.settings.auto_register && self.settings.use_latest_version;
         let key = (
             subject.to_string(),
@@ -247,26 +281,26 @@ impl Serializer {
         Ok(id)
     }
 
-    fn refusal(&self, subject: &str, trouble: Trouble) -> Refusal {
+    fn refusal(&self, subject: &str, trouble: Trouble) -> Unwritten {
         match trouble {
-            Trouble::Unreachable(m) => Refusal::Stop(Error::transient(format!(
+            Trouble::Unreachable(m) => Unwritten::Stop(Error::transient(format!(
                 "{m}; the events wait in the slot and walrelay tries again with backoff"
             ))),
             Trouble::Refused(m) => {
                 let fix = "check --schema-registry-basic-auth-user-info or \
                            --schema-registry-bearer-token, and the rights on the subject";
-                Refusal::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
+                Unwritten::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
             }
-            Trouble::Incompatible(m) => Refusal::Poison(format!(
+            Trouble::Incompatible(m) => Unwritten::Poison(format!(
                 "the schema registry refuses the schema for subject {subject:?} as \
                  incompatible: {m}"
             )),
-            Trouble::NotFound(m) if !self.settings.auto_register => Refusal::Poison(format!(
+            Trouble::NotFound(m) if !self.settings.auto_register => Unwritten::Poison(format!(
                 "subject {subject:?} has no such schema and auto-registration is off \
                  (--schema-registry-auto-register false): register it, or turn \
                  auto-registration on: {m}"
             )),
-            Trouble::NotFound(m) | Trouble::Rejected(m) => Refusal::Poison(format!(
+            Trouble::NotFound(m) | Trouble::Rejected(m) => Unwritten::Poison(format!(
                 "the schema registry refuses subject {subject:?}: {m}"
             )),
         }
