@@ -15,6 +15,7 @@ pub mod oidc;
 pub mod outbox;
 pub mod pg;
 pub mod promtool;
+pub mod registry;
 pub mod relay;
 pub mod standby;
 pub mod webhook;
