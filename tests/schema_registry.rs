@@ -189,3 +189,70 @@ async fn a_registry_that_does_not_answer_holds_the_events_and_readyz_says_so() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_tests_the_registry_and_a_dry_run_of_the_payload_schema() {
+    let mut registry = SchemaRegistry::start();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::start();
+    pg.client_with_outbox().await;
+    let args = |registry: &SchemaRegistry| -> Vec<String> {
+        [
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &registry.url(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let topic = "outbox.event.WalrelayCheck";
+    // A subject whose latest version is a record: the jsonb payload column's
+    // schema (a string) is refused under BACKWARD.
+    registry.send(
+        "PUT",
+        &format!("/config/{topic}-value"),
+        r#"{"compatibility":"BACKWARD"}"#,
+    );
+    let record = r#"{"type":"record","name":"Old","fields":[{"name":"a","type":"int"}]}"#;
+    let body = json!({ "schema": record }).to_string();
+    let (status, answer) =
+        registry.send("POST", &format!("/subjects/{topic}-value/versions"), &body);
+    assert_eq!(status, 200, "{answer}");
+
+    let (ok, doc, out) = support::check_json(&args(&registry));
+    assert!(!ok, "{out}");
+    for name in ["registry.reachable", "registry.credentials"] {
+        assert_eq!(
+            support::check_entry(&doc, name)["status"],
+            "pass",
+            "{name}: {out}"
+        );
+    }
+    let level = support::check_entry(&doc, "registry.compatibility_level");
+    assert_eq!(level["status"], "pass", "{out}");
+    assert!(
+        level["detail"].as_str().unwrap().contains("BACKWARD"),
+        "{out}"
+    );
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "fail", "{out}");
+    // Nothing was registered by the dry run.
+    let (_, versions) = registry.get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions.trim(), "[1]");
+
+    registry.kill();
+    let (ok, doc, out) = support::check_json(&args(&registry));
+    assert!(!ok, "{out}");
+    let reachable = support::check_entry(&doc, "registry.reachable");
+    assert_eq!(reachable["status"], "fail", "{out}");
+    assert!(reachable["fix"]
+        .as_str()
+        .unwrap()
+        .contains("--schema-registry-url"));
+}

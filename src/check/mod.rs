@@ -5,6 +5,7 @@
 mod durability;
 mod kafka;
 mod postgres;
+mod registry;
 mod standby;
 mod state;
 
@@ -102,6 +103,7 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let settings = Settings::from_args(&args.run)?;
     let mut checks = postgres::checks(&settings).await;
     checks.extend(kafka::checks(&settings).await);
+    checks.extend(registry::checks(&settings).await);
     // The report goes to stdout, past the log's masking: mask it the same
     // way, whatever a check quoted from a server or a client library.
     let redactor = Redactor::new(Command::Check(Box::new(args.clone())).secrets());
