@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 mod cloudevents;
 mod connector;
 mod messages;
+mod registry;
 use connector::{converter_format, outbox_tables, parse};
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
@@ -394,12 +395,17 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
             get(&format!("{side}.converter.schemas.enable")),
         );
         notes.extend(note);
-        if side == "value" && format == "json-with-schema" {
+        if side == "value" && matches!(format, "json-with-schema" | "avro") {
             // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
             needs_topic_prefix = true;
         }
         flag(&mut args, flag_name, Some(format.into()));
     }
+    // Confluent's or Apicurio's AvroConverter: the registry and its settings.
+    let (registry_args, mut registry_used, registry_notes) = registry::flags(&config)?;
+    args.extend(registry_args);
+    used.append(&mut registry_used);
+    notes.extend(registry_notes);
     let topic_prefix = ["topic.prefix", "database.server.name"]
         .into_iter()
         .find_map(|k| get(k).map(|v| (k, v)));
@@ -729,6 +735,37 @@ mod tests {
         assert_eq!(flag(&m, "--topic-replication-factor"), None);
         assert_eq!(flag(&m, "--on-update"), Some("fatal"));
         assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+    }
+
+    #[test]
+    fn confluents_avro_converter_becomes_avro_with_its_registry_and_no_secret() {
+        let m = migrate(
+            &with_router(
+                "topic.prefix=orders\n\
+                 key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 value.converter=io.confluent.connect.avro.AvroConverter\n\
+                 value.converter.schema.registry.url=http://registry:8081\n\
+                 value.converter.basic.auth.credentials.source=USER_INFO\n\
+                 value.converter.basic.auth.user.info=svc:s3cret\n\
+                 transforms.outbox.table.expand.json.payload=true\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--value-format"), Some("avro"));
+        assert_eq!(flag(&m, "--key-format"), Some("string"));
+        assert_eq!(
+            flag(&m, "--schema-registry-url"),
+            Some("http://registry:8081")
+        );
+        assert_eq!(flag(&m, "--schema-topic-prefix"), Some("orders"));
+        let everything = format!("{:?}{}", m.args, m.notes.join("\n"));
+        assert!(!everything.contains("s3cret"), "{everything}");
+        assert!(
+            !everything.contains("no walrelay equivalent"),
+            "{everything}"
+        );
+        assert!(!everything.contains("writes no Avro"), "{everything}");
     }
 
     #[test]

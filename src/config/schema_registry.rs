@@ -71,8 +71,8 @@ impl SchemaRegistryArgs {
     ) -> Result<Option<RegistrySettings>> {
         if header == Format::Avro {
             return Err(Error::permanent(
-                "--header-format avro is not a header.converter Kafka Connect offers for \
-                 Avro; use string, json or json-with-schema",
+                "--header-format avro: walrelay writes headers as SimpleHeaderConverter \
+                 (string) or JsonConverter (json, json-with-schema) do; use one of those",
             ));
         }
         let avro = key == Format::Avro || value == Format::Avro;
