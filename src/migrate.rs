@@ -402,10 +402,10 @@ pub fn migrate(text: &str, options: Options) -> Result<Migration> {
         flag(&mut args, flag_name, Some(format.into()));
     }
     // Confluent's or Apicurio's AvroConverter: the registry and its settings.
-    let (registry_args, mut registry_used, registry_notes) = registry::flags(&config)?;
-    args.extend(registry_args);
-    used.append(&mut registry_used);
-    notes.extend(registry_notes);
+    let mut avro = registry::flags(&config)?;
+    args.append(&mut avro.args);
+    used.append(&mut avro.used);
+    notes.append(&mut avro.notes);
     let topic_prefix = ["topic.prefix", "database.server.name"]
         .into_iter()
         .find_map(|k| get(k).map(|v| (k, v)));

@@ -23,6 +23,14 @@ use crate::error::{Error, Result};
 const CONFLUENT: &str = "io.confluent.connect.avro.AvroConverter";
 const APICURIO: &str = "io.apicurio.registry.utils.converter.AvroConverter";
 
+/// What the converters become: walrelay flags (a value or none), the
+/// connector keys read, and notes.
+pub struct Carried {
+    pub args: Vec<(String, Option<String>)>,
+    pub used: Vec<String>,
+    pub notes: Vec<String>,
+}
+
 /// Whether `converter` is an Avro converter walrelay carries.
 pub fn is_avro(converter: &str) -> bool {
     matches!(converter.trim(), CONFLUENT | APICURIO)
@@ -30,9 +38,7 @@ pub fn is_avro(converter: &str) -> bool {
 
 /// The registry flags for the sides whose converter is Avro, the keys
 /// read, and notes; an error when the two sides cannot share one registry.
-pub fn flags(
-    config: &BTreeMap<String, String>,
-) -> Result<(Vec<(String, Option<String>)>, Vec<String>, Vec<String>)> {
+pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
     let mut found: Vec<Side> = Vec::new();
     for side in ["key", "value"] {
         let converter = config
@@ -44,7 +50,7 @@ pub fn flags(
     }
     let (mut args, mut used, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     let Some(first) = found.first() else {
-        return Ok((args, used, notes));
+        return Ok(Carried { args, used, notes });
     };
     if let Some(second) = found.get(1) {
         if second.url != first.url {
@@ -94,7 +100,7 @@ pub fn flags(
         }
         used.push("schema.name.adjustment.mode".into());
     }
-    Ok((args, used, notes))
+    Ok(Carried { args, used, notes })
 }
 
 struct Side {
@@ -281,7 +287,7 @@ mod tests {
 
     #[test]
     fn confluents_avro_converter_becomes_the_registry_flags_without_its_secret() {
-        let (args, used, notes) = flags(&config(
+        let Carried { args, used, notes } = flags(&config(
             "value.converter=io.confluent.connect.avro.AvroConverter\n\
              value.converter.schema.registry.url=https://sr.example:8081\n\
              value.converter.basic.auth.credentials.source=USER_INFO\n\
@@ -321,7 +327,7 @@ mod tests {
 
     #[test]
     fn apicurios_converter_points_walrelay_at_its_confluent_api() {
-        let (args, _, notes) = flags(&config(
+        let Carried { args, notes, .. } = flags(&config(
             "value.converter=io.apicurio.registry.utils.converter.AvroConverter\n\
              value.converter.apicurio.registry.url=http://apicurio:8080/apis/registry/v2\n\
              value.converter.apicurio.registry.auto-register=true\n\
