@@ -9,6 +9,11 @@
 #   scripts/apicurio.sh fetch            fetch and unpack it once; prints its folder
 #   scripts/apicurio.sh python           install confluent-kafka[avro,schemaregistry]
 #                                        into a venv once; prints its python
+#   scripts/apicurio.sh converter        Debezium's worker (scripts/debezium.sh fetch)
+#                                        with Apicurio's AvroConverter 2.6.13.Final
+#                                        as a second plugin; prints the folder to
+#                                        give scripts/debezium.sh as
+#                                        WALRELAY_DEBEZIUM_HOME
 #   scripts/apicurio.sh run PORT MPORT   the registry in the foreground (exec),
 #                                        HTTP on 127.0.0.1:PORT, health on MPORT
 #                                        (/health/ready); storage in memory (H2)
@@ -70,6 +75,36 @@ python() {
   echo "$venv/bin/python"
 }
 
+# Debezium's libs and connector, linked, and the converter's jars beside
+# them in plugins/apicurio-converter; the worker discovers plugins by their
+# ServiceLoader manifests, which the converter's jar lacks, so a small jar
+# adds one.
+converter() {
+  local base out plugin
+  base="$("$(dirname "$0")/debezium.sh" fetch)"
+  out="$cache/debezium-with-apicurio-converter-2.6.13.Final"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  rm -rf "$out"
+  mkdir -p "$out/plugins"
+  ln -s "$base/libs" "$out/libs"
+  ln -s "$base/plugins/debezium-connector-postgres" "$out/plugins/debezium-connector-postgres"
+  plugin="$out/plugins/apicurio-converter"
+  echo "fetching Apicurio's converter into $plugin" >&2
+  mvn -B -q -f "$(dirname "$0")/apicurio/converter-pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$plugin" >&2
+  local manifest="$out/manifest"
+  mkdir -p "$manifest/META-INF/services"
+  echo io.apicurio.registry.utils.converter.AvroConverter \
+    >"$manifest/META-INF/services/org.apache.kafka.connect.storage.Converter"
+  (cd "$manifest" && jar cf "$plugin/walrelay-apicurio-converter-services.jar" META-INF)
+  rm -rf "$manifest"
+  touch "$out/.complete"
+  echo "$out"
+}
+
 java21() {
   local candidate
   for candidate in "${WALRELAY_JAVA21:-}" /usr/lib/jvm/temurin-25-jdk-amd64/bin/java "$(command -v java || true)"; do
@@ -99,6 +134,7 @@ run() {
 case "${1:-}" in
   fetch) fetch ;;
   python) python ;;
+  converter) converter ;;
   run) [ $# -eq 3 ] || usage; run "$2" "$3" ;;
   *) usage ;;
 esac

@@ -94,4 +94,5 @@ if ! $demo_only; then
   # confluent-kafka's AvroDeserializer for tests/schema_registry.rs.
   scripts/apicurio.sh fetch >/dev/null
   scripts/apicurio.sh python >/dev/null
+  scripts/apicurio.sh converter >/dev/null
 fi

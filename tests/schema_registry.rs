@@ -256,3 +256,163 @@ async fn walrelay_check_tests_the_registry_and_a_dry_run_of_the_payload_schema()
         .unwrap()
         .contains("--schema-registry-url"));
 }
+
+/// Debezium 3.6.1's outbox router in Kafka Connect with Apicurio's
+/// AvroConverter (io.apicurio:apicurio-registry-utils-converter:2.6.13.Final,
+/// its own copy of Confluent's AvroData) set to Confluent's wire format
+/// (`apicurio.registry.id-handler=…Legacy4ByteIdHandler`, ids as
+/// `contentId`, which is the id Apicurio's Confluent-compatible API gives,
+/// and in the value: `headers.enabled=false`),
+/// and walrelay run with the command `migrate-from-debezium` prints for
+/// the same file, on the same rows into the same registry: the same datum
+/// decoded, the same record schema registered (with the one difference
+/// named below), both framed as Confluent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debeziums_apicurio_avro_converter_and_walrelay_agree_record_for_record() {
+    use support::debezium::{Connect, Properties};
+    let registry = SchemaRegistry::start();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::apache();
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE public.avro_outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, \
+             aggregateid text NOT NULL, type text NOT NULL, payload jsonb)",
+        )
+        .await
+        .unwrap();
+    let dir = support::TempDir::new("avro-oracle");
+    let file = |name: &str, prefix: &str| {
+        let mut p = Properties::outbox_connector(&pg, name, "public.avro_outbox", 1);
+        p.set(
+            "transforms.outbox.route.topic.replacement",
+            &format!("{prefix}.${{routedByValue}}"),
+        )
+        .set("transforms.outbox.table.expand.json.payload", "true")
+        .set(
+            "key.converter",
+            "org.apache.kafka.connect.storage.StringConverter",
+        )
+        .set(
+            "value.converter",
+            "io.apicurio.registry.utils.converter.AvroConverter",
+        )
+        .set(
+            "value.converter.apicurio.registry.url",
+            &format!("http://127.0.0.1:{}/apis/registry/v2", registry.port),
+        )
+        .set("value.converter.apicurio.registry.auto-register", "true")
+        // as-confluent=true alone is overridden by the converter's default
+        // id handler ("Duplicate id-handler configuration" in its log, and
+        // 8-byte ids): the 4-byte handler is named instead.
+        .set(
+            "value.converter.apicurio.registry.id-handler",
+            "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+        )
+        .set("value.converter.apicurio.registry.use-id", "contentId")
+        // The id in the value, not in a header (the converter's default).
+        .set("value.converter.apicurio.registry.headers.enabled", "false");
+        let path = dir.0.join(format!("{name}.properties"));
+        p.write(&path);
+        path
+    };
+    let dbz = file("dbz", "dbz");
+    let wr = file("wr", "wr");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["migrate-from-debezium", "--reuse-slot"])
+        .arg(&wr)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (command, notes) = text.split_once("\n\n").unwrap_or((&text, ""));
+    assert!(command.contains("--value-format avro"), "{text}");
+    assert!(command.contains("/apis/ccompat/v7"), "{text}");
+    assert!(!notes.contains("8-byte id"), "{notes}");
+
+    let home = std::process::Command::new("scripts/apicurio.sh")
+        .arg("converter")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        home.status.success(),
+        "{}",
+        String::from_utf8_lossy(&home.stderr)
+    );
+    let home = String::from_utf8(home.stdout).unwrap().trim().to_string();
+    let connect = Connect::start_in(Some(std::path::Path::new(&home)), &broker, &[dbz]);
+    let relay =
+        support::Relay::start_shell(command.trim(), &[("KAFKA_BROKERS", &broker.brokers())]);
+    relay.wait_ready(WAIT);
+    eventually(WAIT, "Debezium's slot active", || async {
+        let active: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'dbz' AND active",
+                &[],
+            )
+            .await
+            .ok()?
+            .get(0);
+        (active == 1).then_some(())
+    })
+    .await;
+
+    let payloads = [
+        json!({"version": 1, "order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
+        json!({"version": 1, "order_id": "o-2", "total_cents": 5, "tags": ["new"],
+               "customer": {"id": "c-7", "vip": false}, "ratio": 1.25}),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        client
+            .execute(
+                "INSERT INTO avro_outbox VALUES (gen_random_uuid(), 'order', $1, 'Placed', $2::text::jsonb)",
+                &[&format!("o-{}", i + 1), &payload.to_string()],
+            )
+            .await
+            .unwrap();
+    }
+    let brokers = broker.brokers();
+    let url = registry.url();
+    let theirs = read_with_confluent_kafka(&brokers, &url, "dbz.order", 2, false);
+    let ours = read_with_confluent_kafka(&brokers, &url, "wr.order", 2, false);
+    assert_eq!(
+        ours,
+        theirs,
+        "decoded records differ\nConnect's log:\n{}\nwalrelay's log:\n{}",
+        connect.log(),
+        relay.log()
+    );
+    assert_eq!(theirs[0]["value"], payloads[0]);
+
+    // The registered schemas, and the ids in the records.
+    let schema = |subject: &str| -> Value {
+        let (status, body) = registry.get(&format!("/subjects/{subject}/versions/latest"));
+        assert_eq!(status, 200, "{subject}: {body}");
+        let latest: Value = serde_json::from_str(&body).unwrap();
+        serde_json::from_str(latest["schema"].as_str().unwrap()).unwrap()
+    };
+    // One deliberate difference: the expanded payload's Connect schema is
+    // optional, and Confluent's AvroConverter registers what
+    // AvroData.fromConnectSchema gives for it, ["null", record]
+    // (AvroConverter.fromConnectData: `new AvroSchema(avroSchema)`), which
+    // walrelay follows; Apicurio's converter registers the datum's own
+    // schema, the record. The record itself is the same, property for
+    // property, so each side's consumers decode the other's records alike
+    // (above), and under BACKWARD the union may follow the record.
+    let dbz_schema = schema("dbz.order-value");
+    assert_eq!(schema("wr.order-value"), json!(["null", dbz_schema]));
+    let reader = broker.consumer();
+    reader.subscribe(&["dbz.order", "wr.order"]);
+    let records = reader.read(4, WAIT);
+    assert_eq!(records.len(), 4);
+    for record in &records {
+        // Both in Confluent's framing: magic byte 0, then a 4-byte id.
+        assert_eq!(record.raw_value.as_ref().unwrap()[0], 0, "{}", record.topic);
+    }
+}

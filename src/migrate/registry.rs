@@ -222,13 +222,24 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
             ));
             ccompat
         });
-        if !truthy(&get("apicurio.registry.as-confluent"), false) {
+        let as_confluent = truthy(&get("apicurio.registry.as-confluent"), false);
+        let four_bytes = get("apicurio.registry.id-handler")
+            .is_some_and(|h| h.ends_with(".Legacy4ByteIdHandler"));
+        let id_in_headers = truthy(&get("apicurio.registry.headers.enabled"), true);
+        if id_in_headers {
             notes.push(format!(
-                "{prefix}apicurio.registry.as-confluent is not true: Apicurio's converter wrote \
-                 its own framing (a magic byte and an 8-byte global id); walrelay writes \
-                 Confluent's (a magic byte and a 4-byte id), so configure consumers with \
-                 apicurio.registry.as-confluent=true, or Confluent's deserializer, before the \
-                 switch"
+                "{prefix}apicurio.registry.headers.enabled is not false: Apicurio's converter \
+                 put the schema id in a record header and the bare Avro datum in the value; \
+                 walrelay writes Confluent's framing (the id inside the value), so its \
+                 consumers must read that framing before the switch"
+            ));
+        } else if !as_confluent && !four_bytes {
+            notes.push(format!(
+                "{prefix}: neither apicurio.registry.as-confluent=true nor \
+                 apicurio.registry.id-handler=…Legacy4ByteIdHandler, so Apicurio's converter \
+                 wrote its own framing (a magic byte and an 8-byte id); walrelay writes \
+                 Confluent's (a magic byte and a 4-byte id), so configure consumers with the \
+                 4-byte id handler, or Confluent's deserializer, before the switch"
             ));
         }
         let _ = get("apicurio.registry.use-id");
@@ -331,7 +342,8 @@ mod tests {
             "value.converter=io.apicurio.registry.utils.converter.AvroConverter\n\
              value.converter.apicurio.registry.url=http://apicurio:8080/apis/registry/v2\n\
              value.converter.apicurio.registry.auto-register=true\n\
-             value.converter.apicurio.registry.as-confluent=true\n",
+             value.converter.apicurio.registry.as-confluent=true\n\
+             value.converter.apicurio.registry.headers.enabled=false\n",
         ))
         .unwrap();
         assert_eq!(
@@ -342,7 +354,9 @@ mod tests {
             )]
         );
         assert!(
-            !notes.iter().any(|n| n.contains("as-confluent is not true")),
+            !notes
+                .iter()
+                .any(|n| n.contains("8-byte id") || n.contains("header")),
             "{notes:?}"
         );
     }

@@ -176,7 +176,14 @@ registry = SchemaRegistryClient({"url": url, "timeout": 10})
 deserialize = AvroDeserializer(registry)
 consumer = Consumer({"bootstrap.servers": brokers, "group.id": "avro-reader",
                      "enable.auto.commit": False})
-partitions = consumer.list_topics(topic, timeout=20).topics[topic].partitions
+deadline = time.time() + 60
+partitions = {}
+while not partitions and time.time() < deadline:
+    # A topic its producer has not created yet has no partitions: wait.
+    found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    partitions = found.partitions if found is not None and found.error is None else {}
+    if not partitions:
+        time.sleep(0.5)
 consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
 
 def plain(v):
@@ -193,7 +200,6 @@ def plain(v):
     return v
 
 out = []
-deadline = time.time() + 60
 while len(out) < count and time.time() < deadline:
     msg = consumer.poll(1.0)
     if msg is None:
