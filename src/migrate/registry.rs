@@ -178,19 +178,18 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
         out.auto_register = truthy(&get("auto.register.schemas"), true);
         out.use_latest = truthy(&get("use.latest.version"), false);
         let strategy_key = format!("{side}.subject.name.strategy");
-        if let Some(strategy) = get(&strategy_key) {
-            out.strategy = match strategy.rsplit('.').next().unwrap_or("") {
-                "TopicNameStrategy" => None,
-                "RecordNameStrategy" => Some("record".into()),
-                "TopicRecordNameStrategy" => Some("topic-record".into()),
-                other => {
-                    notes.push(format!(
-                        "{prefix}{strategy_key}={other}: walrelay names subjects by topic, \
-                         record or topic-record only; the command uses topic"
-                    ));
-                    None
-                }
-            };
+        if let Some(class) = get(&strategy_key) {
+            let names = [
+                "TopicNameStrategy",
+                "RecordNameStrategy",
+                "TopicRecordNameStrategy",
+            ];
+            out.strategy = strategy(
+                &class,
+                names,
+                &format!("{prefix}{strategy_key}"),
+                &mut notes,
+            );
         }
         for (key, default) in [
             ("enhanced.avro.schema.support", false),
@@ -244,20 +243,19 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
         }
         let _ = get("apicurio.registry.use-id");
         out.auto_register = truthy(&get("apicurio.registry.auto-register"), false);
-        if let Some(strategy) = get("apicurio.registry.artifact-resolver-strategy") {
-            out.strategy = match strategy.rsplit('.').next().unwrap_or("") {
-                "TopicIdStrategy" => None,
-                "RecordIdStrategy" => Some("record".into()),
-                "TopicRecordIdStrategy" => Some("topic-record".into()),
-                other => {
-                    notes.push(format!(
-                        "{prefix}apicurio.registry.artifact-resolver-strategy={other}: walrelay \
-                         names subjects by topic, record or topic-record only; the command \
-                         uses topic"
-                    ));
-                    None
-                }
-            };
+        let strategy_key = "apicurio.registry.artifact-resolver-strategy";
+        if let Some(class) = get(strategy_key) {
+            let names = [
+                "TopicIdStrategy",
+                "RecordIdStrategy",
+                "TopicRecordIdStrategy",
+            ];
+            out.strategy = strategy(
+                &class,
+                names,
+                &format!("{prefix}{strategy_key}"),
+                &mut notes,
+            );
         }
         if get("apicurio.auth.username").is_some() || get("apicurio.auth.password").is_some() {
             notes.push(format!(
@@ -283,6 +281,25 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
     out.used = used;
     out.notes = notes;
     out
+}
+
+/// `--schema-registry-subject-strategy`'s value for a strategy class whose
+/// simple name is one of `names` (topic, record, topic-record); None for
+/// the default, with a note for one walrelay does not know.
+fn strategy(class: &str, names: [&str; 3], key: &str, notes: &mut Vec<String>) -> Option<String> {
+    let simple = class.rsplit('.').next().unwrap_or("");
+    match names.iter().position(|n| *n == simple) {
+        Some(0) => None,
+        Some(1) => Some("record".into()),
+        Some(_) => Some("topic-record".into()),
+        None => {
+            notes.push(format!(
+                "{key}={simple}: walrelay names subjects by topic, record or topic-record \
+                 only; the command uses topic"
+            ));
+            None
+        }
+    }
 }
 
 #[cfg(test)]
