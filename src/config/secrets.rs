@@ -131,6 +131,25 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_registrys_password_and_token_are_secrets() {
+        let found = secrets(&[
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u@h/db",
+            "--kafka-brokers",
+            "k:9092",
+            "--schema-registry-url",
+            "http://reg:8081",
+            "--schema-registry-basic-auth-user-info",
+            "svc:reg-s3cret",
+            "--schema-registry-bearer-token",
+            "tok-123",
+        ]);
+        assert_eq!(found, vec!["reg-s3cret".to_string(), "tok-123".to_string()]);
+    }
+
+    #[test]
     fn the_postgres_password_is_a_secret_in_both_spellings() {
         let found = secrets(&[
             "walrelay",
