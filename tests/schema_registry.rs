@@ -416,3 +416,67 @@ async fn debeziums_apicurio_avro_converter_and_walrelay_agree_record_for_record(
         assert_eq!(record.raw_value.as_ref().unwrap()[0], 0, "{}", record.topic);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_registration_locked_down_walrelay_looks_schemas_up_and_an_unregistered_one_is_poison()
+{
+    let registry = SchemaRegistry::start();
+    // The jsonb payload column's Connect schema (io.debezium.data.Json, a
+    // string) as AvroData writes it, registered ahead as an operator would.
+    let avro = r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#;
+    let body = json!({ "schema": avro }).to_string();
+    let (status, answer) = registry.send(
+        "POST",
+        "/subjects/outbox.event.AvroLocked-value/versions",
+        &body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["id"]
+        .as_i64()
+        .unwrap() as i32;
+    let url = registry.url();
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &url,
+        "--schema-registry-auto-register",
+        "false",
+        "--on-poison",
+        "dead-letter",
+    ])
+    .await;
+    events("AvroLocked", 1)
+        .payload(r#"{"locked": true}"#)
+        .insert(&stack.client)
+        .await;
+    events("AvroUnregistered", 1)
+        .id("00000000-0000-0000-0000-0000000000d1")
+        .insert(&stack.client)
+        .await;
+
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &url,
+        "outbox.event.AvroLocked",
+        1,
+        false,
+    );
+    // io.debezium.data.Json is the JSON text, as Debezium writes it.
+    assert_eq!(read[0]["value"], json!(r#"{"locked": true}"#));
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.AvroLocked"]);
+    let raw = reader.read(1, WAIT);
+    let value = raw[0].raw_value.as_ref().unwrap();
+    assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), id);
+
+    let dead = stack.broker.consumer();
+    dead.subscribe(&["walrelay.dead-letter"]);
+    let dead = dead.read(1, WAIT);
+    assert_eq!(dead.len(), 1, "log:\n{}", stack.relay.log());
+    let reason = dead[0].header("walrelay.reason").unwrap();
+    assert!(reason.contains("auto-registration is off"), "{reason}");
+    // Nothing was registered.
+    let (status, _) = registry.get("/subjects/outbox.event.AvroUnregistered-value/versions");
+    assert_eq!(status, 404);
+}
