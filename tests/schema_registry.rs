@@ -480,3 +480,40 @@ async fn with_registration_locked_down_walrelay_looks_schemas_up_and_an_unregist
     let (status, _) = registry.get("/subjects/outbox.event.AvroUnregistered-value/versions");
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() {
+    let registry = SchemaRegistry::start();
+    let subject = "/subjects/outbox.event.AvroLatest-value/versions";
+    let register = |avro: &str| {
+        let (status, answer) =
+            registry.send("POST", subject, &json!({ "schema": avro }).to_string());
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<Value>(&answer).unwrap()["id"]
+            .as_i64()
+            .unwrap() as i32
+    };
+    register(r#""string""#);
+    let latest =
+        register(r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#);
+    let url = registry.url();
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &url,
+        "--schema-registry-auto-register",
+        "false",
+        "--schema-registry-use-latest-version",
+    ])
+    .await;
+    events("AvroLatest", 2).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.AvroLatest"]);
+    for record in reader.read(2, WAIT) {
+        let value = record.raw_value.unwrap();
+        assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), latest);
+    }
+    let (_, versions) = registry.get(subject);
+    assert_eq!(versions.trim(), "[1,2]", "nothing registered");
+}
