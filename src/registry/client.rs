@@ -256,6 +256,23 @@ mod tests {
     }
 
     #[test]
+    fn a_bearer_token_and_basic_auth_become_the_authorization_header() {
+        let bearer =
+            Client::new("https://reg.local/", &Auth::Bearer("tok-1".into()), None).unwrap();
+        assert_eq!(bearer.endpoint.authorization(), Some("Bearer tok-1"));
+        assert_eq!(bearer.endpoint.port(), 443);
+        // RFC 7617: base64 of "svc:pw".
+        let basic = Client::new("http://reg.local/", &Auth::Basic("svc:pw".into()), None).unwrap();
+        assert_eq!(basic.endpoint.authorization(), Some("Basic c3ZjOnB3"));
+        let missing = Client::new(
+            "https://reg.local/",
+            &Auth::None,
+            Some("/nonexistent/ca.pem"),
+        );
+        assert!(missing.unwrap_err().contains("--schema-registry-ca-file"));
+    }
+
+    #[test]
     fn statuses_sort_failures_into_what_walrelay_does_about_them() {
         let answer = |status| Response {
             status,
