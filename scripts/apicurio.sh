@@ -18,6 +18,10 @@
 #                                        HTTP on 127.0.0.1:PORT, health on MPORT
 #                                        (/health/ready); storage in memory (H2)
 #
+# With WALRELAY_APICURIO_TLS_CERT and WALRELAY_APICURIO_TLS_KEY (PEM files),
+# PORT serves HTTPS only (plain HTTP on a port Quarkus picks); the health
+# port MPORT stays plain HTTP.
+#
 # It needs Java 21 or newer: WALRELAY_JAVA21 names a java, else Temurin 25
 # at /usr/lib/jvm/temurin-25-jdk-amd64, else the java on PATH if it is 21+.
 # Everything lives in ${WALRELAY_CACHE:-$HOME/.cache/walrelay}, never in
@@ -123,9 +127,15 @@ java21() {
 run() {
   local port="$1" mport="$2"
   [ -f "$home/quarkus-app/quarkus-run.jar" ] || { echo "apicurio.sh: run scripts/apicurio.sh fetch first" >&2; exit 1; }
+  local listen=(-Dquarkus.http.port="$port")
+  if [ -n "${WALRELAY_APICURIO_TLS_CERT:-}" ]; then
+    listen=(-Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$port"
+      -Dquarkus.http.ssl.certificate.files="$WALRELAY_APICURIO_TLS_CERT"
+      -Dquarkus.http.ssl.certificate.key-files="$WALRELAY_APICURIO_TLS_KEY")
+  fi
   # A small JVM beside Postgres and a broker on 2 cores.
   exec "$(java21)" -Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
+    -Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
     -Dquarkus.management.port="$mport" -Dquarkus.management.host=127.0.0.1 \
     -Dquarkus.log.level=WARN \
     -jar "$home/quarkus-app/quarkus-run.jar"

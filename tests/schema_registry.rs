@@ -517,3 +517,69 @@ async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() 
     let (_, versions) = registry.get(subject);
     assert_eq!(versions.trim(), "[1,2]", "nothing registered");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_over_tls_is_used_with_its_ca_file_and_refused_without_it() {
+    let registry = SchemaRegistry::start_tls();
+    let ca = registry.ca.clone().unwrap();
+    let url = registry.url();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::start();
+    pg.client_with_outbox().await;
+    let check = |ca: Option<&str>| {
+        let mut args: Vec<String> = [
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &url,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(ca) = ca {
+            args.extend(["--schema-registry-ca-file".to_string(), ca.to_string()]);
+        }
+        let (_, doc, out) = support::check_json(&args);
+        (
+            support::check_entry(&doc, "registry.reachable").clone(),
+            out,
+        )
+    };
+    let (reachable, out) = check(None);
+    assert_eq!(reachable["status"], "fail", "{out}");
+    assert!(
+        reachable["detail"].as_str().unwrap().contains("TLS"),
+        "{out}"
+    );
+    let (reachable, out) = check(Some(ca.to_str().unwrap()));
+    assert_eq!(reachable["status"], "pass", "{out}");
+
+    let relay = support::Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &url,
+            "--schema-registry-ca-file",
+            ca.to_str().unwrap(),
+        ],
+    );
+    relay.wait_ready(WAIT);
+    let client = pg.client().await;
+    events("AvroTls", 1).insert(&client).await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.AvroTls"]);
+    let got = reader.read(1, WAIT);
+    assert_eq!(got.len(), 1, "log:\n{}", relay.log());
+    assert_eq!(got[0].raw_value.as_ref().unwrap()[0], 0);
+    assert_eq!(
+        relay.metric("walrelay_schema_registry_reachable"),
+        Some(1.0)
+    );
+}

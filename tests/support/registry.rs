@@ -12,6 +12,8 @@ use super::{free_port, TempDir};
 pub struct SchemaRegistry {
     pub port: u16,
     management: u16,
+    /// With TLS: the CA that signed its certificate (for localhost).
+    pub ca: Option<PathBuf>,
     child: Option<Child>,
     dir: TempDir,
 }
@@ -38,8 +40,82 @@ impl SchemaRegistry {
         let mut registry = SchemaRegistry {
             port: free_port(),
             management: free_port(),
+            ca: None,
             child: None,
             dir: TempDir::new("apicurio"),
+        };
+        registry.restart();
+        registry
+    }
+
+    /// `start`, serving HTTPS with a certificate for localhost from a CA
+    /// of its own (`ca`).
+    pub fn start_tls() -> Self {
+        script_output("fetch");
+        let dir = TempDir::new("apicurio");
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir.0)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=walrelay registry test CA",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        std::fs::write(dir.0.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        let mut registry = SchemaRegistry {
+            port: free_port(),
+            management: free_port(),
+            ca: Some(dir.0.join("ca.pem")),
+            child: None,
+            dir,
         };
         registry.restart();
         registry
@@ -53,7 +129,13 @@ impl SchemaRegistry {
             .append(true)
             .open(self.dir.0.join("registry.log"))
             .unwrap();
-        let child = Command::new(script())
+        let mut command = Command::new(script());
+        if self.ca.is_some() {
+            command
+                .env("WALRELAY_APICURIO_TLS_CERT", self.dir.0.join("server.crt"))
+                .env("WALRELAY_APICURIO_TLS_KEY", self.dir.0.join("server.key"));
+        }
+        let child = command
             .args(["run", &self.port.to_string(), &self.management.to_string()])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -82,7 +164,10 @@ impl SchemaRegistry {
 
     /// The Confluent-compatible API's URL, as --schema-registry-url takes it.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/apis/ccompat/v7", self.port)
+        match self.ca {
+            None => format!("http://127.0.0.1:{}/apis/ccompat/v7", self.port),
+            Some(_) => format!("https://localhost:{}/apis/ccompat/v7", self.port),
+        }
     }
 
     pub fn log(&self) -> String {
