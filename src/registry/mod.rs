@@ -87,6 +87,8 @@ struct Compiled {
     avro: String,
     /// The name RecordNameStrategy uses.
     record_name: String,
+    /// Its id under each subject it was written to.
+    ids: Mutex<HashMap<String, i32>>,
 }
 
 /// Writes records in the Confluent wire format, with one registry request
@@ -96,8 +98,8 @@ pub struct Serializer {
     settings: RegistrySettings,
     /// By the JsonConverter schema text.
     compiled: Mutex<HashMap<String, Arc<Compiled>>>,
-    /// By (subject, Avro text); with use.latest.version by (subject, "").
-    ids: Mutex<HashMap<(String, String), i32>>,
+    /// With use.latest.version: each subject's latest id, whatever the schema.
+    latest: Mutex<HashMap<String, i32>>,
 }
 
 impl std::fmt::Debug for Serializer {
@@ -115,7 +117,7 @@ impl Serializer {
             client,
             settings,
             compiled: Mutex::new(HashMap::new()),
-            ids: Mutex::new(HashMap::new()),
+            latest: Mutex::new(HashMap::new()),
         })
     }
 
@@ -138,7 +140,7 @@ impl Serializer {
             return Ok(None);
         }
         let subject = self.subject(topic, side, &compiled.record_name);
-        let id = self.id(metrics, &subject, &compiled.avro).await?;
+        let id = self.id(metrics, &subject, &compiled).await?;
         let mut out = Vec::with_capacity(document.len());
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());
@@ -234,6 +236,7 @@ impl Serializer {
             connect,
             avro,
             record_name,
+            ids: Mutex::new(HashMap::new()),
         });
         self.compiled
             .lock()
@@ -254,19 +257,19 @@ impl Serializer {
         }
     }
 
-    async fn id(&self, metrics: &Metrics, subject: &str, avro: &str) -> Result<i32, Unwritten> {
+    /// The schema's id under `subject`: cached, or asked once.
+    async fn id(
+        &self,
+        metrics: &Metrics,
+        subject: &str,
+        compiled: &Compiled,
+    ) -> Result<i32, Unwritten> {
         let latest = !self.settings.auto_register && self.settings.use_latest_version;
-        let key = (
-            subject.to_string(),
-            if latest {
-                String::new()
-            } else {
-                avro.to_string()
-            },
-        );
-        if let Some(id) = self.ids.lock().expect("not poisoned").get(&key) {
+        let cache = if latest { &self.latest } else { &compiled.ids };
+        if let Some(id) = cache.lock().expect("not poisoned").get(subject) {
             return Ok(*id);
         }
+        let avro = &compiled.avro;
         let answer = if self.settings.auto_register {
             self.client.register(subject, avro).await
         } else if latest {
@@ -277,7 +280,10 @@ impl Serializer {
         let reachable = !matches!(answer, Err(Trouble::Unreachable(_)));
         metrics.set_schema_registry_reachable(reachable);
         let id = answer.map_err(|trouble| self.refusal(subject, trouble))?;
-        self.ids.lock().expect("not poisoned").insert(key, id);
+        cache
+            .lock()
+            .expect("not poisoned")
+            .insert(subject.to_string(), id);
         Ok(id)
     }
 
