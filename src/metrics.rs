@@ -16,6 +16,7 @@ use tracing::{debug, info};
 
 use crate::error::{Error, Result};
 
+pub mod meter;
 mod per_event;
 
 pub use per_event::EventTimings;
@@ -493,7 +494,7 @@ impl Metrics {
 
     /// The first start's snapshot (`run --snapshot-where`): whether it
     /// runs, its rows and those acknowledged, its rate and time left.
-    pub fn set_snapshot(&self, running: bool, rate: &crate::lifecycle::meter::Rate) {
+    pub fn set_snapshot(&self, running: bool, rate: &crate::metrics::meter::Rate) {
         let g = &self.0.snapshot;
         g.running.set(i64::from(running));
         g.rows.set(rate.total as i64);

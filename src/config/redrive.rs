@@ -5,6 +5,7 @@ use rdkafka::config::ClientConfig;
 
 use super::KafkaArgs;
 use crate::error::{Error, Result};
+use crate::kafka::aliases::is_producer_only;
 use crate::kafka::client::client_config;
 use crate::kafka::topics::TopicPolicy;
 use crate::outbox::routing::validate_topic;
@@ -132,34 +133,6 @@ impl RedriveArgs {
             topics,
         })
     }
-}
-
-/// -X properties a consumer does not take (librdkafka warns about each).
-pub(crate) fn is_producer_only(key: &str) -> bool {
-    matches!(
-        key,
-        "acks"
-            | "request.required.acks"
-            | "enable.idempotence"
-            | "linger.ms"
-            | "queue.buffering.max.ms"
-            | "batch.num.messages"
-            | "batch.size"
-            | "message.timeout.ms"
-            | "delivery.timeout.ms"
-            | "compression.type"
-            | "compression.codec"
-            | "topic.compression.type"
-            | "partitioner"
-            | "max.in.flight.requests.per.connection"
-            | "max.in.flight"
-            | "queue.buffering.max.messages"
-            | "queue.buffering.max.kbytes"
-            | "retries"
-            | "message.send.max.retries"
-            | "transactional.id"
-            | "transaction.timeout.ms"
-    )
 }
 
 #[cfg(test)]

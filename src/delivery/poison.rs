@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use super::progress::{Ticket, TxnRef};
-use crate::checkpoint::TxnSeq;
 use crate::config::OnPoison;
+use crate::delivery::checkpoint::TxnSeq;
 use crate::error::Error;
 use crate::outbox::mapping::OutboxEvent;
 use crate::postgres::lsn::Lsn;

@@ -116,6 +116,34 @@ fn lookup<'a>(aliases: &[(&str, &'static str)], key: &'a str) -> &'a str {
         .map_or(key, |(_, name)| name)
 }
 
+/// -X properties a consumer does not take (librdkafka warns about each).
+pub fn is_producer_only(key: &str) -> bool {
+    matches!(
+        key,
+        "acks"
+            | "request.required.acks"
+            | "enable.idempotence"
+            | "linger.ms"
+            | "queue.buffering.max.ms"
+            | "batch.num.messages"
+            | "batch.size"
+            | "message.timeout.ms"
+            | "delivery.timeout.ms"
+            | "compression.type"
+            | "compression.codec"
+            | "topic.compression.type"
+            | "partitioner"
+            | "max.in.flight.requests.per.connection"
+            | "max.in.flight"
+            | "queue.buffering.max.messages"
+            | "queue.buffering.max.kbytes"
+            | "retries"
+            | "message.send.max.retries"
+            | "transactional.id"
+            | "transaction.timeout.ms"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::{canonical, ALIASES, ALSO_GLOBAL, TOPIC_ALIASES, TOPIC_PROPERTIES};

@@ -166,7 +166,7 @@ async fn warn_unless_compacted(admin: &AdminClient<DefaultClientContext>, topic:
 pub fn reader_config(client: &ClientConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in client.config_map() {
-        if !crate::config::is_producer_only(key) {
+        if !super::aliases::is_producer_only(key) {
             config.set(key, value);
         }
     }

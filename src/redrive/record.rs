@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use crate::sink::{Header, OwnedRecord};
 
-/// The topic the event was routed to (`relay/poison.rs` adds it).
+/// The topic the event was routed to (`delivery/poison.rs` adds it).
 pub const ORIGINAL_TOPIC: &str = "walrelay.original-topic";
 /// Why the event was dead-lettered: the newest reason.
 pub const REASON: &str = "walrelay.reason";
@@ -191,7 +191,7 @@ mod tests {
         (Cow::Borrowed(name), Some(Bytes::from(value.to_string())))
     }
 
-    /// A record as `relay/poison.rs` writes it.
+    /// A record as `delivery/poison.rs` writes it.
     fn dead_letter(event_type: &str) -> DeadLetter {
         DeadLetter::new(
             2,

@@ -29,8 +29,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::publish::transaction::{Memory, Run, TransactionMetrics};
 use crate::config::{ExactlyOnce, Settings};
+use crate::delivery::progress::Ticket;
+use crate::delivery::publish::transaction::{Memory, Run, TransactionMetrics};
 use crate::error::{Error, Result};
 use crate::kafka::position::Position;
 use crate::kafka::producer::KafkaSink;
@@ -39,7 +40,6 @@ use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::replication::SystemInfo;
 use crate::postgres::state::ServerId;
-use crate::relay::progress::Ticket;
 
 /// What outlives sessions.
 pub struct Shared {

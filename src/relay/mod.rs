@@ -6,9 +6,6 @@
 
 mod apply;
 mod exactly_once;
-mod poison;
-pub mod progress;
-pub mod publish;
 mod refused;
 mod resume;
 mod standby;
@@ -43,8 +40,8 @@ use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
 use resume::Confirmed;
 
+pub use crate::delivery::{Ticket, TxnRef};
 pub use apply::ApplyLoop;
-pub use progress::{Ticket, TxnRef};
 pub use upstream::{PgUpstream, Upstream};
 
 /// A session that streamed this long before failing resets the backoff.

@@ -82,7 +82,7 @@ impl Relay {
     fn launch(
         flags: &[&str],
         (sink, handle): (MemorySink<Ticket>, MemoryHandle<Ticket>),
-        run: Option<super::publish::transaction::Run>,
+        run: Option<crate::delivery::publish::transaction::Run>,
     ) -> Relay {
         // Status updates often enough that a test sees each step.
         let mut argv = vec!["--status-interval", "20ms"];

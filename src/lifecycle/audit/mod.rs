@@ -16,11 +16,11 @@ use tracing::{debug, info};
 
 use report::{ident, replay_command, Output, LIST_IDS};
 
-use super::meter::Meter;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
 use crate::config::{AuditArgs, AuditFlags, Settings, Source};
 use crate::error::{Error, Result};
 use crate::kafka::reader::TopicReader;
+use crate::metrics::meter::Meter;
 use crate::postgres::names::{quote_ident, quote_literal};
 use crate::postgres::pgoutput::Datum;
 use crate::postgres::setup;
