@@ -171,8 +171,8 @@ const FLOORS: &[&[&str]] = &[
     &["sink", "retention", "watchdog"],
     &["kafka", "outbox"],
     &["config"],
-    &["delivery", "redrive", "status", "completions"],
-    &["lifecycle"],
+    &["delivery", "status", "completions"],
+    &["lifecycle", "redrive"],
     &["relay"],
     &["check"],
 ];

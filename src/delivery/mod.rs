@@ -8,12 +8,14 @@
 //! - `progress` tracks what is in flight and what may be confirmed;
 //! - `checkpoint` decides which commit LSN is safe to confirm;
 //! - `poison` sends what cannot be published to the dead-letter topic, or
-//!   stops with the fix.
+//!   stops with the fix; `dead_letter` is that record's format, which
+//!   `redrive` and `audit` read.
 //!
 //! It knows nothing of sessions, slots or reconnects (`relay`), nor of
 //! snapshots and replays (`lifecycle`): both sit above it.
 
 pub mod checkpoint;
+pub mod dead_letter;
 pub(crate) mod poison;
 pub mod progress;
 pub mod publish;

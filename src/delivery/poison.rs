@@ -8,10 +8,9 @@
 //!
 //! This module only decides; the apply loop does the producing.
 
-use std::borrow::Cow;
-
 use bytes::Bytes;
 
+use super::dead_letter;
 use super::progress::{Ticket, TxnRef};
 use crate::config::OnPoison;
 use crate::delivery::checkpoint::TxnSeq;
@@ -122,17 +121,13 @@ impl Poisoned {
     /// The whole event for the dead-letter topic: its key, value and
     /// headers, then why and where from. The partition is the topic's choice.
     fn dead_letter_copy(&self, dead_letter_topic: &str) -> OwnedRecord {
-        let lsn = self.commit_lsn.to_string();
         let mut headers = self.record.headers.clone();
-        headers.push(header("walrelay.reason", Some(self.reason.clone())));
-        headers.push((Cow::Borrowed("walrelay.event-id"), self.event_id.clone()));
-        headers.push(header("walrelay.commit-lsn", Some(lsn)));
-        if !self.record.topic.is_empty() {
-            headers.push(header(
-                "walrelay.original-topic",
-                Some(self.record.topic.clone()),
-            ));
-        }
+        headers.extend(dead_letter::own_headers(
+            &self.reason,
+            self.event_id.as_ref(),
+            self.commit_lsn,
+            &self.record.topic,
+        ));
         OwnedRecord {
             topic: dead_letter_topic.to_string(),
             key: self.record.key.clone(),
@@ -220,10 +215,6 @@ fn unknown_partition(refusal: &Refusal) -> Option<i32> {
     }
 }
 
-fn header(name: &'static str, value: Option<String>) -> crate::sink::Header {
-    (Cow::Borrowed(name), value.map(Bytes::from))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +224,10 @@ mod tests {
             id: Some(Bytes::from_static(b"e-1")),
             key: Some(Bytes::from_static(b"order-1")),
             payload: Some(Bytes::from_static(b"{}")),
-            headers: vec![(Cow::Borrowed("id"), Some(Bytes::from_static(b"e-1")))],
+            headers: vec![(
+                std::borrow::Cow::Borrowed("id"),
+                Some(Bytes::from_static(b"e-1")),
+            )],
             ..OutboxEvent::default()
         };
         let txn = TxnRef {

@@ -162,7 +162,7 @@ fn dead_lettered(reader: &TopicReader, settings: &Settings, from_ms: i64) -> Res
             let id = message.headers().and_then(|headers| {
                 headers
                     .iter()
-                    .find(|h| h.key == "walrelay.event-id")
+                    .find(|h| h.key == crate::delivery::dead_letter::EVENT_ID)
                     .and_then(|h| h.value)
             });
             if let Some(id) = id {
