@@ -229,7 +229,7 @@ async fn supervise(
             // a steady pace so this one takes over soon after it goes away.
             // Kafka is probed meanwhile too: a standby that could not reach
             // it could not take over, and must not look like one that can.
-            let _probe = crate::kafka::topics::admin_client(&settings.kafka).map(|admin| {
+            let _probe = crate::kafka::factory::admin_client(&settings.kafka).map(|admin| {
                 crate::kafka::reachability::watch(
                     admin,
                     settings.kafka_brokers.clone(),

@@ -27,8 +27,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -358,18 +356,11 @@ pub async fn probe(
     slot: &str,
     deadline: Instant,
 ) -> Result<()> {
-    let mut admin_config = config.clone();
-    admin_config.set("allow.auto.create.topics", "false");
-    let admin: AdminClient<DefaultClientContext> = admin_config
-        .create()
-        .map_err(|e| super::secrets::client_refused("the Kafka admin client", &e, &admin_config))?;
-    let admin = std::sync::Arc::new(admin);
-    super::msk_iam::keep_admin_token(&admin_config, &admin);
+    let admin = super::factory::admin_client(config)?;
     position::ensure_topic(&admin, position_topic, replication_factor).await?;
     let id = TransactionalId::new(probe_id(slot), config);
     let producer_config = self::config(config, &id);
-    let producer = super::polled::create(&producer_config, TokenContext)
-        .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
+    let producer = super::factory::producer(&producer_config, TokenContext)?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
     blocking(move || {
         init(&producer, &id, deadline).map_err(coordinator_unavailable)?;
