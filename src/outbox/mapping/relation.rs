@@ -139,6 +139,9 @@ struct Columns<'a> {
     defaults: Vec<Option<Bytes>>,
 }
 
+/// The placements whose column the table has, and where each column is.
+type Placements<'a> = (Vec<&'a Placement>, Vec<(Col, Target)>);
+
 /// A record's value schema, or its envelope's schema and name.
 type ValueSchemas = (Option<ConnectSchema>, Option<(ConnectSchema, String)>);
 
@@ -167,7 +170,7 @@ impl<'a> Columns<'a> {
 
     /// The placements whose column the table has (all of them unless
     /// --fields-additional-missing ignore), and where each column is.
-    fn placements(&self) -> Result<(Vec<&'a Placement>, Vec<(Col, Target)>), Error> {
+    fn placements(&self) -> Result<Placements<'a>, Error> {
         let config = self.config;
         let present: Vec<&Placement> = config
             .placements
