@@ -80,3 +80,49 @@ pub fn admin(config: &ClientConfig) -> KafkaResult<Arc<AdminClient<DefaultClient
 pub fn admin_client(config: &ClientConfig) -> Result<Arc<AdminClient<DefaultClientContext>>> {
     admin(config).map_err(|e| client_refused("the Kafka admin client", &e, config))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_consumer_takes_the_operators_properties_less_a_producers_between_defaults_and_requirements(
+    ) {
+        let operator = [
+            ("security.protocol", "SASL_SSL"),
+            ("client.id", "theirs"),
+            ("linger.ms", "20"),
+            ("request.required.acks", "1"),
+            ("group.id", "theirs"),
+        ];
+        let config = consumer_config(
+            &[("client.id", "walrelay-audit")],
+            operator,
+            &[("group.id", "walrelay-audit")],
+        );
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        // The operator overrides a default, not a requirement.
+        assert_eq!(config.get("client.id"), Some("theirs"));
+        assert_eq!(config.get("group.id"), Some("walrelay-audit"));
+        assert_eq!(config.get("linger.ms"), None);
+        assert_eq!(config.get("request.required.acks"), None);
+    }
+
+    #[test]
+    fn a_consumer_librdkafka_refuses_is_named_without_the_secret_it_was_given() {
+        let config = consumer_config(
+            &[("bootstrap.servers", "b:9092")],
+            [("sasl.pasword", "hunter3")],
+            &[],
+        );
+        let Err(error) = consumer::<rdkafka::consumer::BaseConsumer<TokenContext>>(
+            &config,
+            "the Kafka consumer",
+        ) else {
+            panic!("librdkafka took a misspelt property");
+        };
+        let text = error.report();
+        assert!(text.contains("cannot create the Kafka consumer"), "{text}");
+        assert!(!text.contains("hunter3"), "{text}");
+    }
+}
