@@ -20,15 +20,37 @@ pub enum Kind {
     Standby,
 }
 
-/// A stop whose cause decides more than the exit: the start refused for
-/// a slot that is gone keeps `/metrics` up so that its alert can fire
-/// (`relay::refused`), whichever way the slot went.
+/// Why walrelay stopped for good where the data is at stake: a test, and
+/// anything that must act on the stop, reads the cause rather than the
+/// message. Each error that carries one names the LSN range at risk and
+/// the fix in its message. docs/delivery-guarantees.md lists them with the
+/// test that pins each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     /// The slot walrelay streamed from no longer exists (`WalrelaySlotMissing`).
     SlotMissing,
     /// Postgres invalidated the slot, `wal_status = lost` (`WalrelaySlotWalUnreserved`).
     SlotLost,
+    /// The outbox table walrelay accepted was replaced, or left the
+    /// publication, or is no longer published as it was.
+    OutboxChanged,
+    /// Another configuration reads the slot (`--accept-config-change`).
+    SettingsChanged,
+    /// An event cannot be published and `--on-poison halt` stops on it.
+    Poison,
+    /// Another producer took the slot's `transactional.id` (exactly once).
+    Fenced,
+    /// Kafka lost transactions it had reported committed (exactly once).
+    KafkaLostCommit,
+}
+
+impl StopCause {
+    /// Whether walrelay waits to be stopped rather than exit, so that
+    /// `/metrics` keeps showing the slot's state and its alert can fire
+    /// (`relay::refused`): a start refused for a slot that is gone.
+    pub fn holds(self) -> bool {
+        matches!(self, StopCause::SlotMissing | StopCause::SlotLost)
+    }
 }
 
 pub struct Error {

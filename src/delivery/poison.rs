@@ -14,7 +14,7 @@ use super::dead_letter;
 use super::progress::{Ticket, TxnRef};
 use crate::config::OnPoison;
 use crate::delivery::checkpoint::TxnSeq;
-use crate::error::Error;
+use crate::error::{Error, StopCause};
 use crate::outbox::mapping::OutboxEvent;
 use crate::postgres::lsn::Lsn;
 use crate::sink::{Failure, OwnedRecord, Refusal, Rejection};
@@ -106,14 +106,17 @@ impl Poisoned {
     /// The policy's decision for this event.
     pub fn verdict(&self, on_poison: OnPoison, dead_letter_topic: &str) -> Verdict {
         match on_poison {
-            OnPoison::Halt => Verdict::Halt(Error::permanent(format!(
-                "cannot publish event {} ({}): {}. {}; fix the cause and restart, or run with \
+            OnPoison::Halt => Verdict::Halt(
+                Error::permanent(format!(
+                    "cannot publish event {} ({}): {}. {}; fix the cause and restart, or run with \
                  --on-poison dead-letter to park such events in {dead_letter_topic}",
-                text(self.event_id.as_ref()),
-                origin(self.commit_lsn),
-                self.reason,
-                stopped(self.commit_lsn),
-            ))),
+                    text(self.event_id.as_ref()),
+                    origin(self.commit_lsn),
+                    self.reason,
+                    stopped(self.commit_lsn),
+                ))
+                .with_cause(StopCause::Poison),
+            ),
             OnPoison::DeadLetter => Verdict::DeadLetter(self.dead_letter_copy(dead_letter_topic)),
         }
     }
@@ -298,5 +301,13 @@ mod tests {
         let mut p = poisoned("Kafka rejected it");
         p.unknown_partition = Some(partition);
         p
+    }
+
+    #[test]
+    fn halting_on_a_poison_event_is_the_poison_stop_cause() {
+        let Verdict::Halt(error) = poisoned("too big").verdict(OnPoison::Halt, "dl") else {
+            panic!("expected a halt");
+        };
+        assert_eq!(error.stop_cause(), Some(StopCause::Poison));
     }
 }

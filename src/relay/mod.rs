@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::{OnUpdate, RunArgs, Settings, Source};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result, StopCause};
 use crate::kafka::producer::KafkaSink;
 use crate::lifecycle::snapshot;
 use crate::metrics::{self, Metrics};
@@ -132,7 +132,9 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
     // A refused start whose slot is missing or lost keeps /metrics up, so
     // that the alert on it can fire (`refused`).
     let result = match result {
-        Err(e) if !cut_short && !e.is_transient() && e.stop_cause().is_some() => {
+        Err(e)
+            if !cut_short && !e.is_transient() && e.stop_cause().is_some_and(StopCause::holds) =>
+        {
             refused::hold(e, &mut shutdown).await
         }
         result => result,

@@ -133,7 +133,8 @@ pub fn error(
              started since (another walrelay took over slot streaming, or was started on it), \
              so this one stopped while {what}; its open Kafka transaction is aborted and the \
              instance that fenced it goes on from the last committed position ({reason})"
-        ));
+        ))
+        .with_cause(crate::error::StopCause::Fenced);
     }
     if code == Some(RDKafkaErrorCode::UnsupportedFeature)
         || text.contains("not supported by broker")
@@ -519,5 +520,20 @@ mod tests {
         assert!(!stops_at_once(RDKafkaErrorCode::Fenced, &id));
         // A fatal error whose cause the client did not name still stops.
         assert!(stops_at_once(RDKafkaErrorCode::Fatal, &id));
+    }
+
+    #[test]
+    fn a_fence_by_another_producer_is_the_fenced_stop_cause() {
+        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
+        let fenced = error(
+            "committing a transaction",
+            &id,
+            KafkaError::Global(RDKafkaErrorCode::Fatal),
+            Some((
+                RDKafkaErrorCode::ProducerFenced,
+                "Producer fenced by newer instance".into(),
+            )),
+        );
+        assert_eq!(fenced.stop_cause(), Some(crate::error::StopCause::Fenced));
     }
 }
