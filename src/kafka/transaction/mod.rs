@@ -425,18 +425,23 @@ mod tests {
         assert_eq!(coordinator_unavailable(fenced).report(), "fenced");
     }
 
-    #[test]
-    fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
-        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
-        let fenced = error(
+    /// A commit refused because a newer producer took the id.
+    fn fenced_by_a_newer_producer(id: &TransactionalId) -> Error {
+        error(
             "committing a transaction",
-            &id,
+            id,
             KafkaError::Global(RDKafkaErrorCode::Fatal),
             Some((
                 RDKafkaErrorCode::ProducerFenced,
                 "Producer fenced by newer instance".into(),
             )),
-        );
+        )
+    }
+
+    #[test]
+    fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
+        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
+        let fenced = fenced_by_a_newer_producer(&id);
         assert!(!fenced.is_transient());
         assert!(
             fenced.report().contains("fenced") && fenced.report().contains("walrelay-1-s"),
@@ -525,15 +530,7 @@ mod tests {
     #[test]
     fn a_fence_by_another_producer_is_the_fenced_stop_cause() {
         let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
-        let fenced = error(
-            "committing a transaction",
-            &id,
-            KafkaError::Global(RDKafkaErrorCode::Fatal),
-            Some((
-                RDKafkaErrorCode::ProducerFenced,
-                "Producer fenced by newer instance".into(),
-            )),
-        );
+        let fenced = fenced_by_a_newer_producer(&id);
         assert_eq!(fenced.stop_cause(), Some(crate::error::StopCause::Fenced));
     }
 }

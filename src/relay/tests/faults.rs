@@ -20,6 +20,13 @@ async fn midway() -> Relay {
     relay
 }
 
+/// The furthest position a status update confirmed: the first commit's,
+/// nothing of the interrupted transaction.
+fn assert_still_at_the_first_commit(confirmed: &Mutex<Vec<Lsn>>) {
+    let furthest = confirmed.lock().unwrap().iter().copied().max();
+    assert_eq!(furthest, Some(commit_end(INSERT)));
+}
+
 #[tokio::test]
 async fn a_connection_dropped_in_the_middle_of_a_transaction_confirms_nothing_of_it() {
     let relay = midway().await;
@@ -28,8 +35,7 @@ async fn a_connection_dropped_in_the_middle_of_a_transaction_confirms_nothing_of
     let error = relay.error().await;
     assert!(error.is_transient(), "{error:?}");
     assert!(error.report().contains("closed"), "{error:?}");
-    let furthest = confirmed.lock().unwrap().iter().copied().max();
-    assert_eq!(furthest, Some(commit_end(INSERT)));
+    assert_still_at_the_first_commit(&confirmed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -37,15 +43,9 @@ async fn a_server_that_stalls_in_the_middle_of_a_transaction_is_given_up_at_the_
     let relay = midway().await;
     relay.inject(Fault::Stalled);
     let confirmed = relay.confirmed.clone();
-    let ended = relay.task.await.unwrap();
-    let error = ended.expect_err("the apply loop stopped without an error");
-    assert!(error.is_transient(), "{error:?}");
-    assert!(
-        error.report().contains("--replication-timeout"),
-        "{error:?}"
-    );
-    let furthest = confirmed.lock().unwrap().iter().copied().max();
-    assert_eq!(furthest, Some(commit_end(INSERT)));
+    let error = relay.ended().await;
+    super::timing::assert_gave_up_on_silence(&error);
+    assert_still_at_the_first_commit(&confirmed);
 }
 
 #[tokio::test]
@@ -62,8 +62,7 @@ async fn a_malformed_message_in_a_transaction_stops_walrelay_before_it_with_the_
         report.contains(&format!("the slot stays at {}", commit_end(INSERT))),
         "{report}"
     );
-    let furthest = confirmed.lock().unwrap().iter().copied().max();
-    assert_eq!(furthest, Some(commit_end(INSERT)));
+    assert_still_at_the_first_commit(&confirmed);
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 impl Relay {
     /// The loop's own end, however long it takes on paused time
     /// (`Relay::error` would give up after 10 s of it).
-    async fn ended(self) -> crate::error::Error {
+    pub(super) async fn ended(self) -> crate::error::Error {
         self.task
             .await
             .unwrap()
@@ -22,6 +22,16 @@ impl Relay {
     fn asked(&self) -> Vec<Instant> {
         self.asked.lock().unwrap().clone()
     }
+}
+
+/// The error of a session ended by the server's silence: worth a new
+/// session, and naming the flag that sets how long walrelay waits.
+pub(super) fn assert_gave_up_on_silence(error: &crate::error::Error) {
+    assert!(error.is_transient(), "{error:?}");
+    assert!(
+        error.report().contains("--replication-timeout"),
+        "{error:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -47,11 +57,7 @@ async fn a_server_silent_for_the_whole_replication_timeout_ends_the_session_nami
         (READ_TIMEOUT..READ_TIMEOUT + Duration::from_secs(1)).contains(&waited),
         "gave up after {waited:?}"
     );
-    assert!(error.is_transient(), "{error:?}");
-    assert!(
-        error.report().contains("--replication-timeout"),
-        "{error:?}"
-    );
+    assert_gave_up_on_silence(&error);
 }
 
 #[tokio::test(start_paused = true)]
@@ -73,10 +79,7 @@ async fn a_keepalive_from_the_server_puts_the_timeout_off() {
         waited >= Duration::from_secs(40) + READ_TIMEOUT,
         "gave up after {waited:?}"
     );
-    assert!(
-        error.report().contains("--replication-timeout"),
-        "{error:?}"
-    );
+    assert_gave_up_on_silence(&error);
 }
 
 #[tokio::test(start_paused = true)]
