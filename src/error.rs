@@ -20,15 +20,18 @@ pub enum Kind {
     Standby,
 }
 
-/// A stop whose cause decides more than the exit: the start refused for
-/// a slot that is gone keeps `/metrics` up so that its alert can fire
-/// (`relay::refused`), whichever way the slot went.
+/// A stop whose cause decides more than the exit: a slot that is gone or
+/// an outbox that changed keeps `/metrics` up so that its alert can fire
+/// (`relay::refused`), whether found at start or while streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     /// The slot walrelay streamed from no longer exists (`WalrelaySlotMissing`).
     SlotMissing,
     /// Postgres invalidated the slot, `wal_status = lost` (`WalrelaySlotWalUnreserved`).
     SlotLost,
+    /// The outbox walrelay read was replaced or left the publication, so
+    /// events may have bypassed the slot (`WalrelayPublicationBroken`).
+    OutboxChanged,
 }
 
 pub struct Error {

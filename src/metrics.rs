@@ -664,6 +664,9 @@ impl Metrics {
             Some(if self.0.slot_missing.get() == 1 {
                 "not streaming: the replication slot walrelay streamed from is missing (see the \
                  log for how to recover)"
+            } else if self.0.publication_broken.get() == 1 {
+                "not streaming: the outbox is no longer published as walrelay read it (see the \
+                 log for the events at risk and how to recover)"
             } else if self.0.standby.load(Ordering::Relaxed) {
                 "not streaming: a standby, another process streams from the slot"
             } else {

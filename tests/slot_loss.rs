@@ -118,7 +118,7 @@ async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires(
         "neither active nor a standby"
     );
     let log = relay.log();
-    assert!(log.contains("walrelay does not start"), "{log}");
+    assert!(log.contains("walrelay does not stream"), "{log}");
     assert!(!log.contains("created replication slot"), "{log}");
     let (slots, _) = slots_and_publications(&stack.client).await;
     assert_eq!(slots, 0, "a refused start created a slot");

@@ -217,7 +217,7 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
     );
     let log = relay.log();
     assert!(
-        log.contains("walrelay does not start")
+        log.contains("walrelay does not stream")
             && log.contains("is lost")
             && log.contains("pg_drop_replication_slot"),
         "{log}"

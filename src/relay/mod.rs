@@ -131,11 +131,11 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
-    // A refused start whose slot is missing or lost keeps /metrics up, so
-    // that the alert on it can fire (`refused`).
+    // A stop whose slot is missing or lost, or whose outbox changed, keeps
+    // /metrics up, so that the alert on it can fire (`refused`).
     let result = match result {
         Err(e) if !cut_short && !e.is_transient() && e.stop_cause().is_some() => {
-            refused::hold(e, &mut shutdown).await
+            refused::hold(e, &metrics, &mut shutdown).await
         }
         result => result,
     };

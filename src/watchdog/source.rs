@@ -14,7 +14,7 @@ use tokio_postgres::Client;
 use tracing::{debug, error, info, warn};
 
 use super::Webhook;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
@@ -92,7 +92,8 @@ impl SourceWatch {
                  publish them again (same event ids; docs/operations.md, \"Publishing events \
                  again\"), then restart walrelay (with --accept-outbox-change if the table is \
                  published again)"
-            )));
+            ))
+            .with_cause(StopCause::OutboxChanged));
         }
         metrics.set_publication_broken(false);
         if !accepted.outbox.is_empty() {

@@ -73,6 +73,7 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
          then start walrelay once with --accept-outbox-change to record the table as it is now",
         risk.from, risk.to
     ))
+    .with_cause(StopCause::OutboxChanged)
 }
 
 /// A start-up refusal about how the outbox is published (left the
@@ -81,15 +82,15 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
 /// recorded until now.
 pub fn unpublished_since(error: Error, state: Option<&SlotState>, wal_now: Lsn) -> Error {
     match state {
-        Some(state) if !error.is_transient() && !state.outbox.is_empty() => {
-            error.with_note(&format!(
+        Some(state) if !error.is_transient() && !state.outbox.is_empty() => error
+            .with_note(&format!(
                 ". walrelay last found the outbox published as recorded at LSN {}: events \
              committed since then, up to {wal_now}, may never have reached the slot. Once it is \
              fixed, publish them again and start walrelay once with --accept-outbox-change \
              (docs/operations.md, \"The outbox table was replaced or left the publication\")",
                 state.last_verified()
             ))
-        }
+            .with_cause(StopCause::OutboxChanged),
         _ => error,
     }
 }
