@@ -65,6 +65,13 @@ impl Error {
         Self::new(Kind::Transient, message)
     }
 
+    /// A permanent refusal that says what is wrong, then what fixes it:
+    /// "{problem}: {fix}" in the log, and the fix apart for `walrelay check`.
+    pub fn refusal(problem: impl std::fmt::Display, fix: impl Into<String>) -> Self {
+        let fix = fix.into();
+        Self::permanent(format!("{problem}: {fix}")).with_fix(fix)
+    }
+
     pub fn kind(&self) -> Kind {
         self.kind
     }

@@ -112,6 +112,7 @@ struct Inner {
     stage_latency: [prometheus::Histogram; 4],
     slot_missing: IntGauge,
     publication_broken: IntGauge,
+    publication_broken_held: AtomicBool,
     ignored_messages: IntCounterVec,
     snapshot: SnapshotGauges,
     /// The prefixes `ignored_messages` has a label for.
@@ -485,6 +486,7 @@ impl Metrics {
             stage_latency: stages,
             slot_missing,
             publication_broken,
+            publication_broken_held: AtomicBool::new(false),
             ignored_messages,
             ignored_prefixes: Default::default(),
             outbox_verified: AtomicU64::new(0),
@@ -757,7 +759,18 @@ impl Metrics {
     }
 
     pub fn set_publication_broken(&self, broken: bool) {
-        self.0.publication_broken.set(i64::from(broken));
+        // A stop held for a changed outbox stays broken, whatever the
+        // publication looks like by now: events may have bypassed the slot.
+        let held = self.0.publication_broken_held.load(Ordering::Relaxed);
+        self.0.publication_broken.set(i64::from(broken || held));
+    }
+
+    /// Held for a changed outbox (`relay::refused`): broken until stopped.
+    pub fn hold_publication_broken(&self) {
+        self.0
+            .publication_broken_held
+            .store(true, Ordering::Relaxed);
+        self.0.publication_broken.set(1);
     }
 
     pub fn set_alert_level(&self, level: i64) {

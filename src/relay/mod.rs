@@ -131,6 +131,11 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
+    // Nothing is deleted once the stream has stopped, held or not: a held
+    // stop means rows may be the only copy of events Kafka lacks.
+    if let Some(retention) = retention {
+        retention.abort();
+    }
     // A stop whose slot is missing or lost, or whose outbox changed, keeps
     // /metrics up, so that the alert on it can fire (`refused`).
     let result = match result {
@@ -140,9 +145,6 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
         result => result,
     };
     watchdog.abort();
-    if let Some(retention) = retention {
-        retention.abort();
-    }
     if !cut_short {
         record_delivered(&settings, &persisted).await;
     }
@@ -544,7 +546,7 @@ async fn open(
                 if let Some(problem) =
                     publication::updates_problem(&settings.publication, published)
                 {
-                    return Err(Error::permanent(problem));
+                    return Err(problem.into_error());
                 }
             }
             outbox
@@ -757,7 +759,7 @@ async fn preconditions(
         let refusal =
             publication::creation_refusal(client, &settings.publication, tables, updates).await?;
         if let Some((problem, fix)) = refusal {
-            return Err(Error::permanent(format!("{problem}: {fix}")).with_fix(fix));
+            return Err(Error::refusal(problem, fix));
         }
     }
     // Retention deletes the recovery source: refused when it could delete

@@ -30,7 +30,7 @@ pub(super) async fn hold(
     metrics.set_standby(false);
     metrics.set_streaming(false);
     if refusal.stop_cause() == Some(StopCause::OutboxChanged) {
-        metrics.set_publication_broken(true);
+        metrics.hold_publication_broken();
     }
     let report = refusal.report();
     error!(

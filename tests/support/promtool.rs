@@ -14,8 +14,9 @@ pub struct Scrapes<'a> {
 }
 
 /// How long the scraped state is carried on: the rules' `for:` and
-/// thresholds (300 s for WalrelayStalled) lie within it.
-const MINUTES: u32 = 10;
+/// thresholds (300 s for WalrelayStalled, 15 min for
+/// WalrelayRetentionStuck) lie within it.
+const MINUTES: u32 = 20;
 
 /// The value of an unlabelled metric, or the sum of a labelled one.
 pub fn value(body: &str, name: &str) -> Option<f64> {
@@ -70,6 +71,17 @@ pub fn fires(alert: &str, metrics: &[&str], scrapes: &Scrapes) -> bool {
         (true, _) => false,
         (false, true) => true,
         (false, false) => panic!("promtool failed on\n{test}\n{said}"),
+    }
+}
+
+impl<'a> Scrapes<'a> {
+    /// Two scrapes of one walrelay, in the order they were taken.
+    pub fn between(first: &'a Scrape, second: &'a Scrape) -> Self {
+        Scrapes {
+            first: &first.body,
+            second: &second.body,
+            apart: second.at.duration_since(first.at),
+        }
     }
 }
 
@@ -193,5 +205,30 @@ pub async fn firing_for(metrics_port: u16, apart: Duration) -> std::collections:
             second: &second,
             apart,
         }),
+    }])
+}
+
+/// One scrape of a walrelay's /metrics, and when it was taken.
+pub struct Scrape {
+    body: String,
+    at: std::time::Instant,
+}
+
+pub fn scrape(metrics_port: u16) -> Scrape {
+    Scrape {
+        body: super::http_get(metrics_port, "/metrics")
+            .expect("walrelay's /metrics answers")
+            .1,
+        at: std::time::Instant::now(),
+    }
+}
+
+/// The alerts that fire for a walrelay scraped `earlier` and again now:
+/// what changed between the two (a counter that rose) goes on changing.
+pub fn firing_since(metrics_port: u16, earlier: &Scrape) -> std::collections::BTreeSet<String> {
+    let now = scrape(metrics_port);
+    firing(&[Target {
+        instance: "walrelay",
+        scrapes: Some(Scrapes::between(earlier, &now)),
     }])
 }
