@@ -46,10 +46,15 @@ pub enum StopCause {
 
 impl StopCause {
     /// Whether walrelay waits to be stopped rather than exit, so that
-    /// `/metrics` keeps showing the slot's state and its alert can fire
-    /// (`relay::refused`): a start refused for a slot that is gone.
+    /// `/metrics` keeps showing why and its alert can fire
+    /// (`relay::refused`): the stops that lose events unless an operator
+    /// acts, a slot that is gone or an outbox that changed, at start or
+    /// while streaming.
     pub fn holds(self) -> bool {
-        matches!(self, StopCause::SlotMissing | StopCause::SlotLost)
+        matches!(
+            self,
+            StopCause::SlotMissing | StopCause::SlotLost | StopCause::OutboxChanged
+        )
     }
 }
 
@@ -82,6 +87,13 @@ impl Error {
 
     pub fn transient(message: impl Into<String>) -> Self {
         Self::new(Kind::Transient, message)
+    }
+
+    /// A permanent refusal that says what is wrong, then what fixes it:
+    /// "{problem}: {fix}" in the log, and the fix apart for `walrelay check`.
+    pub fn refusal(problem: impl std::fmt::Display, fix: impl Into<String>) -> Self {
+        let fix = fix.into();
+        Self::permanent(format!("{problem}: {fix}")).with_fix(fix)
     }
 
     pub fn kind(&self) -> Kind {

@@ -113,6 +113,7 @@ struct Inner {
     stage_latency: [prometheus::Histogram; 4],
     slot_missing: IntGauge,
     publication_broken: IntGauge,
+    publication_broken_held: AtomicBool,
     ignored_messages: IntCounterVec,
     snapshot: SnapshotGauges,
     /// The prefixes `ignored_messages` has a label for.
@@ -493,6 +494,7 @@ impl Metrics {
             stage_latency: stages,
             slot_missing,
             publication_broken,
+            publication_broken_held: AtomicBool::new(false),
             ignored_messages,
             ignored_prefixes: Default::default(),
             outbox_verified: AtomicU64::new(0),
@@ -672,6 +674,9 @@ impl Metrics {
             Some(if self.0.slot_missing.get() == 1 {
                 "not streaming: the replication slot walrelay streamed from is missing (see the \
                  log for how to recover)"
+            } else if self.0.publication_broken.get() == 1 {
+                "not streaming: the outbox is no longer published as walrelay read it (see the \
+                 log for the events at risk and how to recover)"
             } else if self.0.standby.load(Ordering::Relaxed) {
                 "not streaming: a standby, another process streams from the slot"
             } else {
@@ -762,7 +767,18 @@ impl Metrics {
     }
 
     pub fn set_publication_broken(&self, broken: bool) {
-        self.0.publication_broken.set(i64::from(broken));
+        // A stop held for a changed outbox stays broken, whatever the
+        // publication looks like by now: events may have bypassed the slot.
+        let held = self.0.publication_broken_held.load(Ordering::Relaxed);
+        self.0.publication_broken.set(i64::from(broken || held));
+    }
+
+    /// Held for a changed outbox (`relay::refused`): broken until stopped.
+    pub fn hold_publication_broken(&self) {
+        self.0
+            .publication_broken_held
+            .store(true, Ordering::Relaxed);
+        self.0.publication_broken.set(1);
     }
 
     pub fn set_alert_level(&self, level: i64) {

@@ -129,20 +129,22 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
-    // A refused start whose slot is missing or lost keeps /metrics up, so
-    // that the alert on it can fire (`refused`).
+    // Nothing is deleted once the stream has stopped, held or not: a held
+    // stop means rows may be the only copy of events Kafka lacks.
+    if let Some(retention) = retention {
+        retention.abort();
+    }
+    // A stop whose slot is missing or lost, or whose outbox changed, keeps
+    // /metrics up, so that the alert on it can fire (`refused`).
     let result = match result {
         Err(e)
             if !cut_short && !e.is_transient() && e.stop_cause().is_some_and(StopCause::holds) =>
         {
-            refused::hold(e, &mut shutdown).await
+            refused::hold(e, &metrics, &mut shutdown).await
         }
         result => result,
     };
     watchdog.abort();
-    if let Some(retention) = retention {
-        retention.abort();
-    }
     if !cut_short {
         record_delivered(&settings, &persisted).await;
     }
@@ -672,7 +674,7 @@ async fn ensure_publication(
                 if let Some(problem) =
                     publication::updates_problem(&settings.publication, published)
                 {
-                    return Err(Error::permanent(problem));
+                    return Err(problem.into_error());
                 }
             }
             Ok(outbox)
@@ -847,7 +849,7 @@ async fn preconditions(
         let refusal =
             publication::creation_refusal(client, &settings.publication, tables, updates).await?;
         if let Some((problem, fix)) = refusal {
-            return Err(Error::permanent(format!("{problem}: {fix}")).with_fix(fix));
+            return Err(Error::refusal(problem, fix));
         }
     }
     // Retention deletes the recovery source: refused when it could delete

@@ -85,13 +85,18 @@ impl SourceWatch {
                 cause = "publication_changed",
                 "{problem}"
             );
-            post(webhook, "publication_changed", &problem).await;
+            post(webhook, "publication_changed", &problem.to_string()).await;
             return Err(Error::permanent(format!(
                 "walrelay stopped because the outbox is no longer published as it was: {problem}. \
                  Events committed between LSN {from} and {wal_now} may be missing from Kafka: \
                  publish them again (same event ids; docs/operations.md, \"Publishing events \
                  again\"), then restart walrelay (with --accept-outbox-change if the table is \
                  published again)"
+            ))
+            .with_fix(format!(
+                "{}; publish the events committed between LSN {from} and {wal_now} again, then \
+                 restart walrelay (with --accept-outbox-change if the table is published again)",
+                problem.fix
             ))
             .with_cause(StopCause::OutboxChanged));
         }

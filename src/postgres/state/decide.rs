@@ -292,7 +292,8 @@ mod tests {
     }
 
     #[test]
-    fn each_refused_start_carries_its_stop_cause_and_only_a_gone_slot_holds_walrelay_up() {
+    fn each_refused_start_carries_its_stop_cause_and_only_a_gone_slot_or_a_changed_outbox_holds_walrelay_up(
+    ) {
         use crate::error::StopCause;
         let now = [identity(5, "publication 1 rel 2")];
         let settings = same_settings();
@@ -308,6 +309,6 @@ mod tests {
         let other = refused(seen(Some(&state), &now, &wider, true));
         assert_eq!(other.stop_cause(), Some(StopCause::SettingsChanged));
         assert!(StopCause::SlotMissing.holds() && StopCause::SlotLost.holds());
-        assert!(!StopCause::OutboxChanged.holds() && !StopCause::SettingsChanged.holds());
+        assert!(StopCause::OutboxChanged.holds() && !StopCause::SettingsChanged.holds());
     }
 }
