@@ -10,10 +10,10 @@ mod allocator;
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod check;
-pub mod checkpoint;
 pub mod clock;
 pub mod completions;
 pub mod config;
+pub mod delivery;
 pub mod error;
 pub mod http;
 pub mod kafka;

@@ -93,7 +93,15 @@ impl Check {
             name,
             status: Status::Fail,
             detail: error.report(),
-            fix: error.fix().map(str::to_string),
+            fix: error.fix().map(str::to_string).or_else(|| {
+                // A failure of the moment (a connection, a timeout) has no
+                // fix of its own: trying again is it.
+                error.is_transient().then(|| {
+                    "this looked temporary (the server or the network): run walrelay check \
+                     again, and if it fails the same way, check that the server answers"
+                        .to_string()
+                })
+            }),
         }
     }
 }

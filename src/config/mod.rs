@@ -18,7 +18,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use delivery::{Delivery, DeliveryArgs, ExactlyOnce};
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
-pub(crate) use redrive::is_producer_only;
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{
     FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,
