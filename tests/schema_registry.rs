@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
 use support::registry::{read_with_confluent_kafka, SchemaRegistry};
-use support::{eventually, Stack};
+use support::{eventually, promtool, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -152,6 +152,8 @@ async fn a_registry_that_does_not_answer_holds_the_events_and_readyz_says_so() {
         1,
         true,
     );
+    let quiet = promtool::firing_for(stack.relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
     registry.kill();
     let lsn = events("AvroHeld", 1)
         .payload(r#"{"held": true}"#)
@@ -169,6 +171,11 @@ async fn a_registry_that_does_not_answer_holds_the_events_and_readyz_says_so() {
     assert_eq!(
         stack.relay.metric("walrelay_schema_registry_reachable"),
         Some(0.0)
+    );
+    let fired = promtool::firing_for(stack.relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(
+        fired.contains("WalrelaySchemaRegistryUnreachable"),
+        "{fired:?}"
     );
     // The slot is not confirmed past the event that waits.
     let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
