@@ -92,4 +92,9 @@ if ! $demo_only; then
   scripts/debezium.sh fetch >/dev/null
   # AWS's token builders, the oracle of tests/aws.rs (botocore from PyPI).
   scripts/aws-oracle.sh >/dev/null
+  # A schema registry (Apicurio Registry 3.3.3, Java 21+) and Python
+  # confluent-kafka's AvroDeserializer for tests/schema_registry.rs.
+  scripts/apicurio.sh fetch >/dev/null
+  scripts/apicurio.sh python >/dev/null
+  scripts/apicurio.sh converter >/dev/null
 fi

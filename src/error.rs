@@ -20,15 +20,42 @@ pub enum Kind {
     Standby,
 }
 
-/// A stop whose cause decides more than the exit: the start refused for
-/// a slot that is gone keeps `/metrics` up so that its alert can fire
-/// (`relay::refused`), whichever way the slot went.
+/// Why walrelay stopped for good where the data is at stake: a test, and
+/// anything that must act on the stop, reads the cause rather than the
+/// message. Each error that carries one names the LSN range at risk and
+/// the fix in its message. docs/delivery-guarantees.md lists them with the
+/// test that pins each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     /// The slot walrelay streamed from no longer exists (`WalrelaySlotMissing`).
     SlotMissing,
     /// Postgres invalidated the slot, `wal_status = lost` (`WalrelaySlotWalUnreserved`).
     SlotLost,
+    /// The outbox table walrelay accepted was replaced, or left the
+    /// publication, or is no longer published as it was.
+    OutboxChanged,
+    /// Another configuration reads the slot (`--accept-config-change`).
+    SettingsChanged,
+    /// An event cannot be published and `--on-poison halt` stops on it.
+    Poison,
+    /// Another producer took the slot's `transactional.id` (exactly once).
+    Fenced,
+    /// Kafka lost transactions it had reported committed (exactly once).
+    KafkaLostCommit,
+}
+
+impl StopCause {
+    /// Whether walrelay waits to be stopped rather than exit, so that
+    /// `/metrics` keeps showing why and its alert can fire
+    /// (`relay::refused`): the stops that lose events unless an operator
+    /// acts, a slot that is gone or an outbox that changed, at start or
+    /// while streaming.
+    pub fn holds(self) -> bool {
+        matches!(
+            self,
+            StopCause::SlotMissing | StopCause::SlotLost | StopCause::OutboxChanged
+        )
+    }
 }
 
 pub struct Error {
@@ -60,6 +87,13 @@ impl Error {
 
     pub fn transient(message: impl Into<String>) -> Self {
         Self::new(Kind::Transient, message)
+    }
+
+    /// A permanent refusal that says what is wrong, then what fixes it:
+    /// "{problem}: {fix}" in the log, and the fix apart for `walrelay check`.
+    pub fn refusal(problem: impl std::fmt::Display, fix: impl Into<String>) -> Self {
+        let fix = fix.into();
+        Self::permanent(format!("{problem}: {fix}")).with_fix(fix)
     }
 
     pub fn kind(&self) -> Kind {

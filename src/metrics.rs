@@ -16,6 +16,7 @@ use tracing::{debug, info};
 
 use crate::error::{Error, Result};
 
+pub mod meter;
 mod per_event;
 
 pub use per_event::EventTimings;
@@ -82,6 +83,11 @@ struct Inner {
     /// answering; 0 while they answer or before the first probe.
     kafka_silent_since_us: AtomicU64,
     kafka_reachable_gauge: IntGauge,
+    /// What the last schema registry request found (`UNPROBED`,
+    /// `ANSWERING`, `SILENT`), and its gauge, registered by the first
+    /// request: a walrelay without a registry shows none.
+    registry_answer: AtomicU8,
+    registry_reachable_gauge: std::sync::OnceLock<IntGauge>,
     started: Instant,
     /// Acknowledgement instants on the Unix epoch, for the delivery latency.
     unix: crate::clock::UnixInstants,
@@ -112,6 +118,7 @@ struct Inner {
     stage_latency: [prometheus::Histogram; 4],
     slot_missing: IntGauge,
     publication_broken: IntGauge,
+    publication_broken_held: AtomicBool,
     ignored_messages: IntCounterVec,
     snapshot: SnapshotGauges,
     /// The prefixes `ignored_messages` has a label for.
@@ -124,6 +131,105 @@ struct Inner {
 /// Distinct prefixes `walrelay_ignored_messages_total` names; the rest are
 /// counted as `(other)`, so a writer inventing prefixes cannot grow /metrics.
 const IGNORED_PREFIX_LABELS: usize = 50;
+
+/// Registers each metric as it is made: a name registered twice is a bug.
+struct Register<'r>(&'r Registry);
+
+impl Register<'_> {
+    fn add<C: prometheus::core::Collector + Clone + 'static>(&self, collector: C) -> C {
+        self.0
+            .register(Box::new(collector.clone()))
+            .expect("metric registered once");
+        collector
+    }
+
+    fn int_gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::new(name, help).expect("valid metric"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Gauge {
+        self.add(Gauge::new(name, help).expect("valid metric"))
+    }
+
+    fn counter(&self, name: &str, help: &str) -> prometheus::IntCounter {
+        self.add(prometheus::IntCounter::new(name, help).expect("valid metric"))
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, label: &str) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        let opts = HistogramOpts::new(name, help).buckets(buckets);
+        self.add(Histogram::with_opts(opts).expect("valid metric"))
+    }
+}
+
+fn stage_latency() -> prometheus::HistogramVec {
+    prometheus::HistogramVec::new(
+        HistogramOpts::new(
+            "walrelay_stage_latency_seconds",
+            "Time an event spends in each stage: commit_to_received (the commit timestamp \
+             to its transaction's arrival), received_to_produced (arrival to the producer), \
+             produced_to_acked (the producer to Kafka's acknowledgement), acked_to_confirmed \
+             (confirmable to the status update that confirms it).",
+        )
+        .buckets(vec![
+            0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
+            1.0, 2.5, 5.0, 10.0,
+        ]),
+        &["stage"],
+    )
+    .expect("valid metric")
+}
+
+/// Which role this walrelay plays (`ROLES`).
+fn role_gauge() -> IntGaugeVec {
+    IntGaugeVec::new(
+        Opts::new(
+            "walrelay_role",
+            "1 for this walrelay's role, 0 for the others: active (streams from the slot), \
+             standby (another process streams from it; this one reaches Postgres and takes \
+             over when the slot is free), none (neither: starting, reconnecting, unable to \
+             reach Postgres, or refusing to start).",
+        ),
+        &["role"],
+    )
+    .expect("valid metric")
+}
+
+fn build_info() -> IntGaugeVec {
+    let build_info = IntGaugeVec::new(
+        Opts::new("walrelay_build_info", "walrelay's version, always 1."),
+        &["version"],
+    )
+    .expect("valid metric");
+    build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+    build_info
+}
+
+/// The series operators alert on exist from the start, at 0: each role
+/// (none until walrelay knows), each reconnect target, each delivery
+/// error kind.
+fn seed_labels(role: &IntGaugeVec, reconnects: &IntCounterVec, publish_errors: &IntCounterVec) {
+    for name in ROLES {
+        role.with_label_values(&[name])
+            .set(i64::from(name == "none"));
+    }
+    for target in ["postgres", "kafka"] {
+        reconnects.with_label_values(&[target]);
+    }
+    for reason in [
+        "MessageTimedOut",
+        "MessageSizeTooLarge",
+        "InvalidTopic",
+        "TopicAuthorizationFailed",
+    ] {
+        publish_errors.with_label_values(&[reason]);
+    }
+}
 
 /// The first start's snapshot, as `/metrics` shows it.
 struct SnapshotGauges {
@@ -274,184 +380,92 @@ impl std::fmt::Debug for Published {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let events_published = IntCounterVec::new(
-            Opts::new(
-                "walrelay_events_published_total",
-                "Events Kafka acknowledged, by topic.",
-            ),
-            &["topic"],
-        )
-        .expect("valid metric");
-        let delivery_latency = Histogram::with_opts(
-            HistogramOpts::new(
-                "walrelay_delivery_latency_seconds",
-                "Time from the Postgres commit to Kafka's acknowledgement.",
-            )
-            .buckets(vec![
+        let r = Register(&registry);
+        // Delivery: what Kafka acknowledged, how fast, what failed.
+        let events_published = r.counter_vec(
+            "walrelay_events_published_total",
+            "Events Kafka acknowledged, by topic.",
+            "topic",
+        );
+        let delivery_latency = r.histogram(
+            "walrelay_delivery_latency_seconds",
+            "Time from the Postgres commit to Kafka's acknowledgement.",
+            vec![
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                 60.0,
-            ]),
-        )
-        .expect("valid metric");
-        let confirmed_flush_lsn = IntGauge::new(
+            ],
+        );
+        let confirmed_flush_lsn = r.int_gauge(
             "walrelay_confirmed_flush_lsn",
             "The LSN walrelay last confirmed to Postgres, as a number.",
-        )
-        .expect("valid metric");
-        let inflight_events = IntGauge::new(
+        );
+        let inflight_events = r.int_gauge(
             "walrelay_inflight_events",
             "Events produced but not yet acknowledged by Kafka.",
-        )
-        .expect("valid metric");
-        let inflight_bytes = IntGauge::new(
+        );
+        let inflight_bytes = r.int_gauge(
             "walrelay_inflight_bytes",
             "Key and value bytes produced but not yet acknowledged by Kafka.",
-        )
-        .expect("valid metric");
-        let publish_errors = IntCounterVec::new(
-            Opts::new(
-                "walrelay_publish_errors_total",
-                "Kafka delivery errors, by kind.",
-            ),
-            &["reason"],
-        )
-        .expect("valid metric");
-        let reconnects = IntCounterVec::new(
-            Opts::new(
-                "walrelay_reconnects_total",
-                "Reconnects after a failure, by target: postgres (a session ended by Postgres), \
+        );
+        let publish_errors = r.counter_vec(
+            "walrelay_publish_errors_total",
+            "Kafka delivery errors, by kind.",
+            "reason",
+        );
+        let reconnects = r.counter_vec(
+            "walrelay_reconnects_total",
+            "Reconnects after a failure, by target: postgres (a session ended by Postgres), \
              kafka (a session ended by Kafka, or an established broker connection lost).",
-            ),
-            &["target"],
-        )
-        .expect("valid metric");
-        let dead_letters = prometheus::IntCounter::new(
+            "target",
+        );
+        let dead_letters = r.counter(
             "walrelay_dead_letter_events_total",
             "Poison events published to the dead-letter topic.",
-        )
-        .expect("valid metric");
-        let topics_created = prometheus::IntCounter::new(
+        );
+        let topics_created = r.counter(
             "walrelay_topics_created_total",
             "Topics walrelay created for routed events.",
-        )
-        .expect("valid metric");
-        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
-        let slot = SlotGauges::new();
-        let slot_lag_alert_level = gauge(
+        );
+        // The slot and the session's health.
+        let slot = r.add(SlotGauges::new());
+        let slot_lag_alert_level = r.int_gauge(
             "walrelay_slot_lag_alert_level",
             "The watchdog's alert level: 0 ok, 1 warning, 2 critical.",
         );
-        let last_confirm_age_seconds = Gauge::new(
+        let last_confirm_age_seconds = r.gauge(
             "walrelay_last_confirm_age_seconds",
             "Seconds since the confirmed LSN last moved while events were pending, across sessions; 0 when nothing is pending.",
-        )
-        .expect("valid metric");
-        let streaming_gauge = gauge(
+        );
+        let streaming_gauge = r.int_gauge(
             "walrelay_streaming",
             "1 while events can flow: walrelay streams from its slot and a Kafka broker answers.",
         );
-        let role = IntGaugeVec::new(
-            Opts::new(
-                "walrelay_role",
-                "1 for this walrelay's role, 0 for the others: active (streams from the slot), \
-                 standby (another process streams from it; this one reaches Postgres and takes \
-                 over when the slot is free), none (neither: starting, reconnecting, unable to \
-                 reach Postgres, or refusing to start).",
-            ),
-            &["role"],
-        )
-        .expect("valid metric");
-        for name in ROLES {
-            role.with_label_values(&[name])
-                .set(i64::from(name == "none"));
-        }
-        let kafka_reachable_gauge = gauge(
+        let role = r.add(role_gauge());
+        let kafka_reachable_gauge = r.int_gauge(
             "walrelay_kafka_reachable",
             "1 while a Kafka broker answers walrelay's probe (a metadata request every 2 s).",
         );
-        let pending_transactions = gauge(
+        let pending_transactions = r.int_gauge(
             "walrelay_pending_transactions",
             "Transactions read but not yet confirmed (open, or waiting for Kafka or an earlier one).",
         );
-        let stage_latency = prometheus::HistogramVec::new(
-            HistogramOpts::new(
-                "walrelay_stage_latency_seconds",
-                "Time an event spends in each stage: commit_to_received (the commit timestamp \
-                 to its transaction's arrival), received_to_produced (arrival to the producer), \
-                 produced_to_acked (the producer to Kafka's acknowledgement), acked_to_confirmed \
-                 (confirmable to the status update that confirms it).",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25,
-                0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["stage"],
-        )
-        .expect("valid metric");
+        let stage_latency = r.add(stage_latency());
         let stages = Stage::ALL.map(|stage| stage_latency.with_label_values(&[stage.label()]));
-        let slot_missing = gauge(
+        let slot_missing = r.int_gauge(
             "walrelay_slot_missing",
             "1 when the slot walrelay streamed from no longer exists.",
         );
-        let publication_broken = gauge(
+        let publication_broken = r.int_gauge(
             "walrelay_publication_broken",
             "1 when the publication no longer delivers the outbox table's INSERTs (table dropped, renamed or removed).",
         );
-        let ignored_messages = IntCounterVec::new(
-            Opts::new(
-                "walrelay_ignored_messages_total",
-                "Transactional pg_logical_emit_message messages whose prefix is not --message-prefix, by prefix (--source messages).",
-            ),
-            &["prefix"],
-        )
-        .expect("valid metric");
-        let build_info = IntGaugeVec::new(
-            Opts::new("walrelay_build_info", "walrelay's version, always 1."),
-            &["version"],
-        )
-        .expect("valid metric");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
-        for collector in [
-            Box::new(events_published.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(delivery_latency.clone()),
-            Box::new(confirmed_flush_lsn.clone()),
-            Box::new(inflight_events.clone()),
-            Box::new(inflight_bytes.clone()),
-            Box::new(publish_errors.clone()),
-            Box::new(reconnects.clone()),
-            Box::new(dead_letters.clone()),
-            Box::new(topics_created.clone()),
-            Box::new(slot.clone()),
-            Box::new(slot_lag_alert_level.clone()),
-            Box::new(last_confirm_age_seconds.clone()),
-            Box::new(streaming_gauge.clone()),
-            Box::new(role.clone()),
-            Box::new(kafka_reachable_gauge.clone()),
-            Box::new(build_info),
-            Box::new(pending_transactions.clone()),
-            Box::new(stage_latency.clone()),
-            Box::new(slot_missing.clone()),
-            Box::new(publication_broken.clone()),
-            Box::new(ignored_messages.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("metric registered once");
-        }
-        for target in ["postgres", "kafka"] {
-            reconnects.with_label_values(&[target]);
-        }
-        // The kinds operators alert on exist from the start, at 0.
-        for reason in [
-            "MessageTimedOut",
-            "MessageSizeTooLarge",
-            "InvalidTopic",
-            "TopicAuthorizationFailed",
-        ] {
-            publish_errors.with_label_values(&[reason]);
-        }
+        let ignored_messages = r.counter_vec(
+            "walrelay_ignored_messages_total",
+            "Transactional pg_logical_emit_message messages whose prefix is not --message-prefix, by prefix (--source messages).",
+            "prefix",
+        );
+        r.add(build_info());
+        seed_labels(&role, &reconnects, &publish_errors);
         let snapshot = SnapshotGauges::register(&registry);
         Metrics(Arc::new(Inner {
             registry,
@@ -463,6 +477,8 @@ impl Metrics {
             kafka_answer: AtomicU8::new(UNPROBED),
             kafka_silent_since_us: AtomicU64::new(0),
             kafka_reachable_gauge,
+            registry_answer: AtomicU8::new(UNPROBED),
+            registry_reachable_gauge: std::sync::OnceLock::new(),
             started: Instant::now(),
             unix: crate::clock::UnixInstants::new(),
             last_progress_us: AtomicU64::new(0),
@@ -485,6 +501,7 @@ impl Metrics {
             stage_latency: stages,
             slot_missing,
             publication_broken,
+            publication_broken_held: AtomicBool::new(false),
             ignored_messages,
             ignored_prefixes: Default::default(),
             outbox_verified: AtomicU64::new(0),
@@ -493,7 +510,7 @@ impl Metrics {
 
     /// The first start's snapshot (`run --snapshot-where`): whether it
     /// runs, its rows and those acknowledged, its rate and time left.
-    pub fn set_snapshot(&self, running: bool, rate: &crate::lifecycle::meter::Rate) {
+    pub fn set_snapshot(&self, running: bool, rate: &crate::metrics::meter::Rate) {
         let g = &self.0.snapshot;
         g.running.set(i64::from(running));
         g.rows.set(rate.total as i64);
@@ -664,6 +681,9 @@ impl Metrics {
             Some(if self.0.slot_missing.get() == 1 {
                 "not streaming: the replication slot walrelay streamed from is missing (see the \
                  log for how to recover)"
+            } else if self.0.publication_broken.get() == 1 {
+                "not streaming: the outbox is no longer published as walrelay read it (see the \
+                 log for the events at risk and how to recover)"
             } else if self.0.standby.load(Ordering::Relaxed) {
                 "not streaming: a standby, another process streams from the slot"
             } else {
@@ -674,6 +694,11 @@ impl Metrics {
         } else if !self.is_kafka_reachable() {
             Some(
                 "Kafka does not answer: no broker of --kafka-brokers replied to a metadata request",
+            )
+        } else if self.0.registry_answer.load(Ordering::Relaxed) == SILENT {
+            Some(
+                "the schema registry does not answer: events wait in the slot until \
+                 --schema-registry-url answers",
             )
         } else {
             None
@@ -701,6 +726,27 @@ impl Metrics {
             );
         }
         before != now && !(before == UNPROBED && reachable)
+    }
+
+    /// What the last schema registry request found; the first call
+    /// registers `walrelay_schema_registry_reachable`.
+    pub fn set_schema_registry_reachable(&self, reachable: bool) {
+        let m = &self.0;
+        let gauge = m.registry_reachable_gauge.get_or_init(|| {
+            let gauge = IntGauge::new(
+                "walrelay_schema_registry_reachable",
+                "1 if the schema registry answered walrelay's last request, 0 if it did not \
+                 (events wait in the slot meanwhile).",
+            )
+            .expect("valid metric");
+            m.registry
+                .register(Box::new(gauge.clone()))
+                .expect("registered once");
+            gauge
+        });
+        gauge.set(i64::from(reachable));
+        let now = if reachable { ANSWERING } else { SILENT };
+        m.registry_answer.store(now, Ordering::Relaxed);
     }
 
     pub fn is_kafka_reachable(&self) -> bool {
@@ -754,7 +800,18 @@ impl Metrics {
     }
 
     pub fn set_publication_broken(&self, broken: bool) {
-        self.0.publication_broken.set(i64::from(broken));
+        // A stop held for a changed outbox stays broken, whatever the
+        // publication looks like by now: events may have bypassed the slot.
+        let held = self.0.publication_broken_held.load(Ordering::Relaxed);
+        self.0.publication_broken.set(i64::from(broken || held));
+    }
+
+    /// Held for a changed outbox (`relay::refused`): broken until stopped.
+    pub fn hold_publication_broken(&self) {
+        self.0
+            .publication_broken_held
+            .store(true, Ordering::Relaxed);
+        self.0.publication_broken.set(1);
     }
 
     pub fn set_alert_level(&self, level: i64) {

@@ -4,6 +4,7 @@
 //! with a note for every option that has no equivalent or behaves
 //! differently. Passwords are never printed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -11,6 +12,7 @@ use crate::error::{Error, Result};
 mod cloudevents;
 mod connector;
 mod messages;
+mod registry;
 use connector::{converter_format, outbox_tables, parse};
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
@@ -102,431 +104,522 @@ impl Migration {
 
 pub fn migrate(text: &str, options: Options) -> Result<Migration> {
     let config = parse(text)?;
-    let get = |key: &str| config.get(key).map(String::as_str);
-    let mut args: Vec<(String, Option<String>)> = Vec::new();
-    let mut notes = Vec::new();
-    let mut used: Vec<String> = Vec::new();
-    let flag = |args: &mut Vec<_>, name: &str, value: Option<String>| {
-        args.push((name.to_string(), value));
+    let mut draft = Draft {
+        config: &config,
+        args: Vec::new(),
+        notes: Vec::new(),
+        used: Vec::new(),
     };
+    draft.connector_class();
+    draft.database();
+    draft.kafka_brokers();
+    draft.tables();
+    draft.slot(options.reuse_slot);
+    draft.topic_creation();
+    let prefix = draft.router()?;
+    draft.enumerations(&prefix)?;
+    draft.formats()?;
+    draft.tracing(&prefix);
+    draft.payload_options(&prefix);
+    draft.leftovers();
+    Ok(Migration {
+        args: draft.args,
+        notes: draft.notes,
+    })
+}
 
-    match get("connector.class") {
-        Some(POSTGRES_CONNECTOR) => {}
-        Some(other) => notes.push(format!(
-            "connector.class is {other}: walrelay reads PostgreSQL only; the command below assumes PostgreSQL"
-        )),
-        None => notes.push("no connector.class: assuming the PostgreSQL connector".into()),
-    }
-    used.push("connector.class".into());
+/// The command and notes as the connector's options are read, step by
+/// step; `used` holds each option read, so it gets no "no equivalent" note.
+struct Draft<'c> {
+    config: &'c BTreeMap<String, String>,
+    args: Vec<(String, Option<String>)>,
+    notes: Vec<String>,
+    used: Vec<String>,
+}
 
-    // The database.
-    let host = get("database.hostname").unwrap_or("localhost");
-    let port = get("database.port").unwrap_or("5432");
-    let user = get("database.user").unwrap_or("postgres");
-    let db = get("database.dbname").unwrap_or("postgres");
-    let mut url = format!("postgres://{user}@{host}:{port}/{db}");
-    let mut params = Vec::new();
-    if let Some(mode) = get("database.sslmode") {
-        params.push(format!("sslmode={mode}"));
+impl<'c> Draft<'c> {
+    fn get(&self, key: &str) -> Option<&'c str> {
+        self.config.get(key).map(String::as_str)
     }
-    if let Some(root) = get("database.sslrootcert") {
-        params.push(format!("sslrootcert={root}"));
-    }
-    if !params.is_empty() {
-        url.push('?');
-        url.push_str(&params.join("&"));
-    }
-    flag(&mut args, "--pg-url", Some(url));
-    if get("database.password").is_some() {
-        notes.push(
-            "database.password is not printed: export PGPASSWORD from your secret store \
-             before running the command; walrelay reads it, as libpq does, when --pg-url \
-             carries no password"
-                .into(),
-        );
-    }
-    used.extend(
-        [
-            "database.hostname",
-            "database.port",
-            "database.user",
-            "database.password",
-            "database.dbname",
-            "database.sslmode",
-            "database.sslrootcert",
-        ]
-        .map(String::from),
-    );
-    flag(
-        &mut args,
-        "--kafka-brokers",
-        Some(
-            get("bootstrap.servers")
-                .unwrap_or(BROKERS_FROM_ENVIRONMENT)
-                .to_string(),
-        ),
-    );
-    if get("bootstrap.servers").is_none() {
-        notes.push(
-            "the Kafka brokers live in the Connect worker's configuration, not the connector's: \
-             set KAFKA_BROKERS to its bootstrap.servers before running the command (the shell \
-             stops with that message if it is unset)"
-                .into(),
-        );
-    }
-    used.push("bootstrap.servers".into());
 
-    match get("table.include.list").map(outbox_tables) {
-        Some(Ok(tables)) => flag(&mut args, "--table", Some(tables)),
-        Some(Err(note)) => notes.push(note),
-        None => notes.push(
-            "no table.include.list: walrelay reads public.outbox unless you pass --table \
-             schema.table"
-                .into(),
-        ),
+    fn flag(&mut self, name: &str, value: Option<String>) {
+        self.args.push((name.to_string(), value));
     }
-    used.push("table.include.list".into());
 
-    // The slot: a new pgoutput slot unless reuse is asked for and possible.
-    // Debezium's plugin.name defaults to decoderbufs, whose slot walrelay cannot read.
-    let plugin =
-        get("plugin.name").map_or("decoderbufs".to_string(), |p| p.trim().to_ascii_lowercase());
-    let dbz_slot = get("slot.name").unwrap_or("debezium");
-    let dbz_publication = get("publication.name").unwrap_or("dbz_publication");
-    let flushes_lsn = get("flush.lsn.source")
-        .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"))
-        && get("lsn.flush.mode").is_none_or(|v| !v.trim().eq_ignore_ascii_case("manual"));
-    match (options.reuse_slot, plugin.as_str(), flushes_lsn) {
-        (true, "pgoutput", true) => {
-            flag(&mut args, "--slot", Some(dbz_slot.into()));
-            flag(&mut args, "--publication", Some(dbz_publication.into()));
-            notes.push(format!(
-                "reusing slot {dbz_slot:?}: stop the Debezium connector for good first; walrelay \
-                 resumes from the slot's confirmed position, so events Debezium published after its \
-                 last offset flush are published again (consumers dedupe by id)"
-            ));
+    /// The connector: PostgreSQL's, or a note.
+    fn connector_class(&mut self) {
+        match self.get("connector.class") {
+            Some(POSTGRES_CONNECTOR) => {}
+            Some(other) => self.notes.push(format!(
+                "connector.class is {other}: walrelay reads PostgreSQL only; the command below assumes PostgreSQL"
+            )),
+            None => self.notes.push("no connector.class: assuming the PostgreSQL connector".into()),
         }
-        (reuse, _, _) => {
-            if reuse && plugin != "pgoutput" {
-                notes.push(format!(
-                    "--reuse-slot is not possible: slot {dbz_slot:?} uses the {plugin} plugin \
-                     (plugin.name{}), walrelay reads pgoutput only; a new slot is proposed instead",
-                    if get("plugin.name").is_none() {
-                        " unset: Debezium's default"
+        self.used.push("connector.class".into());
+    }
+
+    /// The database URL, without its password.
+    fn database(&mut self) {
+        // The database.
+        let host = self.get("database.hostname").unwrap_or("localhost");
+        let port = self.get("database.port").unwrap_or("5432");
+        let user = self.get("database.user").unwrap_or("postgres");
+        let db = self.get("database.dbname").unwrap_or("postgres");
+        let mut url = format!("postgres://{user}@{host}:{port}/{db}");
+        let mut params = Vec::new();
+        if let Some(mode) = self.get("database.sslmode") {
+            params.push(format!("sslmode={mode}"));
+        }
+        if let Some(root) = self.get("database.sslrootcert") {
+            params.push(format!("sslrootcert={root}"));
+        }
+        if !params.is_empty() {
+            url.push('?');
+            url.push_str(&params.join("&"));
+        }
+        self.flag("--pg-url", Some(url));
+        if self.get("database.password").is_some() {
+            self.notes.push(
+                "database.password is not printed: export PGPASSWORD from your secret store \
+                 before running the command; walrelay reads it, as libpq does, when --pg-url \
+                 carries no password"
+                    .into(),
+            );
+        }
+        self.used.extend(
+            [
+                "database.hostname",
+                "database.port",
+                "database.user",
+                "database.password",
+                "database.dbname",
+                "database.sslmode",
+                "database.sslrootcert",
+            ]
+            .map(String::from),
+        );
+    }
+
+    /// The brokers: the worker's, from the environment.
+    fn kafka_brokers(&mut self) {
+        self.flag(
+            "--kafka-brokers",
+            Some(
+                self.get("bootstrap.servers")
+                    .unwrap_or(BROKERS_FROM_ENVIRONMENT)
+                    .to_string(),
+            ),
+        );
+        if self.get("bootstrap.servers").is_none() {
+            self.notes.push(
+                "the Kafka brokers live in the Connect worker's configuration, not the connector's: \
+                 set KAFKA_BROKERS to its bootstrap.servers before running the command (the shell \
+                 stops with that message if it is unset)"
+                    .into(),
+            );
+        }
+        self.used.push("bootstrap.servers".into());
+    }
+
+    /// The outbox tables.
+    fn tables(&mut self) {
+        match self.get("table.include.list").map(outbox_tables) {
+            Some(Ok(tables)) => self.flag("--table", Some(tables)),
+            Some(Err(note)) => self.notes.push(note),
+            None => self.notes.push(
+                "no table.include.list: walrelay reads public.outbox unless you pass --table \
+                 schema.table"
+                    .into(),
+            ),
+        }
+        self.used.push("table.include.list".into());
+    }
+
+    /// The slot and publication: Debezium's when reuse is asked for and
+    /// possible, else new ones with the switch-over steps.
+    fn slot(&mut self, reuse_slot: bool) {
+        // The slot: a new pgoutput slot unless reuse is asked for and possible.
+        // Debezium's plugin.name defaults to decoderbufs, whose slot walrelay cannot read.
+        let plugin = self
+            .get("plugin.name")
+            .map_or("decoderbufs".to_string(), |p| p.trim().to_ascii_lowercase());
+        let dbz_slot = self.get("slot.name").unwrap_or("debezium");
+        let dbz_publication = self.get("publication.name").unwrap_or("dbz_publication");
+        let flushes_lsn = self
+            .get("flush.lsn.source")
+            .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"))
+            && self
+                .get("lsn.flush.mode")
+                .is_none_or(|v| !v.trim().eq_ignore_ascii_case("manual"));
+        match (reuse_slot, plugin.as_str(), flushes_lsn) {
+            (true, "pgoutput", true) => {
+                self.flag("--slot", Some(dbz_slot.into()));
+                self.flag("--publication", Some(dbz_publication.into()));
+                self.notes.push(format!(
+                    "reusing slot {dbz_slot:?}: stop the Debezium connector for good first; walrelay \
+                     resumes from the slot's confirmed position, so events Debezium published after its \
+                     last offset flush are published again (consumers dedupe by id)"
+                ));
+            }
+            (reuse, _, _) => {
+                if reuse && plugin != "pgoutput" {
+                    self.notes.push(format!(
+                        "--reuse-slot is not possible: slot {dbz_slot:?} uses the {plugin} plugin \
+                         (plugin.name{}), walrelay reads pgoutput only; a new slot is proposed instead",
+                        if self.get("plugin.name").is_none() {
+                            " unset: Debezium's default"
+                        } else {
+                            ""
+                        }
+                    ));
+                } else if reuse {
+                    self.notes.push(format!(
+                        "--reuse-slot is not possible: Debezium does not confirm its position to slot \
+                         {dbz_slot:?} (flush.lsn.source=false or lsn.flush.mode=manual), so resuming \
+                         from it could replay or skip events; a new slot is proposed instead"
+                    ));
+                }
+                self.flag("--slot", Some("walrelay".into()));
+                self.flag("--publication", Some("walrelay".into()));
+                self.notes.push(format!(
+                    "switch-over on a new slot (walrelay creates slot \"walrelay\" and a publication for \
+                     the outbox table): 1. start walrelay while Debezium still runs; from then on both \
+                     publish every event and consumers dedupe by id; 2. check `walrelay status` and \
+                     /metrics; 3. stop the connector and drop its slot: SELECT \
+                     pg_drop_replication_slot('{dbz_slot}');{}",
+                    if plugin == "pgoutput" {
+                        " (or run this command with --reuse-slot after stopping Debezium)"
                     } else {
                         ""
                     }
                 ));
-            } else if reuse {
-                notes.push(format!(
-                    "--reuse-slot is not possible: Debezium does not confirm its position to slot \
-                     {dbz_slot:?} (flush.lsn.source=false or lsn.flush.mode=manual), so resuming \
-                     from it could replay or skip events; a new slot is proposed instead"
-                ));
             }
-            flag(&mut args, "--slot", Some("walrelay".into()));
-            flag(&mut args, "--publication", Some("walrelay".into()));
-            notes.push(format!(
-                "switch-over on a new slot (walrelay creates slot \"walrelay\" and a publication for \
-                 the outbox table): 1. start walrelay while Debezium still runs; from then on both \
-                 publish every event and consumers dedupe by id; 2. check `walrelay status` and \
-                 /metrics; 3. stop the connector and drop its slot: SELECT \
-                 pg_drop_replication_slot('{dbz_slot}');{}",
-                if plugin == "pgoutput" {
-                    " (or run this command with --reuse-slot after stopping Debezium)"
-                } else {
-                    ""
+        }
+        self.used.extend(
+            [
+                "slot.name",
+                "publication.name",
+                "plugin.name",
+                "flush.lsn.source",
+                "lsn.flush.mode",
+                "publication.autocreate.mode",
+            ]
+            .map(String::from),
+        );
+    }
+
+    /// Topic creation's partitions and replication factor.
+    fn topic_creation(&mut self) {
+        if let Some(partitions) = self
+            .get("topic.creation.default.partitions")
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p >= 1)
+        {
+            self.flag("--topic-partitions", Some(partitions.to_string()));
+        }
+        if let Some(factor) = self
+            .get("topic.creation.default.replication.factor")
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p >= 1)
+        {
+            self.flag("--topic-replication-factor", Some(factor.to_string()));
+        }
+        self.used.extend(
+            [
+                "topic.creation.default.partitions",
+                "topic.creation.default.replication.factor",
+                "topic.creation.groups",
+            ]
+            .map(String::from),
+        );
+    }
+
+    /// The outbox event router's options; its `transforms.<name>.` prefix.
+    fn router(&mut self) -> Result<String> {
+        // The outbox event router.
+        let prefix = self
+            .config
+            .iter()
+            .find(|(k, v)| {
+                k.starts_with("transforms.") && k.ends_with(".type") && *v == EVENT_ROUTER
+            })
+            .map(|(k, _)| k.trim_end_matches("type").to_string());
+        let Some(prefix) = prefix else {
+            return Err(Error::permanent(format!(
+                "the configuration has no {EVENT_ROUTER} transform; walrelay replaces the \
+                 connector together with the outbox event router"
+            )));
+        };
+        for (option, walrelay_flag, debezium_default) in ROUTER_FLAGS {
+            let key = format!("{prefix}{option}");
+            self.used.push(key.clone());
+            if *option == "table.op.invalid.behavior" {
+                if let Some(v) = enumeration(&key, self.get(&key), &["warn", "error", "fatal"])? {
+                    self.flag(walrelay_flag, Some(v));
                 }
+                continue;
+            }
+            match (self.get(&key), debezium_default) {
+                (Some(value), _) => self.flag(walrelay_flag, Some(value.to_string())),
+                (None, Some(default)) => self.flag(walrelay_flag, Some(default.to_string())),
+                (None, None) => {}
+            }
+        }
+        // Debezium's router never reads table.field.event.type and sends no
+        // event-type header (EventRouterDelegate.apply adds only "id"): neither
+        // does walrelay with an empty --field-event-type.
+        self.flag("--field-event-type", Some(String::new()));
+        let type_key = format!("{prefix}table.field.event.type");
+        if let Some(column) = self.get(&type_key) {
+            self.notes.push(format!(
+                "{type_key}={column}: Debezium's router does not read it and sends no event-type \
+                 header; to send one, place the column, e.g. {column}:header:eventType in \
+                 --fields-additional-placement"
             ));
         }
+        self.used.push(type_key);
+        Ok(prefix)
     }
-    used.extend(
-        [
-            "slot.name",
-            "publication.name",
-            "plugin.name",
-            "flush.lsn.source",
-            "lsn.flush.mode",
-            "publication.autocreate.mode",
-        ]
-        .map(String::from),
-    );
-    if let Some(partitions) = get("topic.creation.default.partitions")
-        .and_then(|p| p.trim().parse::<i32>().ok())
-        .filter(|p| *p >= 1)
-    {
-        flag(
-            &mut args,
-            "--topic-partitions",
-            Some(partitions.to_string()),
-        );
-    }
-    if let Some(factor) = get("topic.creation.default.replication.factor")
-        .and_then(|p| p.trim().parse::<i32>().ok())
-        .filter(|p| *p >= 1)
-    {
-        flag(
-            &mut args,
-            "--topic-replication-factor",
-            Some(factor.to_string()),
-        );
-    }
-    used.extend(
-        [
-            "topic.creation.default.partitions",
-            "topic.creation.default.replication.factor",
-            "topic.creation.groups",
-        ]
-        .map(String::from),
-    );
 
-    // The outbox event router.
-    let prefix = config
-        .iter()
-        .find(|(k, v)| k.starts_with("transforms.") && k.ends_with(".type") && *v == EVENT_ROUTER)
-        .map(|(k, _)| k.trim_end_matches("type").to_string());
-    let Some(prefix) = prefix else {
-        return Err(Error::permanent(format!(
-            "the configuration has no {EVENT_ROUTER} transform; walrelay replaces the \
-             connector together with the outbox event router"
-        )));
-    };
-    for (option, walrelay_flag, debezium_default) in ROUTER_FLAGS {
-        let key = format!("{prefix}{option}");
-        used.push(key.clone());
-        if *option == "table.op.invalid.behavior" {
-            if let Some(v) = enumeration(&key, get(&key), &["warn", "error", "fatal"])? {
-                flag(&mut args, walrelay_flag, Some(v));
+    /// Enumerated options and the router's switches.
+    fn enumerations(&mut self, prefix: &str) -> Result<()> {
+        // Enumerations, read case-insensitively as Debezium reads them; `_` in
+        // Debezium's values is `-` in walrelay's.
+        let enums: [(String, &str, &[&str]); 3] = [
+            (
+                format!("{prefix}table.field.additional.missing"),
+                "--fields-additional-missing",
+                &["error", "ignore"],
+            ),
+            (
+                format!("{prefix}table.json.payload.null.behavior"),
+                "--json-payload-null-behavior",
+                &["ignore", "optional_bytes"],
+            ),
+            (
+                "decimal.handling.mode".to_string(),
+                "--decimal-handling-mode",
+                &["precise", "string", "double"],
+            ),
+        ];
+        for (key, walrelay_flag, allowed) in enums {
+            if let Some(value) = enumeration(&key, self.get(&key), allowed)? {
+                self.flag(walrelay_flag, Some(value.replace('_', "-")));
             }
-            continue;
+            self.used.push(key);
         }
-        match (get(&key), debezium_default) {
-            (Some(value), _) => flag(&mut args, walrelay_flag, Some(value.to_string())),
-            (None, Some(default)) => flag(&mut args, walrelay_flag, Some(default.to_string())),
-            (None, None) => {}
-        }
-    }
-    // Debezium's router never reads table.field.event.type and sends no
-    // event-type header (EventRouterDelegate.apply adds only "id"): neither
-    // does walrelay with an empty --field-event-type.
-    flag(&mut args, "--field-event-type", Some(String::new()));
-    let type_key = format!("{prefix}table.field.event.type");
-    if let Some(column) = get(&type_key) {
-        notes.push(format!(
-            "{type_key}={column}: Debezium's router does not read it and sends no event-type \
-             header; to send one, place the column, e.g. {column}:header:eventType in \
-             --fields-additional-placement"
-        ));
-    }
-    used.push(type_key);
-    // Enumerations, read case-insensitively as Debezium reads them; `_` in
-    // Debezium's values is `-` in walrelay's.
-    let enums: [(String, &str, &[&str]); 3] = [
-        (
-            format!("{prefix}table.field.additional.missing"),
-            "--fields-additional-missing",
-            &["error", "ignore"],
-        ),
-        (
-            format!("{prefix}table.json.payload.null.behavior"),
-            "--json-payload-null-behavior",
-            &["ignore", "optional_bytes"],
-        ),
-        (
-            "decimal.handling.mode".to_string(),
-            "--decimal-handling-mode",
-            &["precise", "string", "double"],
-        ),
-    ];
-    for (key, walrelay_flag, allowed) in enums {
-        if let Some(value) = enumeration(&key, get(&key), allowed)? {
-            flag(&mut args, walrelay_flag, Some(value.replace('_', "-")));
-        }
-        used.push(key);
-    }
-    let flag_on = |key: &str| {
-        get(&format!("{prefix}{key}")).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-    };
-    if flag_on("table.expand.json.payload") {
-        flag(&mut args, "--expand-json-payload", None);
-    }
-    if flag_on("route.tombstone.on.empty.payload") {
-        flag(&mut args, "--tombstone-on-empty-payload", None);
-    }
-    // Debezium 3 adds the headers naming its connector, task and run unless
-    // told not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
-    let extended_headers =
-        get("extended.headers.enabled").is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
-    used.push("extended.headers.enabled".into());
-    // topic.prefix names envelope schemas and is the connectorLogicalName header.
-    let mut needs_topic_prefix = extended_headers;
-    let mut carried = cloudevents::Carried::default();
-    let header_format = cloudevents::header_format(&config, &mut carried)?;
-    if header_format != "string" {
-        flag(&mut args, "--header-format", Some(header_format.into()));
-    }
-    for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
-        let converter = get(&format!("{side}.converter")).unwrap_or_default();
-        if side == "value" && converter.trim().ends_with(".CloudEventsConverter") {
-            cloudevents::value_flags(&config, &mut carried)?;
-            // The converter reads them back with its own JsonConverter,
-            // schemas on (CloudEventsConverter.configure).
-            if header_format != "json-with-schema" {
-                return Err(Error::permanent(
-                    "value.converter=CloudEventsConverter reads its metadata back from headers \
-                     with a JsonConverter with schemas, so with SimpleHeaderConverter (the \
-                     worker's default header.converter) or schemas.enable=false Debezium's task \
-                     fails on every event; set \
-                     header.converter=org.apache.kafka.connect.json.JsonConverter with \
-                     header.converter.schemas.enable=true, as cloudevents.adoc does",
-                ));
-            }
-            // The CloudEvent's source is /debezium/postgresql/<topic.prefix>.
-            needs_topic_prefix = true;
-            for (name, value) in carried.flags.drain(..) {
-                flag(&mut args, name, value);
-            }
-            continue;
-        }
-        let (format, note) = converter_format(
-            side,
-            get(&format!("{side}.converter")),
-            get(&format!("{side}.converter.schemas.enable")),
+        let flag_on = |key: &str| {
+            self.get(&format!("{prefix}{key}"))
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        };
+        let (expand, tombstone) = (
+            flag_on("table.expand.json.payload"),
+            flag_on("route.tombstone.on.empty.payload"),
         );
-        notes.extend(note);
-        if side == "value" && format == "json-with-schema" {
-            // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
-            needs_topic_prefix = true;
+        if expand {
+            self.flag("--expand-json-payload", None);
         }
-        flag(&mut args, flag_name, Some(format.into()));
+        if tombstone {
+            self.flag("--tombstone-on-empty-payload", None);
+        }
+        Ok(())
     }
-    let topic_prefix = ["topic.prefix", "database.server.name"]
-        .into_iter()
-        .find_map(|k| get(k).map(|v| (k, v)));
-    match (needs_topic_prefix, topic_prefix) {
-        (true, Some((key, topic_prefix))) => {
-            flag(
-                &mut args,
-                "--schema-topic-prefix",
-                Some(topic_prefix.to_string()),
+
+    /// Header, key and value formats, and the logical name they need.
+    fn formats(&mut self) -> Result<()> {
+        // Debezium 3 adds the headers naming its connector, task and run unless
+        // told not to (CommonConnectorConfig EXTENDED_HEADERS_ENABLED, default true).
+        let extended_headers = self
+            .get("extended.headers.enabled")
+            .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
+        self.used.push("extended.headers.enabled".into());
+        // topic.prefix names envelope schemas and is the connectorLogicalName header.
+        let mut needs_topic_prefix = extended_headers;
+        let mut carried = cloudevents::Carried::default();
+        let header_format = cloudevents::header_format(self.config, &mut carried)?;
+        if header_format != "string" {
+            self.flag("--header-format", Some(header_format.into()));
+        }
+        for (side, flag_name) in [("key", "--key-format"), ("value", "--value-format")] {
+            let converter = self.get(&format!("{side}.converter")).unwrap_or_default();
+            if side == "value" && converter.trim().ends_with(".CloudEventsConverter") {
+                cloudevents::value_flags(self.config, &mut carried)?;
+                // The converter reads them back with its own JsonConverter,
+                // schemas on (CloudEventsConverter.configure).
+                if header_format != "json-with-schema" {
+                    return Err(Error::permanent(
+                        "value.converter=CloudEventsConverter reads its metadata back from headers \
+                         with a JsonConverter with schemas, so with SimpleHeaderConverter (the \
+                         worker's default header.converter) or schemas.enable=false Debezium's task \
+                         fails on every event; set \
+                         header.converter=org.apache.kafka.connect.json.JsonConverter with \
+                         header.converter.schemas.enable=true, as cloudevents.adoc does",
+                    ));
+                }
+                // The CloudEvent's source is /debezium/postgresql/<topic.prefix>.
+                needs_topic_prefix = true;
+                for (name, value) in carried.flags.drain(..) {
+                    self.flag(name, value);
+                }
+                continue;
+            }
+            let (format, note) = converter_format(
+                side,
+                self.get(&format!("{side}.converter")),
+                self.get(&format!("{side}.converter.schemas.enable")),
             );
-            used.push(key.to_string());
-            if extended_headers {
-                flag(&mut args, "--extended-headers", None);
+            self.notes.extend(note);
+            if side == "value" && matches!(format, "json-with-schema" | "avro") {
+                // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
+                needs_topic_prefix = true;
             }
+            self.flag(flag_name, Some(format.into()));
         }
-        (true, None) => notes.push(
-            "no topic.prefix (database.server.name before Debezium 2.0), which Debezium \
-             requires: it names envelope schemas and the __debezium.context.* headers; add \
-             --schema-topic-prefix with the connector's logical name (and --extended-headers \
-             unless extended.headers.enabled=false)"
-                .into(),
-        ),
-        (false, _) => {}
+        // Confluent's or Apicurio's AvroConverter: the registry and its settings.
+        let mut avro = registry::flags(self.config)?;
+        self.args.append(&mut avro.args);
+        self.used.append(&mut avro.used);
+        self.notes.append(&mut avro.notes);
+        let topic_prefix = ["topic.prefix", "database.server.name"]
+            .into_iter()
+            .find_map(|k| self.get(k).map(|v| (k, v)));
+        match (needs_topic_prefix, topic_prefix) {
+            (true, Some((key, topic_prefix))) => {
+                self.flag("--schema-topic-prefix", Some(topic_prefix.to_string()));
+                self.used.push(key.to_string());
+                if extended_headers {
+                    self.flag("--extended-headers", None);
+                }
+            }
+            (true, None) => self.notes.push(
+                "no topic.prefix (database.server.name before Debezium 2.0), which Debezium \
+                 requires: it names envelope schemas and the __debezium.context.* headers; add \
+                 --schema-topic-prefix with the connector's logical name (and --extended-headers \
+                 unless extended.headers.enabled=false)"
+                    .into(),
+            ),
+            (false, _) => {}
+        }
+        self.notes.extend(messages::note(
+            self.get(messages::KEYS[0]),
+            self.get(messages::KEYS[1]),
+            topic_prefix.map(|(_, value)| value),
+        )?);
+        self.used.extend(messages::KEYS.map(String::from));
+        self.used.append(&mut carried.used);
+        Ok(())
     }
-    notes.extend(messages::note(
-        get(messages::KEYS[0]),
-        get(messages::KEYS[1]),
-        topic_prefix.map(|(_, value)| value),
-    )?);
-    used.extend(messages::KEYS.map(String::from));
-    // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
-    // on Connect's classpath): walrelay creates no spans, it passes the
-    // writer's context through.
-    let trace_column = get(&format!("{prefix}tracing.span.context.field"))
-        .unwrap_or("tracingspancontext")
-        .to_string();
-    notes.push(format!(
-        "tracing: walrelay sends the writer's traceparent/tracestate from column \
-         {trace_column:?} (when the table has it) unchanged as headers, so consumers continue \
-         the writer's trace; Debezium sent them only with OpenTelemetry installed in Connect, \
-         with the span id of its own db-log-write span; --field-tracing-span-context '' sends none"
-    ));
-    let operation_key = format!("{prefix}tracing.operation.name");
-    if let Some(name) = get(&operation_key) {
-        notes.push(format!(
-            "{operation_key}={name}: walrelay creates no spans, so there is no operation to name"
-        ));
-    }
-    let only_key = format!("{prefix}tracing.with.context.field.only");
-    if get(&only_key).is_some_and(|v| v.trim().eq_ignore_ascii_case("false")) {
-        notes.push(format!(
-            "{only_key}=false: Debezium started a new trace for rows without a context; walrelay \
-             sends trace headers only for rows that carry one (as with true, the router's default)"
-        ));
-    }
-    used.extend([operation_key, only_key]);
-    // Debezium 3.6.1's router has no such option (EventRouterConfigDefinition;
-    // JsonSchemaData drops every empty array): walrelay's default does the same.
-    let empty_key = format!("{prefix}table.json.payload.empty.array.behavior");
-    if let Some(value) = get(&empty_key) {
-        notes.push(format!(
-            "{empty_key}={value}: Debezium 3.6.1 does not read it and leaves empty arrays out of \
-             expanded payloads, as walrelay does by default; --json-payload-empty-array-behavior \
-             optional-string would keep them"
-        ));
-    }
-    used.push(empty_key);
-    used.push(format!("{prefix}table.expand.json.payload"));
-    used.push(format!("{prefix}route.tombstone.on.empty.payload"));
-    used.push(format!("{prefix}type"));
 
-    // Options with no walrelay equivalent, or different behaviour.
-    let explain = |key: &str, value: &str| -> Option<String> {
-        Some(match key {
-            "heartbeat.interval.ms" | "heartbeat.action.query" => format!(
-                "{key} is not needed: walrelay confirms the server's WAL position whenever \
-                 nothing is in flight, so an idle outbox on a busy database does not pin WAL"
-            ),
-            "offset.flush.interval.ms" | "offset.storage" | "offset.storage.file.filename" => {
-                format!(
-                "{key}: walrelay keeps no offsets of its own; the slot is the offset, confirmed \
-                 within --status-interval (1s) of Kafka's acknowledgement"
-            )
-            }
-            "snapshot.mode" => format!(
-                "snapshot.mode={value}: walrelay never snapshots; it publishes what is committed \
-                 after the slot's position, which is what an outbox needs"
-            ),
-            "topic.prefix" | "database.server.name" => format!(
-                "{key} names Debezium's change topics; outbox topics come from --topic-replacement"
-            ),
-            "tasks.max" => "tasks.max: walrelay is one process per slot; run a second one as a \
-                            standby for high availability"
-                .into(),
-            "field.name.adjustment.mode" if value.trim().eq_ignore_ascii_case("none") => {
-                return None
-            }
-            // JsonSchemaData names a field with the adjusted name, then looks
-            // the value up under it (jsonNodeToStructInternal).
-            "field.name.adjustment.mode" => format!(
-                "field.name.adjustment.mode={value}: Debezium renames fields of expanded payloads \
-                 that avro does not allow (test$ becomes test_) and then finds no value under \
-                 the new name, so they arrive null; walrelay keeps every name and its value"
-            ),
-            "tombstones.on.delete" => {
-                "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
-            }
-            "key.converter"
-            | "value.converter"
-            | "key.converter.schemas.enable"
-            | "value.converter.schemas.enable" => return None,
-            "transforms" | "name" => return None,
-            _ if key.starts_with("transforms.") => {
-                format!("{key}: walrelay applies no transform besides the outbox router")
-            }
-            _ => format!("{key} has no walrelay equivalent and is ignored"),
-        })
-    };
-    used.append(&mut carried.used);
-    for (key, value) in &config {
-        if !used.iter().any(|u| u == key) {
-            if let Some(note) = explain(key, value) {
-                notes.push(note);
+    /// Tracing: walrelay passes the writer's context through.
+    fn tracing(&mut self, prefix: &str) {
+        // Tracing (ActivateTracingSpan, run by the router when OpenTelemetry is
+        // on Connect's classpath): walrelay creates no spans, it passes the
+        // writer's context through.
+        let trace_column = self
+            .get(&format!("{prefix}tracing.span.context.field"))
+            .unwrap_or("tracingspancontext")
+            .to_string();
+        self.notes.push(format!(
+            "tracing: walrelay sends the writer's traceparent/tracestate from column \
+             {trace_column:?} (when the table has it) unchanged as headers, so consumers continue \
+             the writer's trace; Debezium sent them only with OpenTelemetry installed in Connect, \
+             with the span id of its own db-log-write span; --field-tracing-span-context '' sends none"
+        ));
+        let operation_key = format!("{prefix}tracing.operation.name");
+        if let Some(name) = self.get(&operation_key) {
+            self.notes.push(format!(
+                "{operation_key}={name}: walrelay creates no spans, so there is no operation to name"
+            ));
+        }
+        let only_key = format!("{prefix}tracing.with.context.field.only");
+        if self
+            .get(&only_key)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+        {
+            self.notes.push(format!(
+                "{only_key}=false: Debezium started a new trace for rows without a context; walrelay \
+                 sends trace headers only for rows that carry one (as with true, the router's default)"
+            ));
+        }
+        self.used.extend([operation_key, only_key]);
+    }
+
+    /// The router's payload options read elsewhere or not at all.
+    fn payload_options(&mut self, prefix: &str) {
+        // Debezium 3.6.1's router has no such option (EventRouterConfigDefinition;
+        // JsonSchemaData drops every empty array): walrelay's default does the same.
+        let empty_key = format!("{prefix}table.json.payload.empty.array.behavior");
+        if let Some(value) = self.get(&empty_key) {
+            self.notes.push(format!(
+                "{empty_key}={value}: Debezium 3.6.1 does not read it and leaves empty arrays out of \
+                 expanded payloads, as walrelay does by default; --json-payload-empty-array-behavior \
+                 optional-string would keep them"
+            ));
+        }
+        self.used.push(empty_key);
+        self.used.push(format!("{prefix}table.expand.json.payload"));
+        self.used
+            .push(format!("{prefix}route.tombstone.on.empty.payload"));
+        self.used.push(format!("{prefix}type"));
+    }
+
+    /// A note for every option no step read.
+    fn leftovers(&mut self) {
+        for (key, value) in self.config {
+            if !self.used.iter().any(|u| u == key) {
+                if let Some(note) = explain(key, value) {
+                    self.notes.push(note);
+                }
             }
         }
     }
-    Ok(Migration { args, notes })
+}
+
+/// The note for an option with no walrelay equivalent, or different
+/// behaviour; None where there is nothing to say.
+fn explain(key: &str, value: &str) -> Option<String> {
+    Some(match key {
+        "heartbeat.interval.ms" | "heartbeat.action.query" => format!(
+            "{key} is not needed: walrelay confirms the server's WAL position whenever \
+             nothing is in flight, so an idle outbox on a busy database does not pin WAL"
+        ),
+        "offset.flush.interval.ms" | "offset.storage" | "offset.storage.file.filename" => {
+            format!(
+                "{key}: walrelay keeps no offsets of its own; the slot is the offset, confirmed \
+             within --status-interval (1s) of Kafka's acknowledgement"
+            )
+        }
+        "snapshot.mode" => format!(
+            "snapshot.mode={value}: walrelay never snapshots; it publishes what is committed \
+             after the slot's position, which is what an outbox needs"
+        ),
+        "topic.prefix" | "database.server.name" => format!(
+            "{key} names Debezium's change topics; outbox topics come from --topic-replacement"
+        ),
+        "tasks.max" => "tasks.max: walrelay is one process per slot; run a second one as a \
+                        standby for high availability"
+            .into(),
+        "field.name.adjustment.mode" if value.trim().eq_ignore_ascii_case("none") => return None,
+        // JsonSchemaData names a field with the adjusted name, then looks
+        // the value up under it (jsonNodeToStructInternal).
+        "field.name.adjustment.mode" => format!(
+            "field.name.adjustment.mode={value}: Debezium renames fields of expanded payloads \
+             that avro does not allow (test$ becomes test_) and then finds no value under \
+             the new name, so they arrive null; walrelay keeps every name and its value"
+        ),
+        "tombstones.on.delete" => {
+            "tombstones.on.delete: walrelay ignores DELETEs of outbox rows".into()
+        }
+        "key.converter"
+        | "value.converter"
+        | "key.converter.schemas.enable"
+        | "value.converter.schemas.enable" => return None,
+        "transforms" | "name" => return None,
+        _ if key.starts_with("transforms.") => {
+            format!("{key}: walrelay applies no transform besides the outbox router")
+        }
+        _ => format!("{key} has no walrelay equivalent and is ignored"),
+    })
 }
 
 /// An enumerated option as Debezium's Field.withEnum validates it (trimmed,
@@ -729,6 +822,37 @@ mod tests {
         assert_eq!(flag(&m, "--topic-replication-factor"), None);
         assert_eq!(flag(&m, "--on-update"), Some("fatal"));
         assert!(m.args.iter().any(|(f, _)| f == "--expand-json-payload"));
+    }
+
+    #[test]
+    fn confluents_avro_converter_becomes_avro_with_its_registry_and_no_secret() {
+        let m = migrate(
+            &with_router(
+                "topic.prefix=orders\n\
+                 key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+                 value.converter=io.confluent.connect.avro.AvroConverter\n\
+                 value.converter.schema.registry.url=http://registry:8081\n\
+                 value.converter.basic.auth.credentials.source=USER_INFO\n\
+                 value.converter.basic.auth.user.info=svc:s3cret\n\
+                 transforms.outbox.table.expand.json.payload=true\n",
+            ),
+            Options::default(),
+        )
+        .unwrap();
+        assert_eq!(flag(&m, "--value-format"), Some("avro"));
+        assert_eq!(flag(&m, "--key-format"), Some("string"));
+        assert_eq!(
+            flag(&m, "--schema-registry-url"),
+            Some("http://registry:8081")
+        );
+        assert_eq!(flag(&m, "--schema-topic-prefix"), Some("orders"));
+        let everything = format!("{:?}{}", m.args, m.notes.join("\n"));
+        assert!(!everything.contains("s3cret"), "{everything}");
+        assert!(
+            !everything.contains("no walrelay equivalent"),
+            "{everything}"
+        );
+        assert!(!everything.contains("writes no Avro"), "{everything}");
     }
 
     #[test]

@@ -338,6 +338,8 @@ pub async fn run(
                 continue;
             }
             Err(e) => {
+                // The watchdog reads the slot no more: its figures would freeze.
+                metrics.forget_slot();
                 let _ = fatal.send(e).await;
                 return;
             }

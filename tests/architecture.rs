@@ -141,14 +141,94 @@ fn the_cycle_check_sees_uses_of_crate_and_super_paths() {
         uses["relay"]
     );
     assert!(
-        uses["relay::progress"].contains("checkpoint"),
+        uses["delivery::progress"].contains("delivery::checkpoint"),
         "{:?}",
-        uses["relay::progress"]
+        uses["delivery::progress"]
     );
     assert!(
-        uses["relay::poison"].contains("relay::progress"),
+        uses["delivery::poison"].contains("delivery::progress"),
         "{:?}",
-        uses["relay::poison"]
+        uses["delivery::poison"]
+    );
+}
+
+/// The top-level modules by floor, lowest first. A module imports only
+/// modules on floors below its own, so none of them (and no pair through a
+/// third) imports one that imports it back: `delivery` serves `relay` and
+/// `lifecycle` from below, and `kafka` reads no `config`. A new module
+/// takes the floor above the highest one it imports.
+const FLOORS: &[&[&str]] = &[
+    &[
+        "allocator",
+        "clock",
+        "error",
+        "logging",
+        "output",
+        "percent",
+    ],
+    &["aws", "http", "metrics", "migrate"],
+    &["postgres"],
+    &["sink", "retention", "watchdog"],
+    &["kafka", "outbox"],
+    &["registry"],
+    &["config"],
+    &["delivery", "status", "completions"],
+    &["lifecycle", "redrive"],
+    &["relay"],
+    &["check"],
+];
+
+/// Each top-level module and the other top-level modules it imports.
+fn top_level_uses() -> BTreeMap<String, BTreeSet<String>> {
+    let top = |module: &str| module.split("::").next().unwrap_or("").to_string();
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, named) in module_uses() {
+        let from = top(&module);
+        if from.is_empty() {
+            continue;
+        }
+        let entry = uses.entry(from.clone()).or_default();
+        entry.extend(named.iter().map(|n| top(n)).filter(|n| *n != from));
+    }
+    uses
+}
+
+#[test]
+fn every_top_level_module_imports_only_modules_on_the_floors_below_it() {
+    let floor_of = |module: &str| FLOORS.iter().position(|floor| floor.contains(&module));
+    let mut wrong = Vec::new();
+    for (module, named) in top_level_uses() {
+        let Some(floor) = floor_of(&module) else {
+            wrong.push(format!("{module} is on no floor: add it to FLOORS"));
+            continue;
+        };
+        for target in named {
+            match floor_of(&target) {
+                Some(below) if below < floor => {}
+                _ => wrong.push(format!("{module} (floor {floor}) imports {target}")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that run up or across the floors:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_floor_check_sees_a_module_import_one_of_another_top_level_module() {
+    let uses = top_level_uses();
+    assert!(uses["relay"].contains("delivery"), "{:?}", uses["relay"]);
+    assert!(
+        uses["lifecycle"].contains("delivery"),
+        "{:?}",
+        uses["lifecycle"]
+    );
+    assert!(
+        !uses["delivery"].contains("relay"),
+        "{:?}",
+        uses["delivery"]
     );
 }
 

@@ -39,7 +39,9 @@ async fn rows_written_while_the_outbox_was_out_of_the_publication_are_reported_a
         .batch_execute("ALTER PUBLICATION walrelay ADD TABLE outbox")
         .await
         .unwrap();
-    stack.relay.wait_for_failure(WAIT);
+    stack
+        .relay
+        .wait_for_held_stop(WAIT, "walrelay_publication_broken");
 
     let audit = run_command("audit", &stack.pg, &stack.broker, &["--since", "1h"]);
     assert_eq!(audit.code, Some(1), "{audit:?}");

@@ -37,6 +37,17 @@ fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
         )
     });
     assert_eq!(doc["ok"].as_bool(), Some(out.status.success()), "{doc:#}");
+    // A failure or warning that does not say what fixes it is a bug.
+    for c in doc["checks"].as_array().into_iter().flatten() {
+        if c["status"] == "fail" || c["status"] == "warn" {
+            assert!(
+                c["fix"].as_str().is_some_and(|f| !f.is_empty()),
+                "{} {} with no fix: {c:#}",
+                c["name"],
+                c["status"]
+            );
+        }
+    }
     (out.status.success(), doc)
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Broker, Postgres, Relay, Stack, OUTBOX_SQL};
+use support::{eventually, promtool, Broker, Postgres, Relay, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -94,6 +94,9 @@ async fn poison_events_are_dead_lettered_whole_with_their_reason_and_the_relay_g
         .await;
     let relay = Relay::start_with(&pg, &broker, &["--on-poison", "dead-letter"]);
     relay.wait_ready(WAIT);
+    let healthy = promtool::scrape(relay.metrics_port);
+    let quiet = promtool::firing_since(relay.metrics_port, &healthy);
+    assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
 
     let too_big = "00000000-0000-0000-0000-0000000000b1";
     let bad_topic = "00000000-0000-0000-0000-0000000000b2";
@@ -186,6 +189,8 @@ async fn poison_events_are_dead_lettered_whole_with_their_reason_and_the_relay_g
     })
     .await;
     assert_eq!(relay.metric("walrelay_dead_letter_events_total"), Some(3.0));
+    let fired = promtool::firing_since(relay.metrics_port, &healthy);
+    assert!(fired.contains("WalrelayDeadLettering"), "{fired:?}");
     assert_eq!(
         broker
             .topic_config("walrelay.dead-letter", "max.message.bytes")

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, drop_slot};
-use support::{Broker, Postgres, Relay, Stack, OUTBOX_SQL};
+use support::{eventually, promtool, Broker, Postgres, Relay, Stack, OUTBOX_SQL};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -47,18 +47,39 @@ async fn a_table_removed_recreated_or_renamed_under_walrelay_stops_it_within_a_w
         let expected = committed_ids(&client, &event_type).await;
         read_until_all_arrive(&reader, &expected, HashSet::new(), &relay, WAIT);
 
+        if n == 0 {
+            let quiet = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+            assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
+        }
         client.batch_execute(change).await.unwrap();
         let mut relay = relay;
-        let status = relay
-            .wait(Duration::from_secs(15))
-            .unwrap_or_else(|| panic!("walrelay went on after: {change}; log:\n{}", relay.log()));
-        assert!(!status.success(), "{change}");
-        let log = relay.log();
+        eventually(
+            Duration::from_secs(15),
+            "walrelay to stop streaming",
+            || async {
+                relay
+                    .log()
+                    .contains("walrelay does not stream")
+                    .then_some(())
+            },
+        )
+        .await;
+        if n == 0 {
+            // Held rather than exited, so the shipped alert sees the gauge.
+            let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+            assert!(
+                fired.contains("WalrelayPublicationBroken"),
+                "{fired:?}\n{}",
+                relay.log()
+            );
+        }
+        let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
         assert!(log.contains(complaint), "{change}: {log}");
         assert!(log.contains("publication_changed"), "{change}: {log}");
         if n == 0 {
             // Restarted while the table is still out: the range at risk too.
-            let log = Relay::start(&pg, &broker).wait_for_failure(WAIT);
+            let log =
+                Relay::start(&pg, &broker).wait_for_held_stop(WAIT, "walrelay_publication_broken");
             assert!(log.contains(complaint), "{log}");
             assert!(
                 log.contains("last found the outbox published as recorded at LSN"),
@@ -117,7 +138,7 @@ async fn an_outbox_replaced_while_walrelay_was_down_stops_it_with_the_range_at_r
     events("Published", 5).insert(client).await;
 
     let mut relay = Relay::start(&stack.pg, &stack.broker);
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(log.contains("was dropped and recreated"), "{log}");
     assert!(log.contains("--accept-outbox-change"), "{log}");
     assert_range_covers(&log, gap_from);
@@ -199,14 +220,14 @@ async fn an_outbox_that_left_the_publication_and_came_back_between_two_checks_st
     events("AfterReturn", 5).insert(client).await;
 
     let mut relay = stack.relay;
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(log.contains("left publication"), "{log}");
     assert!(log.contains("publication_changed"), "{log}");
     assert_range_covers(&log, gap_from);
 
     // A restart does not stream on as if nothing happened.
     let mut again = Relay::start(&stack.pg, &stack.broker);
-    let log = again.wait_for_failure(WAIT);
+    let log = again.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(
         log.contains("left the publication and was added back"),
         "{log}"
@@ -227,7 +248,7 @@ async fn an_outbox_replaced_under_a_running_walrelay_stops_it_before_the_new_tab
     let new_rows_end = events("NewTable", 3).insert(client).await;
 
     let mut relay = stack.relay;
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(log.contains("was dropped and recreated"), "{log}");
     assert!(log.contains("--accept-outbox-change"), "{log}");
     let reader = stack.broker.consumer();
@@ -293,7 +314,9 @@ async fn a_publication_switched_off_and_on_between_two_checks_stops_a_guarded_wa
         .unwrap();
     events("After", 3).insert(client).await;
 
-    let log = stack.relay.wait_for_failure(WAIT);
+    let log = stack
+        .relay
+        .wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(log.contains("no longer publishes inserts"), "{log}");
     assert!(log.contains("--accept-outbox-change"), "{log}");
     // The range starts at the transaction that switched inserts off.
@@ -306,7 +329,7 @@ async fn a_publication_switched_off_and_on_between_two_checks_stops_a_guarded_wa
 
     // A restart without the flag stops at the same place.
     let mut again = Relay::start(&stack.pg, &stack.broker);
-    let log = again.wait_for_failure(WAIT);
+    let log = again.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert_eq!(lsn_after(&log, "committed between LSN "), at, "{log}");
 
     // The runbook: publish the hidden rows again, accept once, and every
@@ -377,7 +400,7 @@ async fn an_outbox_that_left_the_publication_and_came_back_stops_a_guarded_walre
     events("AfterReturn", 3).insert(client).await;
 
     let mut relay = stack.relay;
-    let log = relay.wait_for_failure(WAIT);
+    let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
     assert!(log.contains("an outbox table left publication"), "{log}");
     let at = lsn_after(&log, "committed between LSN ");
     assert!(

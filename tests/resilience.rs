@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use support::outbox::{committed_ids, current_lsn, events, read_until_all_arrive};
 use support::pg::confirmed_flush_lsn;
+use support::promtool::{self, Scrapes, Target};
 use support::{eventually, guarantees, Broker, BrokerKind, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -36,6 +37,28 @@ async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
         standby.log()
     );
     assert_eq!(standby.http_get("/readyz").unwrap().0, 503);
+    // An active replica and a standby, as Prometheus scrapes them: quiet.
+    let apart = Duration::from_secs(2);
+    let (a1, s1) = (
+        promtool::scrape(active.metrics_port),
+        promtool::scrape(standby.metrics_port),
+    );
+    tokio::time::sleep(apart).await;
+    let (a2, s2) = (
+        promtool::scrape(active.metrics_port),
+        promtool::scrape(standby.metrics_port),
+    );
+    let quiet = promtool::firing(&[
+        Target {
+            instance: "active",
+            scrapes: Some(Scrapes::between(&a1, &a2)),
+        },
+        Target {
+            instance: "standby",
+            scrapes: Some(Scrapes::between(&s1, &s2)),
+        },
+    ]);
+    assert!(quiet.is_empty(), "a healthy pair, yet {quiet:?} fire");
     events("Takeover", 10).insert(&client).await;
 
     active.kill9();
@@ -54,6 +77,27 @@ async fn second_walrelay_waits_as_standby_and_takes_over_when_the_first_dies() {
         takeover < Duration::from_secs(30),
         "takeover took {takeover:?}"
     );
+    // The dead replica is down; the events still flow, through the other.
+    let s1 = promtool::scrape(standby.metrics_port);
+    tokio::time::sleep(apart).await;
+    let s2 = promtool::scrape(standby.metrics_port);
+    let fired = promtool::firing(&[
+        Target {
+            instance: "active",
+            scrapes: None,
+        },
+        Target {
+            instance: "standby",
+            scrapes: Some(Scrapes::between(&s1, &s2)),
+        },
+    ]);
+    assert_eq!(
+        fired,
+        ["WalrelayDown".to_string()].into(),
+        "one replica dead, one streaming"
+    );
+    // And with no walrelay left for Prometheus to scrape at all.
+    assert!(promtool::firing(&[]).contains("WalrelayAbsent"));
 }
 
 /// The lines an operator sees at the default level (tests log walrelay's

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::outbox::read_until_all_arrive;
-use support::{eventually, Broker, Postgres, Relay, OUTBOX_SQL};
+use support::{eventually, promtool, Broker, Postgres, Relay, OUTBOX_SQL};
 use tokio_postgres::Client;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -583,11 +583,18 @@ async fn rows_written_while_inserts_were_switched_off_are_never_deleted_by_guard
     all_in_kafka(&broker, &relay, "outbox.event.Seen", &delivered);
 
     let hidden = switch_inserts_off_and_on(&client, "Hidden", 5).await;
-    let log = relay.wait_for_failure(WAIT);
-    assert!(log.contains("no longer publishes inserts"), "{log}");
-    // Many passes' worth of time: none of them may delete the only copy.
+    eventually(WAIT, "walrelay to stop streaming", || async {
+        relay
+            .log()
+            .contains("walrelay does not stream")
+            .then_some(())
+    })
+    .await;
+    // Many passes' worth of time, held: none of them may delete the only copy.
     tokio::time::sleep(Duration::from_secs_f64(4.0 * RETENTION_S)).await;
     assert_eq!(present(&client, &hidden).await, hidden.len());
+    let log = relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
+    assert!(log.contains("no longer publishes inserts"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -899,6 +906,8 @@ async fn a_partition_another_role_owns_is_counted_stuck_and_walrelay_s_own_parti
     let url = pg.url_as("walrelay", "pw-retain-3");
     let relay = Relay::start_raw(&url, &broker.brokers(), &flags);
     relay.wait_ready(WAIT);
+    let quiet = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
     let ahead = eventually(WAIT, "two partitions made ahead", || async {
         let ahead = partitions_ahead(&client).await;
         (ahead.len() >= 2).then_some(ahead)
@@ -924,6 +933,8 @@ async fn a_partition_another_role_owns_is_counted_stuck_and_walrelay_s_own_parti
         (relay.metric("walrelay_retention_partitions_stuck")? >= 1.0).then_some(())
     })
     .await;
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(fired.contains("WalrelayRetentionStuck"), "{fired:?}");
     let fix = format!(r#"ALTER TABLE "public"."{stuck}" OWNER TO "walrelay";"#);
     let log = relay.log();
     assert!(

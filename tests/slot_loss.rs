@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::outbox::{add_outbox, committed_ids, events, read_until_all_arrive};
 use support::pg::{confirmed_flush_lsn, drop_slot, slots_and_publications};
-use support::{eventually, webhook, Broker, Postgres, Relay, Stack};
+use support::{eventually, promtool, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -103,6 +103,11 @@ async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires(
     })
     .await;
     assert_eq!(posted.body["level"], "critical", "{:?}", posted.body);
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(
+        fired.contains("WalrelaySlotMissing") && fired.contains("WalrelaySlotLagCritical"),
+        "{fired:?}"
+    );
     assert_eq!(
         relay.metric("walrelay_slot_lag_alert_level"),
         Some(2.0),
@@ -118,7 +123,7 @@ async fn a_start_refused_for_a_missing_slot_keeps_metrics_up_so_the_alert_fires(
         "neither active nor a standby"
     );
     let log = relay.log();
-    assert!(log.contains("walrelay does not start"), "{log}");
+    assert!(log.contains("walrelay does not stream"), "{log}");
     assert!(!log.contains("created replication slot"), "{log}");
     let (slots, _) = slots_and_publications(&stack.client).await;
     assert_eq!(slots, 0, "a refused start created a slot");

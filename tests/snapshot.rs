@@ -481,7 +481,14 @@ async fn two_replicas_started_seconds_apart_publish_the_snapshot_once_and_the_se
         .args(["status", "--pg-url", &pg.url()])
         .output()
         .unwrap();
+    // And walrelay check does not promise a redo of a snapshot under way.
+    let check = run_command("check", &pg, &broker, CUTOVER);
     broker.resume();
+    assert!(
+        check.stdout.contains("is being taken now by"),
+        "{}",
+        check.stdout
+    );
     assert_eq!(decided, "standby", "{}", second.log());
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(status.contains("being published by a walrelay"), "{status}");

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::pg::slots_and_publications;
-use support::{eventually, free_port, Broker, Postgres, Relay};
+use support::{eventually, free_port, promtool, Broker, Postgres, Relay};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -210,6 +210,8 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
     .await;
     let (status, _) = relay.http_get("/readyz").unwrap();
     assert_eq!(status, 503);
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(fired.contains("WalrelaySlotWalUnreserved"), "{fired:?}");
     let stopped = relay.terminate(WAIT);
     assert!(
         !stopped.success(),
@@ -217,7 +219,7 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
     );
     let log = relay.log();
     assert!(
-        log.contains("walrelay does not start")
+        log.contains("walrelay does not stream")
             && log.contains("is lost")
             && log.contains("pg_drop_replication_slot"),
         "{log}"

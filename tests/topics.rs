@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::outbox::current_lsn;
 use support::pg::confirmed_flush_lsn;
-use support::{eventually, Stack};
+use support::{eventually, promtool, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
 const DLQ: &str = "walrelay.dead-letter";
@@ -101,6 +101,7 @@ async fn topics_past_the_per_minute_cap_are_not_created_and_their_events_are_dea
         "dead-letter",
     ])
     .await;
+    let healthy = promtool::scrape(stack.relay.metrics_port);
     // A writer bug: an id in the event type, a new topic per row.
     let mut end = 0;
     for n in 1..=6 {
@@ -130,5 +131,12 @@ async fn topics_past_the_per_minute_cap_are_not_created_and_their_events_are_dea
     assert_eq!(
         stack.relay.metric("walrelay_topics_created_total"),
         Some(4.0)
+    );
+    // Topics made as fast as that (and events dead-lettered), kept up,
+    // are what the shipped rules watch for.
+    let fired = promtool::firing_since(stack.relay.metrics_port, &healthy);
+    assert!(
+        fired.contains("WalrelayCreatingManyTopics") && fired.contains("WalrelayDeadLettering"),
+        "{fired:?}"
     );
 }

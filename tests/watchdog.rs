@@ -78,17 +78,9 @@ async fn every_documented_metric_is_exposed_and_moves() {
         .unwrap();
     assert!(retained > 0.0);
     assert_eq!(stack.relay.http_get("/healthz").unwrap().0, 200);
-    // Healthy as scraped, the shipped stall alert stays quiet.
-    let apart = Duration::from_secs(2);
-    let (_, first) = stack.relay.http_get("/metrics").unwrap();
-    tokio::time::sleep(apart).await;
-    let (_, second) = stack.relay.http_get("/metrics").unwrap();
-    let scrapes = Scrapes {
-        first: &first,
-        second: &second,
-        apart,
-    };
-    assert!(!promtool::fires("WalrelayStalled", STALL_SERIES, &scrapes));
+    // Healthy as scraped, every shipped alert stays quiet.
+    let quiet = promtool::firing_for(stack.relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
 }
 
 /// What the shipped WalrelayStalled rule reads.
@@ -146,6 +138,8 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
         "a stall fails readiness"
     );
     assert!(relay.http_get("/readyz").unwrap().1.contains("stalled"));
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(fired.contains("WalrelaySlotLagCritical"), "{fired:?}");
     let log = relay.log();
     assert!(log.contains("slot alert raised"), "log:\n{log}");
     assert!(
@@ -169,6 +163,8 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
     .await;
     relay.wait_ready(WAIT);
     assert!(relay.log().contains("slot alert cleared"));
+    let quiet = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(quiet.is_empty(), "cleared, yet {quiet:?} fire");
     eventually(WAIT, "the webhook to hear the all-clear", || async {
         let bodies = hooks.bodies();
         (bodies.last().map(|b| b["level"] == "ok") == Some(true)).then_some(())
@@ -324,6 +320,11 @@ async fn an_alert_the_webhook_does_not_take_is_counted_and_logged() {
             &hook,
         ],
     );
+    let before = eventually(WAIT, "/metrics", || async {
+        relay.http_get("/metrics")?;
+        Some(promtool::scrape(relay.metrics_port))
+    })
+    .await;
     eventually(WAIT, "an undelivered alert to be counted", || async {
         (relay.metric("walrelay_alerts_undelivered_total")? >= 1.0).then_some(())
     })
@@ -333,6 +334,8 @@ async fn an_alert_the_webhook_does_not_take_is_counted_and_logged() {
         log.contains("broker_down") && log.contains("alert webhook failed"),
         "{log}"
     );
+    let fired = promtool::firing_since(relay.metrics_port, &before);
+    assert!(fired.contains("WalrelayAlertsUndelivered"), "{fired:?}");
     drop(client);
 }
 
@@ -390,10 +393,12 @@ async fn every_metric_walrelay_serves_is_documented_and_every_documented_one_is_
     // message of another prefix (tests/messages_source.rs reads it).
     served.insert("walrelay_ignored_messages_total".into());
     // Registered only with --retention (tests/retention.rs compares them),
-    // and with --delivery exactly-once (tests/exactly_once.rs).
+    // with --delivery exactly-once (tests/exactly_once.rs), and with a
+    // schema registry (tests/schema_registry.rs).
     let documented: std::collections::BTreeSet<String> = documented
         .into_iter()
         .filter(|name| !name.starts_with("walrelay_retention_"))
+        .filter(|name| !name.starts_with("walrelay_schema_registry_"))
         .filter(|name| !name.starts_with("walrelay_kafka_transaction"))
         .collect();
     assert_eq!(
@@ -467,6 +472,15 @@ async fn a_broker_that_never_answered_cannot_hide_a_stall_behind_session_restart
         promtool::fires("WalrelayStalled", STALL_SERIES, &scrapes),
         "first:\n{first}\nsecond:\n{second}"
     );
+    // Nothing flows, though the slot is held: not streaming, not disconnected.
+    let fired = promtool::firing(&[promtool::Target {
+        instance: "walrelay",
+        scrapes: Some(scrapes),
+    }]);
+    assert!(
+        fired.contains("WalrelayNotStreaming") && !fired.contains("WalrelayDisconnected"),
+        "{fired:?}"
+    );
 
     let reconnects = |target: &str| {
         let line = format!("walrelay_reconnects_total{{target=\"{target}\"}} ");
@@ -537,10 +551,53 @@ async fn slot_figures_are_absent_before_the_first_reading_and_while_postgres_is_
     })
     .await;
     assert_eq!(relay.metric("walrelay_streaming"), Some(0.0));
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(
+        fired.contains("WalrelayNotStreaming") && fired.contains("WalrelayDisconnected"),
+        "Postgres down: {fired:?}"
+    );
 
     pg.start_server();
     eventually(WAIT, "the figures back once Postgres is", || async {
         (relay.metric("walrelay_slot_active") == Some(1.0)).then_some(())
     })
     .await;
+}
+
+/// A lag past the warning threshold, with the broker only slow to come
+/// back (no stall yet), raises the warning and not the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lag_past_the_warning_threshold_fires_the_warning_alert_only() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--watchdog-interval",
+            "1s",
+            "--lag-warn-bytes",
+            "64KiB",
+            "--lag-critical-bytes",
+            "1GiB",
+            "--stall-timeout",
+            "10m",
+        ],
+    );
+    relay.wait_ready(WAIT);
+    broker.pause();
+    for _ in 0..5 {
+        insert(&client, "Warned", 50).await;
+    }
+    eventually(WAIT, "the warning level", || async {
+        (relay.metric("walrelay_slot_lag_alert_level") == Some(1.0)).then_some(())
+    })
+    .await;
+    let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(
+        fired.contains("WalrelaySlotLagWarning") && !fired.contains("WalrelaySlotLagCritical"),
+        "{fired:?}"
+    );
+    broker.resume();
 }

@@ -26,7 +26,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut config = settings.kafka.clone();
     // A metadata request for a topic must never create it.
     config.set("allow.auto.create.topics", "false");
-    let admin: AdminClient<DefaultClientContext> = match config.create() {
+    let admin = match crate::kafka::factory::admin(&config) {
         Ok(admin) => admin,
         Err(e) => {
             out.push(Check::fail(
@@ -40,8 +40,6 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             return out;
         }
     };
-    let admin = Arc::new(admin);
-    crate::kafka::msk_iam::keep_admin_token(&config, &admin);
 
     let metadata = {
         let admin = admin.clone();

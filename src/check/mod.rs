@@ -5,6 +5,7 @@
 mod durability;
 mod kafka;
 mod postgres;
+mod registry;
 mod standby;
 mod state;
 
@@ -92,7 +93,15 @@ impl Check {
             name,
             status: Status::Fail,
             detail: error.report(),
-            fix: error.fix().map(str::to_string),
+            fix: error.fix().map(str::to_string).or_else(|| {
+                // A failure of the moment (a connection, a timeout) has no
+                // fix of its own: trying again is it.
+                error.is_transient().then(|| {
+                    "this looked temporary (the server or the network): run walrelay check \
+                     again, and if it fails the same way, check that the server answers"
+                        .to_string()
+                })
+            }),
         }
     }
 }
@@ -102,6 +111,7 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let settings = Settings::from_args(&args.run)?;
     let mut checks = postgres::checks(&settings).await;
     checks.extend(kafka::checks(&settings).await);
+    checks.extend(registry::checks(&settings).await);
     // The report goes to stdout, past the log's masking: mask it the same
     // way, whatever a check quoted from a server or a client library.
     let redactor = Redactor::new(Command::Check(Box::new(args.clone())).secrets());

@@ -488,12 +488,7 @@ impl<'a> Probe<'a> {
                 .flatten()
         });
         match problem {
-            Some(problem) => Check {
-                name: "postgres.publication",
-                status: super::Status::Fail,
-                detail: problem,
-                fix: None,
-            },
+            Some(problem) => Check::fail("postgres.publication", problem.to_string(), problem.fix),
             None => Check::pass(
                 "postgres.publication",
                 format!("publication {name:?} publishes inserts into {}", self.table),

@@ -10,6 +10,7 @@ use crate::config::{Settings, Source};
 use crate::lifecycle::snapshot::{self, Step};
 use crate::postgres::publication;
 use crate::postgres::setup;
+use crate::postgres::snapshot_lock;
 use crate::postgres::state::decide::{decide, Observed, SlotPlan};
 use crate::postgres::state::OutboxIdentity;
 
@@ -101,10 +102,22 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
                         "; the first start publishes the rows --snapshot-where selects, then \
                          streams",
                     ),
-                    Step::Redo(at) => detail.push_str(&format!(
-                        "; the snapshot begun at {at} was not finished: run publishes the rows \
-                         --snapshot-where selects again before it streams"
-                    )),
+                    Step::Redo(at) => {
+                        // Under way on another replica, or abandoned: only
+                        // the lock's holder tells them apart, as for run.
+                        match snapshot_lock::holder(client, &settings.slot).await {
+                            Ok(Some(holder)) => detail.push_str(&format!(
+                                "; the snapshot begun at {at} is being taken now by {holder}: \
+                                 run waits as a standby until it is done"
+                            )),
+                            Ok(None) => detail.push_str(&format!(
+                                "; the snapshot begun at {at} was not finished and nothing \
+                                 takes it now: run publishes the rows --snapshot-where \
+                                 selects again before it streams"
+                            )),
+                            Err(e) => return (Check::from_error(NAME, &e), None),
+                        }
+                    }
                     Step::Done => detail.push_str(
                         "; the slot's snapshot was taken when it was created (--snapshot-where \
                          has nothing more to do)",

@@ -8,6 +8,7 @@ mod lifecycle;
 mod redrive;
 mod retention;
 mod run;
+mod schema_registry;
 mod secrets;
 mod settings;
 
@@ -17,12 +18,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use delivery::{Delivery, DeliveryArgs, ExactlyOnce};
 pub use lifecycle::{AuditArgs, AuditFlags, ReplayArgs, ReplayFlags};
-pub(crate) use redrive::is_producer_only;
 pub use redrive::{RedriveArgs, RedriveSettings};
 pub use run::{
     FlowArgs, KafkaArgs, KafkaAuthMode, MappingArgs, PoisonArgs, RunArgs, SnapshotArgs, SourceArgs,
     WatchdogArgs,
 };
+pub use schema_registry::SchemaRegistryArgs;
 pub use settings::{Flow, Settings, SnapshotPlan, Timeouts};
 
 use crate::error::{Error, Result};

@@ -6,6 +6,7 @@ use rdkafka::config::ClientConfig;
 use super::KafkaArgs;
 use crate::error::{Error, Result};
 use crate::kafka::client::client_config;
+use crate::kafka::factory::consumer_config;
 use crate::kafka::topics::TopicPolicy;
 use crate::outbox::routing::validate_topic;
 
@@ -104,18 +105,20 @@ impl RedriveArgs {
                 producer.set(key, "1");
             }
         }
-        let mut consumer = ClientConfig::new();
-        consumer.set("bootstrap.servers", &brokers);
-        consumer.set("client.id", "walrelay-redrive");
-        consumer.set("group.id", &self.group);
-        // The position moves only when redrive commits it, after Kafka
-        // acknowledged what it sent.
-        consumer.set("enable.auto.commit", "false");
-        consumer.set("enable.auto.offset.store", "false");
-        consumer.set("auto.offset.reset", "earliest");
-        for (key, value) in properties.iter().filter(|(k, _)| !is_producer_only(k)) {
-            consumer.set(key, value);
-        }
+        let consumer = consumer_config(
+            &[
+                ("bootstrap.servers", &brokers),
+                ("client.id", "walrelay-redrive"),
+                ("group.id", &self.group),
+                // The position moves only when redrive commits it, after
+                // Kafka acknowledged what it sent.
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("auto.offset.reset", "earliest"),
+            ],
+            properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &[],
+        );
         let topics = super::settings::topic_policy(
             &self.kafka,
             &self.dead_letter_topic,
@@ -132,34 +135,6 @@ impl RedriveArgs {
             topics,
         })
     }
-}
-
-/// -X properties a consumer does not take (librdkafka warns about each).
-pub(crate) fn is_producer_only(key: &str) -> bool {
-    matches!(
-        key,
-        "acks"
-            | "request.required.acks"
-            | "enable.idempotence"
-            | "linger.ms"
-            | "queue.buffering.max.ms"
-            | "batch.num.messages"
-            | "batch.size"
-            | "message.timeout.ms"
-            | "delivery.timeout.ms"
-            | "compression.type"
-            | "compression.codec"
-            | "topic.compression.type"
-            | "partitioner"
-            | "max.in.flight.requests.per.connection"
-            | "max.in.flight"
-            | "queue.buffering.max.messages"
-            | "queue.buffering.max.kbytes"
-            | "retries"
-            | "message.send.max.retries"
-            | "transactional.id"
-            | "transaction.timeout.ms"
-    )
 }
 
 #[cfg(test)]

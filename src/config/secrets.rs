@@ -49,6 +49,9 @@ impl Command {
             secrets.push(crate::percent::decode(&password));
             secrets.push(password);
         }
+        if let Some(args) = self.run_args() {
+            secrets.extend(args.schema_registry.secrets());
+        }
         if self.uses_aws() {
             // The AWS credential chain's first link.
             secrets.extend(
@@ -125,6 +128,25 @@ mod tests {
             found,
             vec!["hook/pass".to_string(), "hook%2Fpass".to_string()]
         );
+    }
+
+    #[test]
+    fn the_schema_registrys_password_and_token_are_secrets() {
+        let found = secrets(&[
+            "walrelay",
+            "run",
+            "--pg-url",
+            "postgres://u@h/db",
+            "--kafka-brokers",
+            "k:9092",
+            "--schema-registry-url",
+            "http://reg:8081",
+            "--schema-registry-basic-auth-user-info",
+            "svc:reg-s3cret",
+            "--schema-registry-bearer-token",
+            "tok-123",
+        ]);
+        assert_eq!(found, vec!["reg-s3cret".to_string(), "tok-123".to_string()]);
     }
 
     #[test]

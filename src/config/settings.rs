@@ -3,10 +3,12 @@
 //! reads a flag.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 
+use super::run::{FlowArgs, PoisonArgs, WatchdogArgs};
 use super::{ExactlyOnce, KafkaArgs, MissingField, OnPoison, OnUpdate, RunArgs, Source};
 use crate::error::{Error, Result};
 use crate::kafka::client::{client_config, event_max_bytes};
@@ -22,6 +24,7 @@ use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::{StateRoute, StateTable};
 use crate::postgres::{PgAuth, PgTarget};
+use crate::registry::Serializer;
 use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
@@ -66,6 +69,11 @@ pub struct Settings {
     pub retention: Option<RetentionSettings>,
     /// `--snapshot-where`: rows to publish on the start that creates the slot.
     pub snapshot: Option<SnapshotPlan>,
+    /// `--key-format`/`--value-format avro`: the registry's serializer,
+    /// shared by every session so its ids stay cached; and which sides.
+    pub registry: Option<Arc<Serializer>>,
+    pub avro_key: bool,
+    pub avro_value: bool,
 }
 
 /// The first start's snapshot (`--snapshot-where`, `--snapshot-order-by`).
@@ -97,6 +105,77 @@ pub struct Timeouts {
     pub standby_poll_interval: Duration,
 }
 
+/// Bounds of the Kafka topic and flow-control flags.
+fn check_flow_bounds(kafka: &KafkaArgs, flow: &FlowArgs) -> Result<()> {
+    if kafka.topic_partitions < 1 {
+        return Err(Error::permanent("--topic-partitions must be at least 1"));
+    }
+    if flow.max_inflight_events == 0
+        || flow.max_inflight_bytes == 0
+        || flow.max_pending_transactions == 0
+    {
+        return Err(Error::permanent(
+            "--max-inflight-events, --max-inflight-bytes and --max-pending-transactions \
+             must be above 0",
+        ));
+    }
+    if flow
+        .replication_timeout
+        .is_some_and(|t| t < Duration::from_secs(1))
+    {
+        return Err(Error::permanent(
+            "--replication-timeout must be at least 1s (e.g. 30s)",
+        ));
+    }
+    Ok(())
+}
+
+/// Bounds of the dead-letter size and the watchdog's levels.
+fn check_watch_bounds(poison: &PoisonArgs, watch: &WatchdogArgs) -> Result<()> {
+    // Kafka's own bounds for max.message.bytes (an int) and librdkafka's for message.max.bytes.
+    if !(1000..=1_000_000_000).contains(&poison.dead_letter_max_message_bytes) {
+        return Err(Error::permanent(
+            "--dead-letter-max-message-bytes must be between 1000 and 1000000000",
+        ));
+    }
+    if watch.lag_warn_bytes > watch.lag_critical_bytes {
+        return Err(Error::permanent(
+            "--lag-warn-bytes must not be above --lag-critical-bytes",
+        ));
+    }
+    if !(0.0..=1.0).contains(&watch.safe_wal_warn_ratio) {
+        return Err(Error::permanent(
+            "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
+        ));
+    }
+    Ok(())
+}
+
+impl Flow {
+    fn of(flow: &FlowArgs) -> Self {
+        Flow {
+            max_inflight_events: flow.max_inflight_events,
+            max_inflight_bytes: flow.max_inflight_bytes,
+            max_pending_transactions: flow.max_pending_transactions,
+            status_interval: flow.status_interval,
+            read_batch_window: flow.read_batch_window,
+        }
+    }
+}
+
+impl Timeouts {
+    fn of(flow: &FlowArgs) -> Self {
+        Timeouts {
+            setup: flow.setup_timeout,
+            startup: flow.startup_timeout,
+            shutdown: flow.shutdown_timeout,
+            replication: flow.replication_timeout,
+            reconnect_max_backoff: flow.reconnect_max_backoff,
+            standby_poll_interval: flow.standby_poll_interval,
+        }
+    }
+}
+
 impl Settings {
     pub fn from_args(args: &RunArgs) -> Result<Settings> {
         let pg = args.conn.validate(&args.aws)?;
@@ -108,49 +187,27 @@ impl Settings {
             &args.flow,
             &args.watchdog,
         );
-        if kafka.topic_partitions < 1 {
-            return Err(Error::permanent("--topic-partitions must be at least 1"));
-        }
-        if flow.max_inflight_events == 0
-            || flow.max_inflight_bytes == 0
-            || flow.max_pending_transactions == 0
-        {
-            return Err(Error::permanent(
-                "--max-inflight-events, --max-inflight-bytes and --max-pending-transactions \
-                 must be above 0",
-            ));
-        }
-        if flow
-            .replication_timeout
-            .is_some_and(|t| t < Duration::from_secs(1))
-        {
-            return Err(Error::permanent(
-                "--replication-timeout must be at least 1s (e.g. 30s)",
-            ));
-        }
+        check_flow_bounds(kafka, flow)?;
         check_formats(args)?;
         let mapping_config = mapping_config(args, &pg);
         let snapshot = snapshot_plan(args)?;
+        let m = &args.mapping;
+        let registry = args
+            .schema_registry
+            .settings(
+                m.key_format,
+                m.value_format,
+                m.header_format,
+                args.source.source,
+            )?
+            .map(|settings| Serializer::new(settings).map(Arc::new))
+            .transpose()
+            .map_err(Error::permanent)?;
         let router = Router::new(&mapping.topic_regex, &mapping.topic_replacement)
             .map_err(Error::permanent)?;
         validate_topic(&poison.dead_letter_topic)
             .map_err(|e| Error::permanent(format!("--dead-letter-topic: {e}")))?;
-        // Kafka's own bounds for max.message.bytes (an int) and librdkafka's for message.max.bytes.
-        if !(1000..=1_000_000_000).contains(&poison.dead_letter_max_message_bytes) {
-            return Err(Error::permanent(
-                "--dead-letter-max-message-bytes must be between 1000 and 1000000000",
-            ));
-        }
-        if watch.lag_warn_bytes > watch.lag_critical_bytes {
-            return Err(Error::permanent(
-                "--lag-warn-bytes must not be above --lag-critical-bytes",
-            ));
-        }
-        if !(0.0..=1.0).contains(&watch.safe_wal_warn_ratio) {
-            return Err(Error::permanent(
-                "--safe-wal-warn-ratio must be between 0 and 1 (e.g. 0.2 for 20%)",
-            ));
-        }
+        check_watch_bounds(poison, watch)?;
         let kafka_properties = kafka.client_properties(&args.aws)?;
         let webhook = watch
             .alert_webhook
@@ -199,21 +256,8 @@ impl Settings {
             )?,
             on_poison: poison.on_poison,
             exactly_once: args.delivery.settings()?,
-            flow: Flow {
-                max_inflight_events: flow.max_inflight_events,
-                max_inflight_bytes: flow.max_inflight_bytes,
-                max_pending_transactions: flow.max_pending_transactions,
-                status_interval: flow.status_interval,
-                read_batch_window: flow.read_batch_window,
-            },
-            timeouts: Timeouts {
-                setup: flow.setup_timeout,
-                startup: flow.startup_timeout,
-                shutdown: flow.shutdown_timeout,
-                replication: flow.replication_timeout,
-                reconnect_max_backoff: flow.reconnect_max_backoff,
-                standby_poll_interval: flow.standby_poll_interval,
-            },
+            flow: Flow::of(flow),
+            timeouts: Timeouts::of(flow),
             metrics_addr: watch.metrics_addr,
             watchdog: WatchdogSettings {
                 interval: watch.watchdog_interval,
@@ -225,6 +269,9 @@ impl Settings {
             },
             retention: args.retention.settings(source.source)?,
             snapshot,
+            registry,
+            avro_key: m.key_format == Format::Avro,
+            avro_value: m.value_format == Format::Avro,
         })
     }
 
@@ -277,7 +324,8 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         ));
     }
     check_cloudevents(args, prefix_set)?;
-    let with_schema = |f: Format| f == Format::JsonWithSchema;
+    // Avro starts from json-with-schema's Connect schema, so the same rules hold.
+    let with_schema = |f: Format| f.mapped() == Format::JsonWithSchema;
     if !with_schema(m.key_format) && !with_schema(m.value_format) {
         return Ok(());
     }
@@ -495,8 +543,8 @@ fn mapping_config(args: &RunArgs, pg: &PgTarget) -> MappingConfig {
         expand_json_payload: m.expand_json_payload,
         tombstone_on_empty_payload: m.tombstone_on_empty_payload,
         decimals: m.decimal_handling_mode,
-        key_format: m.key_format,
-        value_format: m.value_format,
+        key_format: m.key_format.mapped(),
+        value_format: m.value_format.mapped(),
         schema_topic_prefix: m.schema_topic_prefix.clone(),
         extended_headers: m
             .extended_headers

@@ -15,169 +15,50 @@
 
 use std::borrow::Cow;
 
-/// Each alias of a client's configuration and the name walrelay reads it
-/// as: the spelling walrelay's own settings use, otherwise the Java
-/// client's, which users know from Kafka Connect and Debezium. They are
-/// librdkafka 2.12's `_RK_C_ALIAS` entries (`src/rdkafka_conf.c`, "Alias
-/// for" in its CONFIGURATION.md), less the topic property
-/// `enable.auto.commit`: on a client's configuration that name is a global
-/// property of its own, and its topic-level partner `auto.commit.enable` is
-/// the legacy consumer's. A test checks them against the librdkafka
-/// walrelay is built with.
-const ALIASES: &[(&str, &str)] = &[
-    ("metadata.broker.list", "bootstrap.servers"),
-    ("max.in.flight", "max.in.flight.requests.per.connection"),
-    ("sasl.mechanisms", "sasl.mechanism"),
-    (
-        "sasl.oauthbearer.client.credentials.client.id",
-        "sasl.oauthbearer.client.id",
-    ),
-    (
-        "sasl.oauthbearer.client.credentials.client.secret",
-        "sasl.oauthbearer.client.secret",
-    ),
-    ("fetch.message.max.bytes", "max.partition.fetch.bytes"),
-    ("queue.buffering.max.ms", "linger.ms"),
-    ("message.send.max.retries", "retries"),
-    ("compression.codec", "compression.type"),
-    ("request.required.acks", "acks"),
-    ("delivery.timeout.ms", "message.timeout.ms"),
-];
-
-/// librdkafka 2.12's topic properties. Set on a client's configuration, a
-/// name that is no global property's goes to its default topic
-/// configuration, which takes a leading `topic.` off
-/// (`rd_kafka_conf_set`, `rd_kafka_topic_conf_set`).
-const TOPIC_PROPERTIES: &[&str] = &[
-    "request.required.acks",
-    "acks",
-    "request.timeout.ms",
-    "message.timeout.ms",
-    "delivery.timeout.ms",
-    "queuing.strategy",
-    "produce.offset.report",
-    "partitioner",
-    "partitioner_cb",
-    "msg_order_cmp",
-    "opaque",
-    "compression.codec",
-    "compression.type",
-    "compression.level",
-    "auto.commit.enable",
-    "enable.auto.commit",
-    "auto.commit.interval.ms",
-    "auto.offset.reset",
-    "offset.store.path",
-    "offset.store.sync.interval.ms",
-    "offset.store.method",
-    "consume.callback.max.messages",
-];
-
-/// Topic properties whose name is also a global property's: without
-/// `topic.` the name sets the global one, so with it it stays apart.
-const ALSO_GLOBAL: &[&str] = &[
-    "opaque",
-    "compression.codec",
-    "compression.type",
-    "enable.auto.commit",
-    "auto.commit.interval.ms",
-    "offset.store.method",
-];
-
-/// Aliases among topic properties (the same table, topic scope).
-const TOPIC_ALIASES: &[(&str, &str)] = &[
-    ("request.required.acks", "acks"),
-    ("delivery.timeout.ms", "message.timeout.ms"),
-    ("compression.codec", "compression.type"),
-    ("enable.auto.commit", "auto.commit.enable"),
-];
+use super::properties::{at, Level};
 
 /// The name walrelay reads a librdkafka property as: `key` itself unless
-/// another name sets the same property.
+/// another name sets the same property (`properties::PROPERTIES`).
 pub fn canonical(key: &str) -> Cow<'_, str> {
     if let Some(rest) = key.strip_prefix("topic.") {
         // Else a global property (topic.metadata.refresh.interval.ms) or
-        // none that librdkafka knows, which it refuses by name.
-        if TOPIC_PROPERTIES.contains(&rest) {
-            let name = lookup(TOPIC_ALIASES, rest);
-            return match ALSO_GLOBAL.contains(&name) {
-                true => Cow::Owned(format!("topic.{name}")),
-                false => Cow::Borrowed(name),
+        // none that librdkafka knows, which it refuses by name. A topic
+        // property whose name is also a global one's keeps its `topic.`:
+        // without it the name sets the global one.
+        if let Some(property) = at(Level::Topic, rest) {
+            let name = property.reads_as.unwrap_or(property.name);
+            return match at(Level::Client, name) {
+                Some(_) => Cow::Owned(format!("topic.{name}")),
+                None => Cow::Borrowed(name),
             };
         }
     }
-    Cow::Borrowed(lookup(ALIASES, key))
-}
-
-fn lookup<'a>(aliases: &[(&str, &'static str)], key: &'a str) -> &'a str {
-    aliases
-        .iter()
-        .find(|(alias, _)| *alias == key)
-        .map_or(key, |(_, name)| name)
+    // A name no global property has reaches the default topic
+    // configuration (`rd_kafka_conf_set`), under its aliases there.
+    let property = at(Level::Client, key).or_else(|| at(Level::Topic, key));
+    match property.and_then(|p| p.reads_as) {
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Borrowed(key),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{canonical, ALIASES, ALSO_GLOBAL, TOPIC_ALIASES, TOPIC_PROPERTIES};
+    use super::super::properties::tests::librdkafka_rows;
+    use super::super::properties::{aliases_at, at, names_at, Level};
+    use super::canonical;
     use rdkafka::config::ClientConfig;
 
-    /// librdkafka's own table of properties (`rd_kafka_conf_properties_show`):
-    /// a section of global properties, then one of topic properties, each
-    /// row `name | C/P | range | default | importance | description`.
-    fn librdkafka_properties() -> String {
-        // SAFETY: a temporary file of our own, written by librdkafka, read
-        // back whole and closed once; the pointer never escapes.
-        unsafe {
-            let file = libc::tmpfile();
-            assert!(!file.is_null(), "no temporary file");
-            rdkafka::bindings::rd_kafka_conf_properties_show(file.cast());
-            libc::rewind(file);
-            let mut text = Vec::new();
-            let mut buf = [0u8; 8192];
-            loop {
-                let n = libc::fread(buf.as_mut_ptr().cast(), 1, buf.len(), file);
-                if n == 0 {
-                    break;
-                }
-                text.extend_from_slice(&buf[..n]);
-            }
-            libc::fclose(file);
-            String::from_utf8(text).expect("librdkafka's table is text")
-        }
-    }
-
-    /// A property of librdkafka's table: its section, its name, and the
-    /// property it is an alias for, if it is one.
-    struct Row {
-        topic: bool,
-        name: String,
-        alias_for: Option<String>,
-    }
-
-    fn librdkafka_rows() -> Vec<Row> {
-        let mut topic = false;
-        let mut rows = Vec::new();
-        for line in librdkafka_properties().lines() {
-            if line.starts_with("## ") {
-                topic = line.contains("Topic");
-                continue;
-            }
-            let columns: Vec<&str> = line.split('|').map(str::trim).collect();
-            // Rows of properties only: their second column says who reads it.
-            if columns.len() < 6 || !matches!(columns[1], "*" | "C" | "P") {
-                continue;
-            }
-            let description = columns[5..].join("|");
-            let alias_for = description
-                .split_once("Alias for `")
-                .map(|(_, rest)| rest.split('`').next().unwrap_or_default().to_string());
-            rows.push(Row {
-                topic,
-                name: columns[0].to_string(),
-                alias_for,
-            });
-        }
-        rows
+    /// Each alias a client's configuration reads without `topic.`, and the
+    /// name walrelay reads it as.
+    fn client_aliases() -> Vec<(&'static str, &'static str)> {
+        let topic_only = aliases_at(Level::Topic)
+            .into_iter()
+            .filter(|(alias, _)| at(Level::Client, alias).is_none());
+        aliases_at(Level::Client)
+            .into_iter()
+            .chain(topic_only)
+            .collect()
     }
 
     #[test]
@@ -195,19 +76,9 @@ mod tests {
             .collect();
         assert!(global.len() > 100 && topic.len() > 10, "table not read");
         assert_eq!(
-            TOPIC_PROPERTIES,
+            names_at(Level::Topic),
             topic.as_slice(),
             "librdkafka's topic properties"
-        );
-        let both: Vec<&str> = topic
-            .iter()
-            .copied()
-            .filter(|n| global.contains(n))
-            .collect();
-        assert_eq!(
-            ALSO_GLOBAL,
-            both.as_slice(),
-            "topic properties named as global ones"
         );
         for row in &rows {
             let Some(target) = &row.alias_for else {
@@ -236,14 +107,14 @@ mod tests {
                         .is_some_and(|t| (r.name == a && t == n) || (r.name == n && t == a))
             })
         };
-        for (alias, name) in ALIASES {
+        for (alias, name) in client_aliases() {
             assert!(
                 is_alias(alias, name, false) || is_alias(alias, name, true),
                 "{alias} {name}"
             );
-            assert_eq!(canonical(name), *name, "{name} is itself an alias");
+            assert_eq!(canonical(name), name, "{name} is itself an alias");
         }
-        for (alias, name) in TOPIC_ALIASES {
+        for (alias, name) in aliases_at(Level::Topic) {
             assert!(is_alias(alias, name, true), "{alias} {name}");
         }
     }
@@ -265,9 +136,9 @@ mod tests {
             "topic.message.timeout.ms",
             "topic.partitioner",
         ];
-        let pairs = ALIASES
-            .iter()
-            .map(|(alias, _)| *alias)
+        let pairs = client_aliases()
+            .into_iter()
+            .map(|(alias, _)| alias)
             .chain(topic_spellings);
         for given in pairs {
             let name = canonical(given);
@@ -293,8 +164,10 @@ mod tests {
     #[test]
     fn a_public_propertys_every_name_is_read_as_a_public_one() {
         use crate::kafka::secrets::is_public;
-        let names = ALIASES.iter().flat_map(|(a, n)| [*a, *n]);
-        let topic = TOPIC_PROPERTIES.iter().map(|n| format!("topic.{n}"));
+        let names = client_aliases().into_iter().flat_map(|(a, n)| [a, n]);
+        let topic = names_at(Level::Topic)
+            .into_iter()
+            .map(|n| format!("topic.{n}"));
         for name in names.map(str::to_string).chain(topic) {
             let plain = name.strip_prefix("topic.").unwrap_or(&name);
             if is_public(plain) {

@@ -6,11 +6,13 @@
 pub mod aliases;
 pub mod client;
 pub mod cyrus;
+pub mod factory;
 pub mod login;
 pub mod msk_iam;
 pub mod polled;
 pub mod position;
 pub mod producer;
+pub mod properties;
 pub mod reachability;
 pub mod reader;
 pub mod secrets;

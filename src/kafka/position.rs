@@ -164,19 +164,17 @@ async fn warn_unless_compacted(admin: &AdminClient<DefaultClientContext>, topic:
 /// The consumer that reads the position topic back: the client's own
 /// properties (security, addresses), read_committed, no group of its own.
 pub fn reader_config(client: &ClientConfig) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    for (key, value) in client.config_map() {
-        if !crate::config::is_producer_only(key) {
-            config.set(key, value);
-        }
-    }
-    config
-        .set("isolation.level", "read_committed")
-        .set("group.id", "walrelay.positions")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "50");
-    config
+    super::factory::consumer_config(
+        &[],
+        client.config_map(),
+        &[
+            ("isolation.level", "read_committed"),
+            ("group.id", "walrelay.positions"),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+            ("fetch.wait.max.ms", "50"),
+        ],
+    )
 }
 
 /// Reads the position topic's partition from its start until the sync
@@ -192,9 +190,7 @@ pub fn read(
     deadline: Instant,
 ) -> Result<Option<Position>> {
     let consumer: BaseConsumer<TokenContext> =
-        config.create_with_context(TokenContext).map_err(|e| {
-            super::secrets::client_refused("the Kafka consumer of the position topic", &e, config)
-        })?;
+        super::factory::consumer(config, "the Kafka consumer of the position topic")?;
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(topic, PARTITION, Offset::Beginning)

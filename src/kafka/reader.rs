@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
@@ -27,22 +26,17 @@ impl TopicReader {
     /// A reader with the brokers and the `-X` properties (security, for
     /// instance) that `run` would use.
     pub fn new(brokers: &str, properties: &[(String, String)]) -> Result<Self> {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", brokers);
-        for (key, value) in properties {
-            config.set(key, value);
-        }
-        config
-            .set("group.id", "walrelay-audit")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .set("client.id", "walrelay-audit");
-        let consumer = config
-            .create_with_context(super::msk_iam::TokenContext)
-            .map_err(|e| {
-                Error::permanent("cannot create the Kafka consumer; check the -X properties")
-                    .with_source(e)
-            })?;
+        let config = super::factory::consumer_config(
+            &[("bootstrap.servers", brokers)],
+            properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &[
+                ("group.id", "walrelay-audit"),
+                ("enable.auto.commit", "false"),
+                ("enable.partition.eof", "true"),
+                ("client.id", "walrelay-audit"),
+            ],
+        );
+        let consumer = super::factory::consumer(&config, "the Kafka consumer")?;
         Ok(TopicReader {
             consumer,
             brokers: brokers.to_string(),

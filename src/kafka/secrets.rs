@@ -1,6 +1,6 @@
 //! Which `-X` values may be shown. walrelay shows a librdkafka property's
-//! value only when it knows the key to hold no secret: a key on the list
-//! below. Every other value (a password, a private key, a client secret,
+//! value only when it knows the key to hold no secret: a key the table of
+//! properties (`properties`) marks shown. Every other value (a password, a private key, a client secret,
 //! and a key librdkafka does not know, which may be a misspelt password) is
 //! masked in log lines, in `walrelay check`'s report and in every error
 //! built from a Kafka client error. rust-rdkafka's `KafkaError::ClientConfig`
@@ -10,199 +10,25 @@
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
+use super::aliases::canonical;
+use super::properties::{self, Level};
 use crate::error::Error;
 use crate::logging::{Redactor, MASK};
 use crate::percent::url_password;
 
-/// librdkafka's properties that hold no secret: every property of
-/// CONFIGURATION.md (librdkafka 2.12.1, vendored by rdkafka-sys
-/// 4.10.0+2.12.1) that takes a string, except those in [`SECRET`]. The
-/// OAuth client id is here: RFC 6749 section 2.2 says it "is not a secret";
-/// the SASL user name too, which walrelay prints in the ACL commands it
-/// suggests. A URL is shown without the password of its user info.
-const PUBLIC: &[&str] = &[
-    "builtin.features",
-    "client.id",
-    "metadata.broker.list",
-    "bootstrap.servers",
-    "message.max.bytes",
-    "message.copy.max.bytes",
-    "receive.message.max.bytes",
-    "max.in.flight.requests.per.connection",
-    "max.in.flight",
-    "metadata.recovery.strategy",
-    "metadata.recovery.rebootstrap.trigger.ms",
-    "topic.metadata.refresh.interval.ms",
-    "metadata.max.age.ms",
-    "topic.metadata.refresh.fast.interval.ms",
-    "topic.metadata.refresh.fast.cnt",
-    "topic.metadata.refresh.sparse",
-    "topic.metadata.propagation.max.ms",
-    "topic.blacklist",
-    "debug",
-    "socket.timeout.ms",
-    "socket.blocking.max.ms",
-    "socket.send.buffer.bytes",
-    "socket.receive.buffer.bytes",
-    "socket.keepalive.enable",
-    "socket.nagle.disable",
-    "socket.max.fails",
-    "broker.address.ttl",
-    "broker.address.family",
-    "socket.connection.setup.timeout.ms",
-    "connections.max.idle.ms",
-    "reconnect.backoff.jitter.ms",
-    "reconnect.backoff.ms",
-    "reconnect.backoff.max.ms",
-    "statistics.interval.ms",
-    "enabled_events",
-    "log_level",
-    "log.queue",
-    "log.thread.name",
-    "enable.random.seed",
-    "log.connection.close",
-    "internal.termination.signal",
-    "api.version.request",
-    "api.version.request.timeout.ms",
-    "api.version.fallback.ms",
-    "broker.version.fallback",
-    "allow.auto.create.topics",
-    "security.protocol",
-    "ssl.cipher.suites",
-    "ssl.curves.list",
-    "ssl.sigalgs.list",
-    "ssl.key.location",
-    "ssl.certificate.location",
-    "ssl.certificate.pem",
-    "ssl.ca.location",
-    "https.ca.location",
-    "https.ca.pem",
-    "ssl.ca.pem",
-    "ssl.ca.certificate.stores",
-    "ssl.crl.location",
-    "ssl.keystore.location",
-    "ssl.providers",
-    "ssl.engine.location",
-    "ssl.engine.id",
-    "enable.ssl.certificate.verification",
-    "ssl.endpoint.identification.algorithm",
-    "sasl.mechanisms",
-    "sasl.mechanism",
-    "sasl.kerberos.service.name",
-    "sasl.kerberos.principal",
-    "sasl.kerberos.keytab",
-    "sasl.kerberos.min.time.before.relogin",
-    "sasl.username",
-    "enable.sasl.oauthbearer.unsecure.jwt",
-    "sasl.oauthbearer.method",
-    "sasl.oauthbearer.client.id",
-    "sasl.oauthbearer.client.credentials.client.id",
-    "sasl.oauthbearer.scope",
-    "sasl.oauthbearer.token.endpoint.url",
-    "sasl.oauthbearer.grant.type",
-    "sasl.oauthbearer.assertion.algorithm",
-    "sasl.oauthbearer.assertion.private.key.file",
-    "sasl.oauthbearer.assertion.file",
-    "sasl.oauthbearer.assertion.claim.aud",
-    "sasl.oauthbearer.assertion.claim.exp.seconds",
-    "sasl.oauthbearer.assertion.claim.iss",
-    "sasl.oauthbearer.assertion.claim.jti.include",
-    "sasl.oauthbearer.assertion.claim.nbf.seconds",
-    "sasl.oauthbearer.assertion.claim.sub",
-    "sasl.oauthbearer.assertion.jwt.template.file",
-    "sasl.oauthbearer.metadata.authentication.type",
-    "plugin.library.paths",
-    "group.id",
-    "group.instance.id",
-    "partition.assignment.strategy",
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "group.protocol.type",
-    "group.protocol",
-    "group.remote.assignor",
-    "coordinator.query.interval.ms",
-    "max.poll.interval.ms",
-    "enable.auto.commit",
-    "auto.commit.interval.ms",
-    "enable.auto.offset.store",
-    "queued.min.messages",
-    "queued.max.messages.kbytes",
-    "fetch.wait.max.ms",
-    "fetch.queue.backoff.ms",
-    "fetch.message.max.bytes",
-    "max.partition.fetch.bytes",
-    "fetch.max.bytes",
-    "fetch.min.bytes",
-    "fetch.error.backoff.ms",
-    "offset.store.method",
-    "isolation.level",
-    "enable.partition.eof",
-    "check.crcs",
-    "client.rack",
-    "transactional.id",
-    "transaction.timeout.ms",
-    "enable.idempotence",
-    "enable.gapless.guarantee",
-    "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes",
-    "queue.buffering.max.ms",
-    "linger.ms",
-    "message.send.max.retries",
-    "retries",
-    "retry.backoff.ms",
-    "retry.backoff.max.ms",
-    "queue.buffering.backpressure.threshold",
-    "compression.codec",
-    "compression.type",
-    // Topic properties named as global ones, as kafka::aliases reads them
-    // with `topic.` before them.
-    "topic.compression.type",
-    "topic.auto.commit.interval.ms",
-    "topic.offset.store.method",
-    "batch.num.messages",
-    "batch.size",
-    "delivery.report.only.error",
-    "sticky.partitioning.linger.ms",
-    "client.dns.lookup",
-    "enable.metrics.push",
-    // Topic properties.
-    "request.required.acks",
-    "acks",
-    "request.timeout.ms",
-    "message.timeout.ms",
-    "delivery.timeout.ms",
-    "queuing.strategy",
-    "produce.offset.report",
-    "partitioner",
-    "compression.level",
-    "auto.commit.enable",
-    "auto.offset.reset",
-    "offset.store.path",
-    "offset.store.sync.interval.ms",
-    "consume.callback.max.messages",
-];
-
-/// librdkafka's properties (same source) whose value is a secret or may
-/// carry one: passwords, private keys, client secrets, the unsecured JWT's
-/// configuration and the token's extensions (free text), and the kinit
-/// command line.
-const SECRET: &[&str] = &[
-    "ssl.key.password",
-    "ssl.key.pem",
-    "ssl.keystore.password",
-    "sasl.password",
-    "sasl.kerberos.kinit.cmd",
-    "sasl.oauthbearer.config",
-    "sasl.oauthbearer.client.secret",
-    "sasl.oauthbearer.client.credentials.client.secret",
-    "sasl.oauthbearer.extensions",
-    "sasl.oauthbearer.assertion.private.key.passphrase",
-    "sasl.oauthbearer.assertion.private.key.pem",
-];
-
 /// Whether walrelay knows `key`'s value to hold no secret.
 pub fn is_public(key: &str) -> bool {
-    PUBLIC.contains(&key)
+    properties::is_shown(key) || is_shown_topic_spelling(key)
+}
+
+/// `topic.` and the name of a topic property that is also a global one,
+/// so spelt to reach the topic one (`aliases`): as public as the property.
+fn is_shown_topic_spelling(key: &str) -> bool {
+    key.strip_prefix("topic.").is_some_and(|rest| {
+        properties::at(Level::Topic, rest).is_some()
+            && canonical(key) == key
+            && properties::is_shown(rest)
+    })
 }
 
 /// The secret values among `properties` (key, value): the value of every
@@ -244,7 +70,7 @@ pub fn describe(error: &KafkaError, config: &ClientConfig) -> String {
             let public = is_public(key);
             let shown = if public { value.as_str() } else { MASK };
             let mut text = format!("librdkafka refused -X {key}={shown}: {reason}");
-            if !public && !SECRET.contains(&key.as_str()) {
+            if !public && !properties::is_secret(key) {
                 if let Some(near) = nearest_property(key) {
                     text.push_str(&format!(" (did you mean {near}?)"));
                 }
@@ -273,12 +99,16 @@ pub fn client_refused(what: &str, error: &KafkaError, config: &ClientConfig) -> 
 
 /// The librdkafka property `key` was most likely meant to be: one or two
 /// edits away, in any case (librdkafka's names are case-sensitive).
-fn nearest_property(key: &str) -> Option<&'static str> {
+fn nearest_property(key: &str) -> Option<String> {
     let key = key.to_ascii_lowercase();
-    PUBLIC
-        .iter()
-        .chain(SECRET)
-        .map(|known| (edit_distance(&key, known), *known))
+    let topic_spellings = properties::names_at(Level::Topic)
+        .into_iter()
+        .map(|name| format!("topic.{name}"))
+        .filter(|key| is_shown_topic_spelling(key));
+    properties::names()
+        .map(str::to_string)
+        .chain(topic_spellings)
+        .map(|known| (edit_distance(&key, &known), known))
         .filter(|(distance, _)| *distance <= 2)
         .min()
         .map(|(_, known)| known)
@@ -381,15 +211,21 @@ mod tests {
 
     #[test]
     fn every_key_is_either_public_or_secret_never_both() {
-        for key in SECRET {
-            assert!(!is_public(key), "{key}");
+        for key in properties::PROPERTIES
+            .iter()
+            .filter(|p| p.value == properties::Value::Secret)
+        {
+            assert!(!is_public(key.name), "{}", key.name);
         }
         assert_eq!(
-            nearest_property("ssl.keystore.pasword"),
+            nearest_property("ssl.keystore.pasword").as_deref(),
             Some("ssl.keystore.password")
         );
         assert_eq!(nearest_property("sasl.jaas.config"), None);
-        assert_eq!(nearest_property("SASL.Password"), Some("sasl.password"));
+        assert_eq!(
+            nearest_property("SASL.Password").as_deref(),
+            Some("sasl.password")
+        );
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

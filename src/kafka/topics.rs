@@ -114,21 +114,6 @@ pub struct TopicManager<'a> {
     principal: String,
 }
 
-/// An admin client with walrelay's properties and login.
-pub fn admin_client(config: &ClientConfig) -> Result<Arc<AdminClient<DefaultClientContext>>> {
-    let mut config = config.clone();
-    // An admin client is a producer to librdkafka, which asks brokers to
-    // auto-create topics it looks up: a lookup must not create one.
-    config.set("allow.auto.create.topics", "false");
-    let admin = Arc::new(
-        config
-            .create()
-            .map_err(|e| super::secrets::client_refused("the Kafka admin client", &e, &config))?,
-    );
-    super::msk_iam::keep_admin_token(&config, &admin);
-    Ok(admin)
-}
-
 impl<'a> TopicManager<'a> {
     pub fn new(
         config: &ClientConfig,
@@ -137,7 +122,7 @@ impl<'a> TopicManager<'a> {
         batch_size: usize,
     ) -> Result<Self> {
         Ok(TopicManager {
-            admin: admin_client(config)?,
+            admin: super::factory::admin_client(config)?,
             policy,
             metrics,
             known: HashMap::new(),

@@ -9,7 +9,6 @@
 //! send is what `run` sends.
 
 pub mod audit;
-pub mod meter;
 pub mod order;
 pub mod plan;
 pub mod replay;

@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tracing::info;
 
-use super::meter::Meter;
 use super::order;
 use super::plan::Plan;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
@@ -21,6 +20,7 @@ use crate::clock;
 use crate::config::{ReplayArgs, Settings, Source};
 use crate::error::{Error, Result};
 use crate::kafka::producer::KafkaSink;
+use crate::metrics::meter::Meter;
 use crate::metrics::Metrics;
 use crate::outbox::cloudevents::Change;
 use crate::outbox::mapping::OutboxSchema;

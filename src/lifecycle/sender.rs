@@ -13,14 +13,14 @@ use tokio::time::Instant;
 use super::rows::RowCursor;
 use crate::clock;
 use crate::config::Settings;
+use crate::delivery::progress::{Progress, Ticket, TxnRef};
+use crate::delivery::publish::Publisher;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::outbox::cloudevents::Change;
 use crate::outbox::mapping::OutboxSchema;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::pgoutput::Tuple;
-use crate::relay::progress::{Progress, Ticket, TxnRef};
-use crate::relay::publish::Publisher;
 use crate::sink::Sink;
 
 /// Rows between two reports of progress within a batch.

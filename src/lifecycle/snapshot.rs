@@ -31,21 +31,21 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 use tracing::{error, info, warn};
 
-use super::meter::Meter;
 use super::order;
 use super::plan::Plan;
 use super::rows::{self, mapped_tables, RowCursor};
 use super::sender::RowSender;
 use crate::config::{Settings, SnapshotPlan};
+use crate::delivery::progress::Ticket;
 use crate::error::{Error, Kind, Result};
 use crate::kafka::producer::KafkaSink;
+use crate::metrics::meter::Meter;
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::replication::ReplicationConnection;
 use crate::postgres::snapshot_lock::SnapshotLock;
 use crate::postgres::state::snapshot::{SnapshotRecord, SnapshotState};
 use crate::postgres::{server_version, setup};
-use crate::relay::progress::Ticket;
 
 /// A snapshot to publish before streaming.
 pub struct Job {

@@ -82,13 +82,19 @@ pub fn converter_format(
                  that parse CloudEvents must change before the switch"
             )),
         ),
-        // Avro needs a schema registry, which walrelay does not talk to.
-        "AvroConverter" | "AvroConverterV2" => (
+        // Confluent's and Apicurio's: the registry flags come from
+        // migrate::registry.
+        _ if super::registry::is_avro(converter) => ("avro", None),
+        // Other Avro converters (AWS Glue's, Karapace's) have settings
+        // walrelay does not carry.
+        class if class.contains("Avro") => (
             "string",
             Some(format!(
-                "{side}.converter={converter}: Avro needs a schema registry, and walrelay writes \
-                 no Avro; the command writes the column's bytes as they are (--{side}-format \
-                 string), so consumers must change before the switch"
+                "{side}.converter={converter}: walrelay writes Avro with a Confluent-compatible \
+                 registry (Confluent's or Apicurio's converter settings); this converter's are \
+                 not carried, so the command writes the column's bytes as they are \
+                 (--{side}-format string): set --{side}-format avro and --schema-registry-url \
+                 by hand if the registry speaks Confluent's API"
             )),
         ),
         _ => (
@@ -262,12 +268,21 @@ mod tests {
             None,
         );
         assert_eq!((format, note), ("string", None));
-        let (_, note) = converter_format(
+        // Confluent's and Apicurio's Avro converters become avro (the
+        // registry flags come from migrate::registry); another keeps string.
+        for avro in [
+            "io.confluent.connect.avro.AvroConverter",
+            "io.apicurio.registry.utils.converter.AvroConverter",
+        ] {
+            assert_eq!(converter_format("value", Some(avro), None), ("avro", None));
+        }
+        let (format, note) = converter_format(
             "value",
-            Some("io.confluent.connect.avro.AvroConverter"),
+            Some("com.amazonaws.services.schemaregistry.kafkaconnect.AWSKafkaAvroConverter"),
             None,
         );
-        assert!(note.unwrap().contains("schema registry"));
+        assert_eq!(format, "string");
+        assert!(note.unwrap().contains("--value-format avro"));
         let (format, note) = converter_format(
             "value",
             Some("io.debezium.converters.CloudEventsConverter"),

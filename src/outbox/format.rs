@@ -24,6 +24,10 @@ pub enum Format {
     /// payload (see outbox::cloudevents).
     #[value(name = "cloudevents")]
     CloudEvents,
+    /// Confluent's AvroConverter: the Connect schema json-with-schema
+    /// writes, as Avro registered in --schema-registry-url, and the record
+    /// in the Confluent wire format (see `registry`).
+    Avro,
 }
 
 /// Kafka Connect's schema of a plain string (`Schema.STRING_SCHEMA`), as
@@ -34,6 +38,15 @@ impl Format {
     /// Whether the bytes are JsonConverter's, with or without a schema.
     pub fn is_json(self) -> bool {
         matches!(self, Format::Json | Format::JsonWithSchema)
+    }
+
+    /// What the mapping writes for this format: Avro starts from
+    /// JsonConverter's schema and payload, which `registry` turns into Avro.
+    pub fn mapped(self) -> Self {
+        match self {
+            Format::Avro => Format::JsonWithSchema,
+            other => other,
+        }
     }
 
     /// A header's bytes in this format, from the value's JSON and its
@@ -48,7 +61,8 @@ impl Format {
         match self {
             Format::String | Format::CloudEvents => text,
             Format::Json => Some(Bytes::from(json())),
-            Format::JsonWithSchema => Some(Bytes::from(format!(
+            // --header-format avro is refused at start-up.
+            Format::JsonWithSchema | Format::Avro => Some(Bytes::from(format!(
                 "{{\"schema\":{schema},\"payload\":{}}}",
                 json()
             ))),

@@ -4,20 +4,16 @@
 //! matter.
 
 use bytes::Bytes;
-use std::borrow::Cow;
 use tracing::warn;
 
-use super::cloudevents::{Change, CloudEventsConfig, SourceBlock, DATA_SCHEMA_NAME};
-use super::column::{bytea_from_hex, more_oid, ConnectValue, DecimalMode};
-use super::connect::json_object;
+use super::cloudevents::{CloudEventsConfig, DATA_SCHEMA_NAME};
+use super::column::{more_oid, ConnectValue, DecimalMode};
 use super::expansion::{expand, Behaviour, Expansion};
 use super::extended_headers::ExtendedHeaders;
 use super::format::Format;
 use super::placement::{self, Placement, Target};
 use super::schema::{Kind, PayloadSchema, RecordSchemas};
-use super::timestamp::parse_pg_timestamp_ms;
 use super::trace_context::TraceContext;
-use crate::postgres::pgoutput::{Datum, Tuple};
 use crate::sink::{Header, Record};
 
 /// Which columns make an event, and how (the `--field-*` flags).
@@ -257,257 +253,12 @@ pub struct MappingError {
 }
 
 impl OutboxSchema {
-    /// The event of an outbox row; `change` says where the row was read
-    /// (the source block of --value-format cloudevents and --metadata-headers).
-    pub fn event(&self, tuple: Tuple, change: &Change) -> Result<OutboxEvent, MappingError> {
-        let get = |col: Col| -> Result<Option<Bytes>, String> {
-            match tuple.get(col.index) {
-                Some(Datum::Null) => Ok(None),
-                Some(Datum::Text(bytes)) => Ok(Some(bytes.clone())),
-                Some(Datum::UnchangedToast) => {
-                    Err("an INSERT carried an unchanged TOAST value".into())
-                }
-                None => Err(format!(
-                    "the row has {} columns but the mapping needs column {}",
-                    tuple.len(),
-                    col.index + 1
-                )),
-            }
-        };
-        let mut event = OutboxEvent::default();
-        let fail = |event: OutboxEvent, reason: String| MappingError {
-            event: Box::new(event),
-            reason,
-        };
-        // The identifying fields first, so a failure later can still name the event.
-        macro_rules! read {
-            ($col:expr) => {
-                match get($col) {
-                    Ok(value) => value,
-                    Err(reason) => return Err(fail(event, reason)),
-                }
-            };
-        }
-        // What the router reads with Struct.get, which gives a NULL column's
-        // default; its typed getters (route-by, timestamp, partition) do not.
-        macro_rules! read_or_default {
-            ($col:expr) => {
-                match read!($col) {
-                    None => self.defaults.get($col.index).cloned().flatten(),
-                    value => value,
-                }
-            };
-        }
-        // A column's header in --header-format's bytes.
-        macro_rules! column_header {
-            ($name:expr, $col:expr, $text:expr) => {
-                match self.column_header($col, $text, false) {
-                    Ok(value) => event.headers.push(($name, value)),
-                    Err(reason) => return Err(fail(event, reason)),
-                }
-            };
-            // The id and event-type headers: as they always were under
-            // SimpleHeaderConverter, the column's Postgres text.
-            (raw $name:expr, $col:expr, $text:expr) => {
-                match self.column_header($col, $text, true) {
-                    Ok(value) => event.headers.push(($name, value)),
-                    Err(reason) => return Err(fail(event, reason)),
-                }
-            };
-        }
-        event.id = read_or_default!(self.id);
-        column_header!(raw Cow::Borrowed("id"), self.id, event.id.clone());
-        event.key = read_or_default!(self.key);
-        if let Some(col) = self.event_type {
-            // A NULL type sends no header at all, not a null one.
-            if let Some(event_type) = read!(col) {
-                column_header!(raw Cow::Borrowed("event_type"), col, Some(event_type));
-            }
-        }
-        event.route_value = read!(self.route_by);
-        let mut payload = read_or_default!(self.payload);
-        // A bytea key or payload (Avro, Protobuf) is sent as its raw bytes,
-        // as Debezium's BinaryDataConverter and ByteArrayConverter send it.
-        // Other typed keys are written as StringConverter writes them (toString).
-        if self.key_format.is_json() {
-            match self.typed(self.key, event.key.as_deref()) {
-                Ok(value) => event.key = Some(Bytes::from(self.schemas.key(value.json_text()))),
-                Err(e) => return Err(fail(event, format!("key column: {e}"))),
-            }
-        } else if self.key.type_oid == placement::oid::BYTEA {
-            match event.key.as_deref().map(bytea_from_hex).transpose() {
-                Ok(key) => event.key = key,
-                Err(e) => return Err(fail(event, format!("key column: {e}"))),
-            }
-        } else if !is_text(self.key.type_oid) {
-            match self.typed(self.key, event.key.as_deref()) {
-                Ok(value) => event.key = value.header_text().map(Bytes::from),
-                Err(e) => return Err(fail(event, format!("key column: {e}"))),
-            }
-        }
-        if self.payload.type_oid == placement::oid::BYTEA {
-            match payload.as_deref().map(bytea_from_hex).transpose() {
-                Ok(raw) => payload = raw,
-                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
-            }
-        }
-
-        let mut envelope_fields = Vec::new();
-        // The CloudEvent's type: the last header called `type`
-        // (RecordAndMetadataHeaderImpl reads headers.lastHeader).
-        let mut cloud_event_type = None;
-        for (col, target) in &self.placements {
-            let value = match target {
-                Target::Partition => read!(*col),
-                _ => read_or_default!(*col),
-            };
-            let typed = || match self.typed(*col, value.as_deref()) {
-                Ok(typed) => Ok(typed),
-                Err(e) => Err(format!("an additional placement's column: {e}")),
-            };
-            match target {
-                Target::Header(name) => {
-                    if name == "type" {
-                        cloud_event_type = Some(value.clone());
-                    }
-                    column_header!(Cow::Owned(name.clone()), *col, value)
-                }
-                Target::Envelope(alias) => match typed() {
-                    Ok(typed) => envelope_fields.push((alias.as_str(), typed.json_text())),
-                    Err(reason) => return Err(fail(event, reason)),
-                },
-                Target::Partition => {
-                    let Some(value) = value else { continue };
-                    match std::str::from_utf8(&value)
-                        .ok()
-                        .and_then(|v| v.parse::<i32>().ok())
-                    {
-                        Some(p) if p >= 0 => event.partition = Some(p),
-                        _ => {
-                            let reason = format!(
-                                "partition column value {:?} is not a partition number",
-                                String::from_utf8_lossy(&value)
-                            );
-                            return Err(fail(event, reason));
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(col) = self.timestamp {
-            if let Some(value) = read!(col) {
-                let text = String::from_utf8_lossy(&value);
-                let parsed = match col.type_oid {
-                    placement::oid::INT8 => text.parse::<i64>().map_err(|e| e.to_string()),
-                    _ => parse_pg_timestamp_ms(&text),
-                };
-                match parsed {
-                    Ok(ms) => event.timestamp_ms = Some(ms),
-                    Err(e) => return Err(fail(event, format!("timestamp column: {e}"))),
-                }
-            }
-        }
-
-        if let Some(col) = self.trace_context {
-            if let Some(stored) = read!(col) {
-                event.add_trace_context(&stored, self.header_format);
-            }
-        }
-        let source = SourceBlock {
-            server: &self.source_names.server,
-            database: &self.source_names.database,
-            schema: &self.source_names.schema,
-            table: &self.source_names.table,
-            change,
-        };
-
-        event.payload = if self.tombstone_on_empty_payload && self.is_empty(payload.as_ref()) {
-            None
-        } else if self.value_format == Format::CloudEvents {
-            // fromConnectData: a null value stays null.
-            if payload.is_none() {
-                None
-            } else {
-                let data = match self.cloud_event_data(payload.as_ref()) {
-                    Ok(data) => data,
-                    Err(reason) => return Err(fail(event, format!("{CLOUDEVENTS}: {reason}"))),
-                };
-                let id = event.id.as_deref().map(String::from_utf8_lossy);
-                let kind = cloud_event_type.flatten();
-                let kind = kind.as_deref().map(String::from_utf8_lossy);
-                let (Some(id), Some(kind)) = (id, kind) else {
-                    let what = if event.id.is_none() {
-                        "event id"
-                    } else {
-                        "`type` header"
-                    };
-                    let reason = format!(
-                        "{CLOUDEVENTS}: its {what} is NULL; a CloudEvent needs an id and a type, \
-                         and Debezium's converter fails its task on this row; make the column \
-                         NOT NULL or give it a DEFAULT"
-                    );
-                    return Err(fail(event, reason));
-                };
-                match source.cloud_event(self.cloudevents, &id, &kind, &data) {
-                    Ok(event) => Some(Bytes::from(event)),
-                    Err(reason) => return Err(fail(event, format!("{CLOUDEVENTS}: {reason}"))),
-                }
-            }
-        } else if self.envelope {
-            let (payload, schema) = match self.json_payload(payload.as_ref()) {
-                Ok((_, PayloadSchema::Null)) => {
-                    let reason = format!(
-                        "payload column: {EXPANSION}: a top-level empty array has no schema, \
-                         and Debezium's router cannot build an envelope around none, so its \
-                         task fails on this row"
-                    );
-                    return Err(fail(event, reason));
-                }
-                Ok(json) => json,
-                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
-            };
-            envelope_fields.insert(0, ("payload", payload));
-            let json = json_object(&envelope_fields);
-            let route_value = event.route_value.as_deref();
-            // getInt32: a NULL is no version, and no default stands in.
-            let version = match self.schema_version {
-                Some(col) => match read!(col).map(|text| parse_int4(&text)) {
-                    Some(Some(version)) => Some(version),
-                    Some(None) => {
-                        let reason = "schema version column: not an int4".to_string();
-                        return Err(fail(event, reason));
-                    }
-                    None => None,
-                },
-                None => None,
-            };
-            let envelope = self.schemas.envelope(json, route_value, version, &schema);
-            Some(Bytes::from(envelope))
-        } else if self.value_format.is_json() {
-            match self.json_payload(payload.as_ref()) {
-                Ok((json, schema)) => Some(Bytes::from(self.schemas.value(json, &schema))),
-                Err(e) => return Err(fail(event, format!("payload column: {e}"))),
-            }
-        } else {
-            payload
-        };
-        if self.metadata_headers {
-            // HeaderFrom$Value appends them to the change record's headers,
-            // before the router's own.
-            event
-                .headers
-                .splice(0..0, source.headers(self.header_format));
-        }
-        if let Some(extended) = &self.extended_headers {
-            // The change record's headers, which the router appends to.
-            extended.prepend_to(&mut event.headers);
-        }
-        Ok(event)
-    }
-
     /// The event of a row read from the WAL in a test.
     #[cfg(test)]
-    pub fn row_event(&self, tuple: Tuple) -> Result<OutboxEvent, MappingError> {
+    pub fn row_event(
+        &self,
+        tuple: crate::postgres::pgoutput::Tuple,
+    ) -> Result<OutboxEvent, MappingError> {
         self.event(tuple, &super::cloudevents::tests::STREAMED)
     }
 
@@ -647,6 +398,7 @@ fn is_text(type_oid: u32) -> bool {
     )
 }
 
+mod event;
 mod relation;
 #[cfg(test)]
 mod tests;

@@ -64,77 +64,127 @@ impl Binding {
         publication: &str,
         table: &TableName,
         expected: Option<&OutboxIdentity>,
-    ) -> Option<String> {
+    ) -> Option<Problem> {
         let expected_oid = expected.map(|e| e.oid);
         let pub_q = quote_ident(publication);
         let Some(info) = self.table else {
-            return Some(format!(
-                "the outbox table {table} no longer exists (dropped or renamed): its changes \
-                 can no longer be read as events; restore the table (or point --table at its \
-                 new name) and restart walrelay"
+            return Some(Problem::new(
+                format!(
+                    "the outbox table {table} no longer exists (dropped or renamed): its changes \
+                     can no longer be read as events"
+                ),
+                "restore the table (or point --table at its new name) and restart walrelay",
             ));
         };
         if let Some(expected) = expected_oid.filter(|&o| o != info.oid) {
-            return Some(format!(
-                "the outbox table {table} was dropped and recreated (oid {expected} became {}): \
-                 a dropped table leaves the publication, so INSERTs into the new table may not \
-                 have been published; check that publication {publication:?} includes it \
-                 (ALTER PUBLICATION {pub_q} ADD TABLE {};), publish by hand any event written \
-                 before it did, and restart walrelay",
-                info.oid,
-                table.quoted()
+            return Some(Problem::new(
+                format!(
+                    "the outbox table {table} was dropped and recreated (oid {expected} became \
+                     {}): a dropped table leaves the publication, so INSERTs into the new table \
+                     may not have been published",
+                    info.oid
+                ),
+                format!(
+                    "check that publication {publication:?} includes it (ALTER PUBLICATION \
+                     {pub_q} ADD TABLE {};), publish by hand any event written before it did, \
+                     and restart walrelay",
+                    table.quoted()
+                ),
             ));
         }
         let Some(p) = self.publication else {
-            return Some(format!(
-                "publication {publication:?} no longer exists: nothing is published to the slot; \
-                 recreate it (CREATE PUBLICATION {pub_q} FOR TABLE {} WITH (publish = 'insert', \
-                 publish_via_partition_root = true);), publish by hand any event written while \
-                 it was missing, and restart walrelay",
-                table.quoted()
+            return Some(Problem::new(
+                format!(
+                    "publication {publication:?} no longer exists: nothing is published to the \
+                     slot"
+                ),
+                format!(
+                    "recreate it (CREATE PUBLICATION {pub_q} FOR TABLE {} WITH (publish = \
+                     'insert', publish_via_partition_root = true);), publish by hand any event \
+                     written while it was missing, and restart walrelay",
+                    table.quoted()
+                ),
             ));
         };
         if !p.inserts {
-            return Some(format!(
-                "publication {publication:?} does not publish inserts: run \
-                 ALTER PUBLICATION {pub_q} SET (publish = 'insert');"
+            return Some(Problem::new(
+                format!("publication {publication:?} does not publish inserts"),
+                format!("run ALTER PUBLICATION {pub_q} SET (publish = 'insert');"),
             ));
         }
         if info.partitioned && !p.via_root {
-            return Some(format!(
-                "the outbox table {table} is partitioned and publication {publication:?} \
-                 publishes its partitions under their own names, so a partition walrelay has \
-                 not seen (one attached later, the DEFAULT one) could be missed: run \
-                 ALTER PUBLICATION {pub_q} SET (publish_via_partition_root = true);"
+            return Some(Problem::new(
+                format!(
+                    "the outbox table {table} is partitioned and publication {publication:?} \
+                     publishes its partitions under their own names, so a partition walrelay \
+                     has not seen (one attached later, the DEFAULT one) could be missed"
+                ),
+                format!("run ALTER PUBLICATION {pub_q} SET (publish_via_partition_root = true);"),
             ));
         }
         if !self.table_listed && !self.partition_listed {
-            return Some(format!(
-                "publication {publication:?} does not include {table}: run \
-                 ALTER PUBLICATION {pub_q} ADD TABLE {}; or choose another --publication",
-                table.quoted()
+            return Some(Problem::new(
+                format!("publication {publication:?} does not include {table}"),
+                format!(
+                    "run ALTER PUBLICATION {pub_q} ADD TABLE {}; or choose another --publication",
+                    table.quoted()
+                ),
             ));
         }
         if let Some(expected) = expected.filter(|e| Some(&e.membership) != self.membership.as_ref())
         {
-            return Some(format!(
-                "the outbox table {table} left publication {publication:?} and was added back \
-                 (its membership {} became {}): INSERTs made while it was out were not \
-                 published",
-                expected.membership,
-                self.membership.as_deref().unwrap_or("none")
+            return Some(Problem::new(
+                format!(
+                    "the outbox table {table} left publication {publication:?} and was added \
+                     back (its membership {} became {})",
+                    expected.membership,
+                    self.membership.as_deref().unwrap_or("none")
+                ),
+                "INSERTs made while it was out were not published: publish them again, then \
+                 start walrelay once with --accept-outbox-change",
             ));
         }
         if let Some(filter) = &self.row_filter {
-            return Some(format!(
-                "publication {publication:?} publishes {table} with a row filter (WHERE \
-                 {filter}), which would drop every event it does not match: remove it in one \
-                 transaction with BEGIN; ALTER PUBLICATION {pub_q} DROP TABLE {t}; \
-                 ALTER PUBLICATION {pub_q} ADD TABLE {t}; COMMIT;",
-                t = table.quoted()
+            return Some(Problem::new(
+                format!(
+                    "publication {publication:?} publishes {table} with a row filter (WHERE \
+                     {filter}), which would drop every event it does not match"
+                ),
+                format!(
+                    "remove it in one transaction with BEGIN; ALTER PUBLICATION {pub_q} DROP \
+                     TABLE {t}; ALTER PUBLICATION {pub_q} ADD TABLE {t}; COMMIT;",
+                    t = table.quoted()
+                ),
             ));
         }
         None
+    }
+}
+
+/// What is wrong with how the outbox is published, and what fixes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub what: String,
+    pub fix: String,
+}
+
+impl Problem {
+    fn new(what: impl Into<String>, fix: impl Into<String>) -> Self {
+        Problem {
+            what: what.into(),
+            fix: fix.into(),
+        }
+    }
+
+    /// The refusal `run` stops with.
+    pub fn into_error(self) -> Error {
+        Error::refusal(self.what, self.fix)
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.fix)
     }
 }
 
@@ -417,7 +467,7 @@ pub async fn ensure(
     let mut identities = Vec::with_capacity(tables.len());
     for (table, binding) in tables.iter().zip(&bindings) {
         if let Some(problem) = binding.problem(name, table, None) {
-            return Err(Error::permanent(problem));
+            return Err(problem.into_error());
         }
         identities.push(binding.identity(table).ok_or_else(|| {
             Error::transient(format!("the outbox table {table} changed during start-up"))
@@ -558,13 +608,18 @@ async fn create(client: &Client, name: &str, sql: &str) -> Result<()> {
 /// the publication does not publish them (None: it does). The connector's
 /// publication (Debezium's FOR ALL TABLES, or FOR TABLE with every
 /// operation) did, and its router warned, logged an error or failed on each.
-pub fn updates_problem(publication: &str, publishes_updates: bool) -> Option<String> {
+pub fn updates_problem(publication: &str, publishes_updates: bool) -> Option<Problem> {
     (!publishes_updates).then(|| {
-        format!(
-            "--on-update error and fatal act on UPDATEs of outbox rows, and publication \
-             {publication:?} does not publish them, so they would never fire: run ALTER \
-             PUBLICATION {} SET (publish = 'insert, update'); or choose --on-update warn",
-            quote_ident(publication)
+        Problem::new(
+            format!(
+                "--on-update error and fatal act on UPDATEs of outbox rows, and publication \
+                 {publication:?} does not publish them, so they would never fire"
+            ),
+            format!(
+                "run ALTER PUBLICATION {} SET (publish = 'insert, update'); or choose \
+                 --on-update warn",
+                quote_ident(publication)
+            ),
         )
     })
 }
@@ -619,6 +674,7 @@ mod tests {
         let expected = expected.map(|oid| identity(oid, "publication 7 rel 9"));
         b.problem("walrelay", &table(), expected.as_ref())
             .expect("a problem")
+            .to_string()
     }
 
     #[test]
@@ -650,7 +706,8 @@ mod tests {
         b.membership = Some("publication 7 rel 11".into());
         let text = b
             .problem("walrelay", &table(), Some(&before))
-            .expect("a problem");
+            .expect("a problem")
+            .to_string();
         assert!(
             text.contains("left publication \"walrelay\" and was added back"),
             "{text}"

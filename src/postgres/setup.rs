@@ -73,11 +73,11 @@ pub async fn check_wal_level(client: &Client) -> Result<()> {
         .map_err(|e| sql_error("cannot read wal_level", e))?;
     let level: String = row.get(0);
     if level != "logical" {
-        return Err(Error::permanent(format!(
-            "Postgres runs with wal_level={level}, walrelay needs wal_level=logical: \
-             run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) \
-             and restart Postgres"
-        )));
+        return Err(Error::refusal(
+            format!("Postgres runs with wal_level={level}, walrelay needs wal_level=logical"),
+            "run ALTER SYSTEM SET wal_level = logical; (or set it in postgresql.conf) and \
+             restart Postgres",
+        ));
     }
     Ok(())
 }
@@ -96,19 +96,22 @@ pub async fn check_table(client: &Client, table: &TableName, columns: &[&str]) -
         .await
         .map_err(|e| sql_error(format!("cannot inspect table {table}"), e))?;
     if rows.is_empty() {
-        return Err(Error::permanent(format!(
-            "table {table} does not exist (or this user cannot see it): create it \
-             (sql/outbox.sql has the default layout) or point --table at your outbox table"
-        )));
+        return Err(Error::refusal(
+            format!("table {table} does not exist (or this user cannot see it)"),
+            "create it (sql/outbox.sql has the default layout) or point --table at your outbox \
+             table",
+        ));
     }
     let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     for column in columns {
         if !present.iter().any(|c| c == column) {
-            return Err(Error::permanent(format!(
-                "table {table} has no column {column:?} (it has: {}): add the column or \
-                 map another one with the matching walrelay flag",
-                present.join(", ")
-            )));
+            return Err(Error::refusal(
+                format!(
+                    "table {table} has no column {column:?} (it has: {})",
+                    present.join(", ")
+                ),
+                "add the column or map another one with the matching walrelay flag",
+            ));
         }
     }
     Ok(())
@@ -137,11 +140,13 @@ pub async fn wal_sender_timeout(client: &Client) -> Result<Option<std::time::Dur
 pub async fn check_messages_supported(client: &Client) -> Result<()> {
     let version = server_version(client).await?;
     if version < 140000 {
-        return Err(Error::permanent(format!(
-            "--source messages needs PostgreSQL 14 or later (this server is {}): \
-             upgrade, or use an outbox table with --source table",
-            version / 10000
-        )));
+        return Err(Error::refusal(
+            format!(
+                "--source messages needs PostgreSQL 14 or later (this server is {})",
+                version / 10000
+            ),
+            "upgrade, or use an outbox table with --source table",
+        ));
     }
     Ok(())
 }
@@ -318,19 +323,26 @@ pub async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
     };
     let (plugin, slot_type) = (&report.plugin, &report.slot_type);
     if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
-        return Err(Error::permanent(format!(
-            "replication slot {slot:?} exists but is a {slot_type} slot with output plugin {}; \
-             walrelay needs a logical pgoutput slot: choose another --slot, or drop the old \
-             slot once nothing needs it (SELECT pg_drop_replication_slot('{slot}');)",
-            plugin.as_deref().unwrap_or("none")
-        )));
+        return Err(Error::refusal(
+            format!(
+                "replication slot {slot:?} exists but is a {slot_type} slot with output plugin \
+                 {}; walrelay needs a logical pgoutput slot",
+                plugin.as_deref().unwrap_or("none")
+            ),
+            format!(
+                "choose another --slot, or drop the old slot once nothing needs it (SELECT \
+                 pg_drop_replication_slot('{slot}');)"
+            ),
+        ));
     }
     if !report.in_this_database {
-        return Err(Error::permanent(format!(
-            "replication slot {slot:?} belongs to database {}; point --pg-url at that \
-             database or choose another --slot",
-            report.database.as_deref().unwrap_or("?")
-        )));
+        return Err(Error::refusal(
+            format!(
+                "replication slot {slot:?} belongs to database {}",
+                report.database.as_deref().unwrap_or("?")
+            ),
+            "point --pg-url at that database or choose another --slot",
+        ));
     }
     if report.wal_status.as_deref() == Some("lost") {
         return Err(lost_slot_error(slot, report.confirmed_flush));

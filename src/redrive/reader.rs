@@ -23,8 +23,8 @@ use tracing::debug;
 use super::record::DeadLetter;
 use crate::config::RedriveSettings;
 use crate::error::{Error, Result};
+use crate::kafka::factory;
 use crate::kafka::msk_iam::TokenContext;
-use crate::kafka::secrets;
 
 /// The dead-letter topic's consumer, with the MSK IAM token hook.
 type StreamConsumer = rdkafka::consumer::StreamConsumer<TokenContext>;
@@ -59,10 +59,7 @@ pub struct DeadLetterReader {
 impl DeadLetterReader {
     /// The reader, or None when the dead-letter topic does not exist.
     pub async fn open(settings: &RedriveSettings) -> Result<Option<Self>> {
-        let consumer: StreamConsumer = settings
-            .consumer
-            .create_with_context(TokenContext)
-            .map_err(|e| secrets::client_refused("the Kafka consumer", &e, &settings.consumer))?;
+        let consumer: StreamConsumer = factory::consumer(&settings.consumer, "the Kafka consumer")?;
         let consumer = Arc::new(consumer);
         let topic = settings.dead_letter_topic.clone();
         let group = settings.group.clone();

@@ -11,16 +11,7 @@ use bytes::Bytes;
 
 use crate::sink::{Header, OwnedRecord};
 
-/// The topic the event was routed to (`relay/poison.rs` adds it).
-pub const ORIGINAL_TOPIC: &str = "walrelay.original-topic";
-/// Why the event was dead-lettered: the newest reason.
-pub const REASON: &str = "walrelay.reason";
-const EVENT_ID: &str = "walrelay.event-id";
-/// The record's first timestamp, kept when redrive puts it back with the
-/// time of putting it back (so the topic's retention counts from then).
-pub const ORIGINAL_TIMESTAMP: &str = "walrelay.original-timestamp";
-/// Every header walrelay adds starts so; the event's own never do.
-const OWN_PREFIX: &str = "walrelay.";
+use crate::delivery::dead_letter::{is_own, EVENT_ID, ORIGINAL_TIMESTAMP, ORIGINAL_TOPIC, REASON};
 /// The header `run` copies the event type into (`outbox/mapping.rs`).
 const EVENT_TYPE: &str = "event_type";
 
@@ -61,9 +52,7 @@ impl DeadLetter {
         headers: Vec<Header>,
         timestamp_ms: Option<i64>,
     ) -> Self {
-        let (own_headers, event_headers) = headers
-            .into_iter()
-            .partition(|(name, _)| name.starts_with(OWN_PREFIX));
+        let (own_headers, event_headers) = headers.into_iter().partition(|(name, _)| is_own(name));
         DeadLetter {
             partition,
             offset,
@@ -191,7 +180,7 @@ mod tests {
         (Cow::Borrowed(name), Some(Bytes::from(value.to_string())))
     }
 
-    /// A record as `relay/poison.rs` writes it.
+    /// A record as `delivery/poison.rs` writes it.
     fn dead_letter(event_type: &str) -> DeadLetter {
         DeadLetter::new(
             2,

@@ -15,13 +15,13 @@ use tokio::sync::watch;
 use tokio::time::{interval, sleep_until, Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
 
-use super::poison::Poisoned;
-use super::progress::{Progress, Ticket, TxnRef};
-use super::publish::{transaction, Publisher};
 use super::resume::{Confirmed, Position};
 use super::upstream::{Liveness, Upstream};
 use crate::clock;
 use crate::config::{ExactlyOnce, OnUpdate, Settings, Source};
+use crate::delivery::poison::Poisoned;
+use crate::delivery::progress::{Progress, Ticket, TxnRef};
+use crate::delivery::publish::{transaction, Publisher};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Stage};
 use crate::outbox::cloudevents::Change;

@@ -29,9 +29,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::publish::transaction::{Memory, Run, TransactionMetrics};
 use crate::config::{ExactlyOnce, Settings};
-use crate::error::{Error, Result};
+use crate::delivery::progress::Ticket;
+use crate::delivery::publish::transaction::{Memory, Run, TransactionMetrics};
+use crate::error::{Error, Result, StopCause};
 use crate::kafka::position::Position;
 use crate::kafka::producer::KafkaSink;
 use crate::kafka::transaction;
@@ -39,7 +40,6 @@ use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::replication::SystemInfo;
 use crate::postgres::state::ServerId;
-use crate::relay::progress::Ticket;
 
 /// What outlives sessions.
 pub struct Shared {
@@ -178,6 +178,7 @@ fn kafka_lost(slot: &str, position_topic: &str, from: Lsn, to: Lsn) -> Error {
          with walrelay replay --where \"id IN (…)\", check for hanging transactions \
          (kafka-transactions.sh find-hanging), then start walrelay again"
     ))
+    .with_cause(StopCause::KafkaLostCommit)
 }
 
 /// The recorded position, if it belongs to this server history and its WAL.
@@ -305,5 +306,13 @@ mod tests {
         );
         assert_eq!(skip_below(recorded(1, 500), &system(1, 400)), None);
         assert_eq!(skip_below(None, &system(1, 900)), None);
+    }
+
+    #[test]
+    fn a_commit_kafka_lost_is_its_own_stop_cause_and_names_the_range() {
+        let error = kafka_lost("walrelay", "walrelay.positions", Lsn(500), Lsn(700));
+        assert_eq!(error.stop_cause(), Some(StopCause::KafkaLostCommit));
+        let text = error.to_string();
+        assert!(text.contains("between 0/1F4 and 0/2BC"), "{text}");
     }
 }

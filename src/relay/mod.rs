@@ -6,9 +6,6 @@
 
 mod apply;
 mod exactly_once;
-mod poison;
-pub mod progress;
-pub mod publish;
 mod refused;
 mod resume;
 mod standby;
@@ -25,7 +22,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::config::{OnUpdate, RunArgs, Settings, Source};
-use crate::error::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result, StopCause};
 use crate::kafka::producer::KafkaSink;
 use crate::lifecycle::snapshot;
 use crate::metrics::{self, Metrics};
@@ -36,15 +33,16 @@ use crate::postgres::publication;
 use crate::postgres::setup::SlotOptions;
 use crate::postgres::snapshot_lock;
 use crate::postgres::standby::Standby;
-use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan};
+use crate::postgres::state::decide::{decide, settings_verdict, Observed, SlotPlan, Verdict};
 use crate::postgres::state::recovery::unpublished_since;
-use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId};
+use crate::postgres::state::route::StateClient;
+use crate::postgres::state::{carry_history, Accepted, OutboxIdentity, ServerId, SlotState};
 use crate::postgres::{describe_target, replication, setup};
 use crate::watchdog;
 use resume::Confirmed;
 
+pub use crate::delivery::{Ticket, TxnRef};
 pub use apply::ApplyLoop;
-pub use progress::{Ticket, TxnRef};
 pub use upstream::{PgUpstream, Upstream};
 
 /// A session that streamed this long before failing resets the backoff.
@@ -131,18 +129,22 @@ pub async fn run(args: RunArgs, mut shutdown: watch::Receiver<bool>) -> Result<(
             Ok(())
         }
     };
-    // A refused start whose slot is missing or lost keeps /metrics up, so
-    // that the alert on it can fire (`refused`).
+    // Nothing is deleted once the stream has stopped, held or not: a held
+    // stop means rows may be the only copy of events Kafka lacks.
+    if let Some(retention) = retention {
+        retention.abort();
+    }
+    // A stop whose slot is missing or lost, or whose outbox changed, keeps
+    // /metrics up, so that the alert on it can fire (`refused`).
     let result = match result {
-        Err(e) if !cut_short && !e.is_transient() && e.stop_cause().is_some() => {
-            refused::hold(e, &mut shutdown).await
+        Err(e)
+            if !cut_short && !e.is_transient() && e.stop_cause().is_some_and(StopCause::holds) =>
+        {
+            refused::hold(e, &metrics, &mut shutdown).await
         }
         result => result,
     };
     watchdog.abort();
-    if let Some(retention) = retention {
-        retention.abort();
-    }
     if !cut_short {
         record_delivered(&settings, &persisted).await;
     }
@@ -232,7 +234,7 @@ async fn supervise(
             // a steady pace so this one takes over soon after it goes away.
             // Kafka is probed meanwhile too: a standby that could not reach
             // it could not take over, and must not look like one that can.
-            let _probe = crate::kafka::topics::admin_client(&settings.kafka).map(|admin| {
+            let _probe = crate::kafka::factory::admin_client(&settings.kafka).map(|admin| {
                 crate::kafka::reachability::watch(
                     admin,
                     settings.kafka_brokers.clone(),
@@ -483,12 +485,7 @@ async fn open(
 ) -> Result<Opening> {
     let client = setup::connect(&settings.pg).await?;
     *ever_connected = true;
-    setup::check_wal_level(&client).await?;
-    let standby = Standby::read(&client).await?;
-    if let Some(standby) = &standby {
-        standby.announce();
-    }
-    preconditions(&client, settings, standby.is_some()).await?;
+    let standby = verify_preconditions(&client, settings).await?;
     // The replication connection before anything is created: a server out
     // of WAL senders must not leave a new slot behind.
     let mut replication = replication::connect(&settings.pg).await?;
@@ -496,154 +493,40 @@ async fn open(
     // Read before the catalog: every change committed before this position
     // shows in the checks below.
     let wal_now = setup::current_wal_lsn(&client).await?;
-    let state_table = &settings.state_table;
     // On a standby, the primary's: before anything is created.
     let state = settings.state_route().client(&client).await?;
-    let published = settings.published();
-    let stored = state_table
-        .load(&state, &settings.publication, &settings.slot)
-        .await?;
-    // Exactly once: what Kafka committed, as recorded by whichever process
-    // committed it (`relay::exactly_once` holds the position topic to it).
-    let kafka_committed = match settings.exactly_once {
-        Some(_) => {
-            state_table.ensure_kafka_committed_column(&state).await?;
-            state_table.kafka_committed(&state, &settings.slot).await?
-        }
-        None => None,
-    };
-    let allowed = settings.allowed;
-    // Before the tables and the publication: new settings may need a table
-    // added to the publication, which must wait until the instances with the
-    // old ones have stopped (docs/operations.md, "Changing what walrelay
-    // publishes").
-    if let Some(change) = settings_verdict(&settings.slot, stored.as_ref(), &published, allowed)? {
-        state_table
-            .record_settings(&state, &settings.slot, &published)
-            .await?;
-        warn!(
-            slot = %settings.slot,
-            "recorded this instance's settings for the slot, as --accept-config-change asks \
-             ({change}); instances with the old ones stop"
-        );
-    }
-    let mut outbox = match settings.source {
-        Source::Table => {
-            let updates = settings.on_update != OnUpdate::Warn;
-            let outbox =
-                publication::ensure(&client, &settings.publication, &settings.tables, updates)
-                    .await
-                    .map_err(|e| unpublished_since(e, stored.as_ref(), wal_now))?;
-            if updates {
-                let published = publication::publishes_updates(
-                    &client,
-                    &settings.publication,
-                    &settings.tables[0],
-                )
-                .await?;
-                if let Some(problem) =
-                    publication::updates_problem(&settings.publication, published)
-                {
-                    return Err(Error::permanent(problem));
-                }
-            }
-            outbox
-        }
-        Source::Messages => {
-            publication::ensure(&client, &settings.publication, &[], false).await?;
-            Vec::new()
-        }
-    };
+    let (stored, kafka_committed) = read_state(&state, settings).await?;
+    let mut outbox = ensure_publication(&client, settings, stored.as_ref(), wal_now).await?;
     let existing = setup::existing_slot(&client, &settings.slot).await?;
-    // A fact, whatever the verdict: the slot walrelay streamed from is gone.
-    metrics.set_slot_missing(
-        existing.is_none() && stored.as_ref().is_some_and(|s| s.created.is_some()),
-    );
-    let verdict = decide(
-        &Observed {
-            slot: &settings.slot,
-            stored: stored.as_ref(),
-            outbox: &outbox,
-            settings: &published,
-            slot_exists: existing.is_some(),
-            wal_now,
-        },
-        allowed,
-    )?;
-    for change in &verdict.accepted {
-        warn!(slot = %settings.slot, "accepted at start-up, as the flags ask: {change}");
-    }
-    if let Some(stored) = &stored {
-        carry_history(&mut outbox, &stored.outbox);
-    }
-    // The flag accepts every change committed so far, the guard's messages
-    // about them included; once per process, so that a standby polling with
-    // the flag still set does not write every second.
-    let accepting = allowed.outbox_change && !shared.change_accepted.load(Ordering::Relaxed);
-    if accepting {
-        for table in &mut outbox {
-            table.accepted_through = Some(wal_now);
-        }
-    }
-    // Unchanged, nothing is written: a standby polls this every second.
-    let unchanged = stored
-        .as_ref()
-        .is_some_and(|s| s.outbox == outbox && s.settings.as_ref() == Some(&published));
-    if !unchanged {
-        state_table
-            .record_start(&state, &settings.slot, &outbox, &published, wal_now)
-            .await?;
-    }
-    if accepting {
-        shared.change_accepted.store(true, Ordering::Relaxed);
-    }
-    if let Some(plan) = &settings.snapshot {
-        let gap_from = match &verdict.slot {
-            SlotPlan::CreateReplacing { gap_from } => Some(gap_from.as_str()),
-            _ => None,
-        };
-        let job = snapshot::prepare(
-            &client,
-            &mut replication,
-            settings,
-            plan,
-            existing.is_some(),
-            gap_from,
-        )
-        .await?;
-        if let Some(job) = job {
-            // The slot stays where it is, confirmed by nobody, until the
-            // snapshot's rows are all in Kafka.
-            replication.close().await;
-            shared.outbox.send_replace(Accepted {
-                outbox: outbox.clone(),
-                intact_at: wal_now,
-            });
-            return Ok(Opening::Snapshot(Box::new(job)));
-        }
-    } else {
-        // Nothing streams before a snapshot another walrelay is taking.
-        snapshot_lock::wait_while_held(&client, &settings.slot).await?;
-    }
-    started.creating = Some(client.cancel_token());
-    let ready = setup::ensure_slot(
-        &client,
-        &SlotOptions {
-            slot: &settings.slot,
-            plan: &verdict.slot,
-            existing,
-            failover: settings.failover_slot,
-            primary: state.primary(),
-        },
+    let verdict = record_start(
+        &state,
+        settings,
+        shared,
+        metrics,
+        stored.as_ref(),
+        &mut outbox,
+        (existing, wal_now),
     )
-    .await;
-    // Still set only if the start is abandoned while the slot is created.
-    started.creating = None;
-    let ready = ready?;
-    started.created = ready.created;
-    if ready.created {
-        metrics.set_slot_missing(false);
+    .await?;
+    let snapshot = snapshot_if_asked(&client, &mut replication, settings, &verdict, existing);
+    if let Some(job) = snapshot.await? {
+        // The slot stays where it is, confirmed by nobody, until the
+        // snapshot's rows are all in Kafka.
+        replication.close().await;
+        shared.outbox.send_replace(Accepted {
+            outbox: outbox.clone(),
+            intact_at: wal_now,
+        });
+        return Ok(Opening::Snapshot(job));
     }
+    let slot = SlotOptions {
+        slot: &settings.slot,
+        plan: &verdict.slot,
+        existing,
+        failover: settings.failover_slot,
+        primary: state.primary(),
+    };
+    let ready = create_slot(&client, &slot, started, metrics).await?;
     shared.outbox.send_replace(Accepted {
         outbox: outbox.clone(),
         intact_at: wal_now,
@@ -658,25 +541,7 @@ async fn open(
             .await?
             .unwrap_or(DEFAULT_REPLICATION_TIMEOUT),
     };
-
-    let mut remembered: Vec<(ServerId, Lsn)> = Vec::new();
-    // A session on a standby outlives its promotion, so what it confirmed
-    // may lie on the new timeline under the old one's name: a primary that
-    // still reports the old one (the old primary) must not start there.
-    let was_on_standby = shared.on_standby.swap(standby.is_some(), Ordering::Relaxed);
-    if let Some(c) = shared.position.borrow().as_ref() {
-        if standby.is_some() || !was_on_standby {
-            remembered.push((c.server.clone(), c.lsn));
-        }
-    }
-    if let (Some(state), false) = (&stored, ready.created) {
-        remembered.extend(
-            state
-                .delivered
-                .as_ref()
-                .and_then(|d| Some((d.server.clone()?, d.lsn))),
-        );
-    }
+    let remembered = remembered_positions(shared, standby.is_some(), stored.as_ref(), &ready);
     // pgoutput takes `messages` from PostgreSQL 14 (13 refuses the option,
     // and has no messages to count).
     let source_block_messages = settings.mapping.writes_source_block()
@@ -703,7 +568,8 @@ async fn open(
     // Remembered only once streaming started: a start that fails before
     // drops the slot it created, which must not then count as missing.
     if ready.created || stored.as_ref().is_none_or(|s| s.created.is_none()) {
-        state_table
+        settings
+            .state_table
             .record_created(&state, &settings.slot, ready.confirmed)
             .await?;
     }
@@ -729,6 +595,232 @@ async fn open(
         guard,
         kafka_committed,
     })))
+}
+
+/// The server walrelay can stream from: logical WAL, whether it is a
+/// standby (announced), and the preconditions `walrelay check` reads too.
+async fn verify_preconditions(
+    client: &tokio_postgres::Client,
+    settings: &Settings,
+) -> Result<Option<Standby>> {
+    setup::check_wal_level(client).await?;
+    let standby = Standby::read(client).await?;
+    if let Some(standby) = &standby {
+        standby.announce();
+    }
+    preconditions(client, settings, standby.is_some()).await?;
+    Ok(standby)
+}
+
+/// The slot's row of the state table, and under exactly-once what Kafka
+/// committed, as recorded by whichever process committed it
+/// (`relay::exactly_once` holds the position topic to it). New settings
+/// accepted by --accept-config-change are recorded here: before the tables
+/// and the publication, since new settings may need a table added to the
+/// publication, which must wait until the instances with the old ones have
+/// stopped (docs/operations.md, "Changing what walrelay publishes").
+async fn read_state(
+    state: &StateClient<'_>,
+    settings: &Settings,
+) -> Result<(Option<SlotState>, Option<(ServerId, Lsn)>)> {
+    let state_table = &settings.state_table;
+    let published = settings.published();
+    let stored = state_table
+        .load(state, &settings.publication, &settings.slot)
+        .await?;
+    let kafka_committed = match settings.exactly_once {
+        Some(_) => {
+            state_table.ensure_kafka_committed_column(state).await?;
+            state_table.kafka_committed(state, &settings.slot).await?
+        }
+        None => None,
+    };
+    let allowed = settings.allowed;
+    if let Some(change) = settings_verdict(&settings.slot, stored.as_ref(), &published, allowed)? {
+        state_table
+            .record_settings(state, &settings.slot, &published)
+            .await?;
+        warn!(
+            slot = %settings.slot,
+            "recorded this instance's settings for the slot, as --accept-config-change asks \
+             ({change}); instances with the old ones stop"
+        );
+    }
+    Ok((stored, kafka_committed))
+}
+
+/// The publication, created or completed; the outbox tables it publishes
+/// (none for `--source messages`).
+async fn ensure_publication(
+    client: &tokio_postgres::Client,
+    settings: &Settings,
+    stored: Option<&SlotState>,
+    wal_now: Lsn,
+) -> Result<Vec<OutboxIdentity>> {
+    match settings.source {
+        Source::Table => {
+            let updates = settings.on_update != OnUpdate::Warn;
+            let outbox =
+                publication::ensure(client, &settings.publication, &settings.tables, updates)
+                    .await
+                    .map_err(|e| unpublished_since(e, stored, wal_now))?;
+            if updates {
+                let published = publication::publishes_updates(
+                    client,
+                    &settings.publication,
+                    &settings.tables[0],
+                )
+                .await?;
+                if let Some(problem) =
+                    publication::updates_problem(&settings.publication, published)
+                {
+                    return Err(problem.into_error());
+                }
+            }
+            Ok(outbox)
+        }
+        Source::Messages => {
+            publication::ensure(client, &settings.publication, &[], false).await?;
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// Decides what the start does with the slot (`decide`), from the state
+/// table, the outbox as it is and whether the slot exists (`at`: the slot's
+/// confirmed position if it does, and the WAL position the catalog was read
+/// at), and records the start in the state table.
+async fn record_start(
+    state: &StateClient<'_>,
+    settings: &Settings,
+    shared: &Shared,
+    metrics: &Metrics,
+    stored: Option<&SlotState>,
+    outbox: &mut Vec<OutboxIdentity>,
+    (existing, wal_now): (Option<Lsn>, Lsn),
+) -> Result<Verdict> {
+    let published = settings.published();
+    let allowed = settings.allowed;
+    // A fact, whatever the verdict: the slot walrelay streamed from is gone.
+    metrics.set_slot_missing(existing.is_none() && stored.is_some_and(|s| s.created.is_some()));
+    let verdict = decide(
+        &Observed {
+            slot: &settings.slot,
+            stored,
+            outbox,
+            settings: &published,
+            slot_exists: existing.is_some(),
+            wal_now,
+        },
+        allowed,
+    )?;
+    for change in &verdict.accepted {
+        warn!(slot = %settings.slot, "accepted at start-up, as the flags ask: {change}");
+    }
+    if let Some(stored) = stored {
+        carry_history(outbox, &stored.outbox);
+    }
+    // The flag accepts every change committed so far, the guard's messages
+    // about them included; once per process, so that a standby polling with
+    // the flag still set does not write every second.
+    let accepting = allowed.outbox_change && !shared.change_accepted.load(Ordering::Relaxed);
+    if accepting {
+        for table in outbox.iter_mut() {
+            table.accepted_through = Some(wal_now);
+        }
+    }
+    // Unchanged, nothing is written: a standby polls this every second.
+    let unchanged =
+        stored.is_some_and(|s| s.outbox == *outbox && s.settings.as_ref() == Some(&published));
+    if !unchanged {
+        settings
+            .state_table
+            .record_start(state, &settings.slot, outbox, &published, wal_now)
+            .await?;
+    }
+    if accepting {
+        shared.change_accepted.store(true, Ordering::Relaxed);
+    }
+    Ok(verdict)
+}
+
+/// The first start's snapshot when --snapshot-where asks for one and it is
+/// still to take; otherwise waits while another walrelay takes one, since
+/// nothing streams before it.
+async fn snapshot_if_asked(
+    client: &tokio_postgres::Client,
+    replication: &mut replication::ReplicationConnection,
+    settings: &Settings,
+    verdict: &Verdict,
+    existing: Option<Lsn>,
+) -> Result<Option<Box<snapshot::Job>>> {
+    let Some(plan) = &settings.snapshot else {
+        snapshot_lock::wait_while_held(client, &settings.slot).await?;
+        return Ok(None);
+    };
+    let gap_from = match &verdict.slot {
+        SlotPlan::CreateReplacing { gap_from } => Some(gap_from.as_str()),
+        _ => None,
+    };
+    let job = snapshot::prepare(
+        client,
+        replication,
+        settings,
+        plan,
+        existing.is_some(),
+        gap_from,
+    )
+    .await?;
+    Ok(job.map(Box::new))
+}
+
+/// Creates or takes the slot as the verdict says, leaving in `started` how
+/// to undo it if the start is abandoned.
+async fn create_slot(
+    client: &tokio_postgres::Client,
+    slot: &SlotOptions<'_>,
+    started: &mut Started,
+    metrics: &Metrics,
+) -> Result<setup::SlotReady> {
+    started.creating = Some(client.cancel_token());
+    let ready = setup::ensure_slot(client, slot).await;
+    // Still set only if the start is abandoned while the slot is created.
+    started.creating = None;
+    let ready = ready?;
+    started.created = ready.created;
+    if ready.created {
+        metrics.set_slot_missing(false);
+    }
+    Ok(ready)
+}
+
+/// The positions walrelay itself confirmed, which may lie past the slot's
+/// (`resume`): this process's last one, and the state table's.
+fn remembered_positions(
+    shared: &Shared,
+    on_standby: bool,
+    stored: Option<&SlotState>,
+    ready: &setup::SlotReady,
+) -> Vec<(ServerId, Lsn)> {
+    let mut remembered: Vec<(ServerId, Lsn)> = Vec::new();
+    // A session on a standby outlives its promotion, so what it confirmed
+    // may lie on the new timeline under the old one's name: a primary that
+    // still reports the old one (the old primary) must not start there.
+    let was_on_standby = shared.on_standby.swap(on_standby, Ordering::Relaxed);
+    if let Some(c) = shared.position.borrow().as_ref() {
+        if on_standby || !was_on_standby {
+            remembered.push((c.server.clone(), c.lsn));
+        }
+    }
+    if let (Some(state), false) = (stored, ready.created) {
+        remembered.extend(
+            state
+                .delivered
+                .as_ref()
+                .and_then(|d| Some((d.server.clone()?, d.lsn))),
+        );
+    }
+    remembered
 }
 
 /// What must hold before a start creates anything (the state table, the
@@ -757,7 +849,7 @@ async fn preconditions(
         let refusal =
             publication::creation_refusal(client, &settings.publication, tables, updates).await?;
         if let Some((problem, fix)) = refusal {
-            return Err(Error::permanent(format!("{problem}: {fix}")).with_fix(fix));
+            return Err(Error::refusal(problem, fix));
         }
     }
     // Retention deletes the recovery source: refused when it could delete

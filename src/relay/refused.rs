@@ -1,32 +1,45 @@
-//! A start refused because the slot walrelay streamed from is missing or
-//! lost (`StopCause`). An exit would take `/metrics` with it, so
-//! `walrelay_slot_missing` and `walrelay_slot_wal_status{status="lost"}`
-//! (and WalrelaySlotMissing and WalrelaySlotWalUnreserved on them) could
-//! never show the main cases of a lost slot: walrelay instead stays up, creates nothing, answers `/readyz`
-//! with 503, repeats the error once a minute, and exits non-zero when
-//! stopped. The watchdog meanwhile reports the missing slot (log, webhook)
-//! as it does for a slot that vanishes under a running relay.
+//! A stop that loses events unless an operator acts: the slot walrelay
+//! streamed from is missing or lost, or the outbox it read was replaced or
+//! left the publication (`StopCause`). An exit would take `/metrics` with
+//! it, so `walrelay_slot_missing`, `walrelay_slot_wal_status{status="lost"}`
+//! and `walrelay_publication_broken` (and the alerts on them) could never
+//! show these stops: walrelay instead stays up, streams nothing, answers
+//! `/readyz` with 503, repeats the error once a minute, and exits non-zero
+//! when stopped. The watchdog meanwhile reports a missing slot (log,
+//! webhook) as it does for a slot that vanishes under a running relay.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::error;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
+use crate::metrics::Metrics;
 
 /// How often the refusal is repeated in the log.
 const REPEAT: Duration = Duration::from_secs(60);
 
 /// Holds walrelay until it is stopped, then returns the refusal.
-pub(super) async fn hold(refusal: Error, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
+pub(super) async fn hold(
+    refusal: Error,
+    metrics: &Metrics,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<()> {
+    // A stop found while streaming ends the session without its own
+    // goodbye: nothing streams from here on, whatever the last one said.
+    metrics.set_standby(false);
+    metrics.set_streaming(false);
+    if refusal.stop_cause() == Some(StopCause::OutboxChanged) {
+        metrics.hold_publication_broken();
+    }
     let report = refusal.report();
     error!(
-        "walrelay does not start, and waits to be stopped so that /metrics keeps reporting \
-         the slot's state: {report}"
+        "walrelay does not stream, and waits to be stopped so that /metrics keeps reporting \
+         why: {report}"
     );
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(REPEAT) => error!("walrelay still does not start: {report}"),
+            _ = tokio::time::sleep(REPEAT) => error!("walrelay still does not stream: {report}"),
             _ = shutdown.wait_for(|stop| *stop) => return Err(refusal),
         }
     }

@@ -30,14 +30,51 @@ const INSERT: std::ops::Range<usize> = 0..4;
 const UPDATE: std::ops::Range<usize> = 4..7;
 const INSERT_AFTER_ALTER: std::ops::Range<usize> = 14..18;
 
+/// A failure the scripted upstream plays when its turn comes, as etl's
+/// test faults do: the apply loop meets it where a real server would put it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The next read finds the connection closed (a transient error).
+    Dropped,
+    /// Reads hang from now on, as on a server that stopped answering
+    /// without closing the connection.
+    Stalled,
+    /// The next status update cannot be sent.
+    ReportFails,
+}
+
 /// Replays messages the test sends and records every status update.
 struct Scripted {
     messages: mpsc::UnboundedReceiver<ReplicationMessage>,
     confirmed: Arc<Mutex<Vec<Lsn>>>,
+    /// When each status update that asked for a reply went out.
+    asked: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    faults: Arc<Mutex<std::collections::VecDeque<Fault>>>,
+}
+
+impl Scripted {
+    /// Takes the next fault if it is one of `which`.
+    fn fault(&self, which: &[Fault]) -> Option<Fault> {
+        let mut faults = self.faults.lock().unwrap();
+        let next = faults.front().copied().filter(|f| which.contains(f))?;
+        if next != Fault::Stalled {
+            faults.pop_front();
+        }
+        Some(next)
+    }
 }
 
 impl Upstream for Scripted {
     async fn next(&mut self) -> Result<ReplicationMessage> {
+        match self.fault(&[Fault::Dropped, Fault::Stalled]) {
+            Some(Fault::Dropped) => {
+                return Err(crate::error::Error::transient(
+                    "the replication connection was closed",
+                ))
+            }
+            Some(_) => return std::future::pending().await,
+            None => {}
+        }
         match self.messages.recv().await {
             Some(message) => Ok(message),
             // The test is done feeding: stay quiet, like an idle server.
@@ -45,7 +82,15 @@ impl Upstream for Scripted {
         }
     }
 
-    async fn report(&mut self, _received: Lsn, confirmed: Lsn, _reply: bool) -> Result<()> {
+    async fn report(&mut self, _received: Lsn, confirmed: Lsn, reply: bool) -> Result<()> {
+        if self.fault(&[Fault::ReportFails]).is_some() {
+            return Err(crate::error::Error::transient(
+                "cannot send the standby status update",
+            ));
+        }
+        if reply {
+            self.asked.lock().unwrap().push(tokio::time::Instant::now());
+        }
         self.confirmed.lock().unwrap().push(confirmed);
         Ok(())
     }
@@ -67,6 +112,8 @@ impl Upstream for Scripted {
 struct Relay {
     feed: mpsc::UnboundedSender<ReplicationMessage>,
     confirmed: Arc<Mutex<Vec<Lsn>>>,
+    asked: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    faults: Arc<Mutex<std::collections::VecDeque<Fault>>>,
     sink: MemoryHandle<Ticket>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
@@ -82,7 +129,7 @@ impl Relay {
     fn launch(
         flags: &[&str],
         (sink, handle): (MemorySink<Ticket>, MemoryHandle<Ticket>),
-        run: Option<super::publish::transaction::Run>,
+        run: Option<crate::delivery::publish::transaction::Run>,
     ) -> Relay {
         // Status updates often enough that a test sees each step.
         let mut argv = vec!["--status-interval", "20ms"];
@@ -92,9 +139,12 @@ impl Relay {
         let settings: &'static Settings = Box::leak(Box::new(Settings::from_args(&args).unwrap()));
         let (feed, messages) = mpsc::unbounded_channel();
         let confirmed = Arc::new(Mutex::new(Vec::new()));
+        let (asked, faults) = (Arc::default(), Arc::default());
         let upstream = Scripted {
             messages,
             confirmed: confirmed.clone(),
+            asked: Arc::clone(&asked),
+            faults: Arc::clone(&faults),
         };
         let (shutdown, mut stop) = watch::channel(false);
         let mut apply = ApplyLoop::new(
@@ -112,6 +162,8 @@ impl Relay {
         Relay {
             feed,
             confirmed,
+            asked,
+            faults,
             sink: handle,
             shutdown,
             task,
@@ -123,6 +175,11 @@ impl Relay {
         for (lsn, data) in &captured_pg15()[range] {
             self.feed_raw(*lsn, data.clone());
         }
+    }
+
+    /// Queues a fault for the upstream to play at its turn.
+    fn inject(&self, fault: Fault) {
+        self.faults.lock().unwrap().push_back(fault);
     }
 
     fn feed_raw(&self, wal_start: Lsn, data: Bytes) {
@@ -674,3 +731,5 @@ async fn in_halt_mode_a_batch_refused_for_size_stops_walrelay_naming_the_offende
 }
 
 mod exactly_once;
+mod faults;
+mod timing;

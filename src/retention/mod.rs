@@ -54,7 +54,7 @@
 //!    catalog as it was.)
 //! 4. *Kafka acknowledged it.* walrelay confirms a position P only when
 //!    every transaction with events committed before P had every event
-//!    acknowledged (the checkpoint rule, `checkpoint.rs`), or when nothing
+//!    acknowledged (the checkpoint rule, `delivery/checkpoint.rs`), or when nothing
 //!    is pending and P is a keepalive's WAL end, up to which the walsender
 //!    has decoded and sent everything. T's commit ends at or before L0, at
 //!    or before the confirmed position (a), so T's events are acknowledged.

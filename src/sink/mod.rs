@@ -209,6 +209,54 @@ impl TopicInfo {
 /// Where the apply loop's records go. Calls come from one task, so methods
 /// take `&mut self`; walrelay calls sinks through generics only, which is
 /// why the `async fn`s here need no `Send` bound.
+///
+/// # The contract
+///
+/// walrelay confirms a Postgres commit to the slot only from what a sink
+/// says here, and a confirmed commit is never read again. So every sink
+/// owes the caller (`delivery::publish` and `delivery::progress`) the
+/// following; `MemorySink` keeps it in memory, `KafkaSink` with Kafka.
+///
+/// **Accepted.** `Ok(())` from `send` means the sink has taken the record
+/// and will report it exactly once: one `Delivery` carrying the ticket
+/// given, from `delivery` or `try_delivery`, whatever the outcome, unless
+/// the sink ends first (then `delivery` returns None and the caller starts
+/// over from the slot). Accepted says nothing of where the record is: the
+/// slot does not move for it. `SendError::Full` hands the ticket back
+/// unused: the record was not taken and no delivery will come for it.
+/// `SendError::Refused` is a refusal of this record alone, with no delivery
+/// either.
+///
+/// **Durable.** A delivery with `Ok(())` means the record is stored as
+/// durably as the sink can make it (Kafka: acknowledged by every in-sync
+/// replica, `acks=all`), so that losing this process, or the sink's own
+/// process, does not lose it. For a transactional sink (`transactional`)
+/// it means less: the record is in the open transaction, and becomes
+/// durable only when `commit` returns `Ok`; an abort, or a failed commit,
+/// takes it back. Only then may the caller count it: `progress` makes a
+/// Postgres transaction confirmable once every one of its records is
+/// durable, and confirms it once every earlier one is too.
+///
+/// **Order.** Deliveries may come in any order, across topics and
+/// partitions alike; the caller orders them by Postgres commit itself
+/// (`delivery::checkpoint`). What the sink must keep is the order of the
+/// records: two records `send` took for the same topic and partition are
+/// stored, and read back, in the order they were taken, also across
+/// retries inside the sink (Kafka: the idempotent producer with one request
+/// in flight, `kafka::client`). Consumers' order per aggregate rests on it.
+///
+/// **Failure.** A delivery with an error hands the record back whole
+/// (`Failure`) with what the refusal means (`Rejection`): `Retriable` ends
+/// the session, and the next one reads again from the slot's confirmed
+/// position, which is still before the record's transaction; a record
+/// `Oversized` in a batch is sent again alone (`publish::oversized`), and
+/// what is still refused (`Poison`, `Oversized` alone, `UnknownPartition`)
+/// goes to the poison policy: a halt, or a dead-letter copy that must
+/// itself be delivered `Ok` before the transaction counts;
+/// `Configuration` halts walrelay. In every case the
+/// slot stays before the transaction that holds the record until the
+/// record, or its dead-letter copy, is durable: a failed send may cause a
+/// duplicate, never a loss.
 #[allow(async_fn_in_trait)]
 pub trait Sink<T> {
     /// Makes `topic` ready (checks it, creates it if allowed), or says why

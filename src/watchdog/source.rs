@@ -14,7 +14,7 @@ use tokio_postgres::Client;
 use tracing::{debug, error, info, warn};
 
 use super::Webhook;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
@@ -85,14 +85,20 @@ impl SourceWatch {
                 cause = "publication_changed",
                 "{problem}"
             );
-            post(webhook, "publication_changed", &problem).await;
+            post(webhook, "publication_changed", &problem.to_string()).await;
             return Err(Error::permanent(format!(
                 "walrelay stopped because the outbox is no longer published as it was: {problem}. \
                  Events committed between LSN {from} and {wal_now} may be missing from Kafka: \
                  publish them again (same event ids; docs/operations.md, \"Publishing events \
                  again\"), then restart walrelay (with --accept-outbox-change if the table is \
                  published again)"
-            )));
+            ))
+            .with_fix(format!(
+                "{}; publish the events committed between LSN {from} and {wal_now} again, then \
+                 restart walrelay (with --accept-outbox-change if the table is published again)",
+                problem.fix
+            ))
+            .with_cause(StopCause::OutboxChanged));
         }
         metrics.set_publication_broken(false);
         if !accepted.outbox.is_empty() {
@@ -155,7 +161,8 @@ impl SourceWatch {
              publishes",
             watched.slot,
             differences.join("; ")
-        )))
+        ))
+        .with_cause(StopCause::SettingsChanged))
     }
 
     /// Called when the slot does not exist: an error if it existed before.

@@ -1,30 +1,22 @@
-//! POSTs alert documents to `--alert-webhook`. A minimal HTTP/1.1 client over
-//! plain TCP: alert receivers (Alertmanager's webhook relays, a local agent)
-//! usually listen on the same host or network. Credentials in the URL
+//! POSTs alert documents to `--alert-webhook`, over plain HTTP (`http`):
+//! alert receivers (Alertmanager's webhook relays, a local agent) usually
+//! listen on the same host or network. Credentials in the URL
 //! (`http://user:password@host/…`) go as HTTP Basic authentication, and
 //! never into a message.
 
 use std::time::Duration;
 
-use base64::Engine;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
 use prometheus::IntCounter;
 
 use crate::error::{Error, Result};
+use crate::http::{Endpoint, Failure};
 use crate::metrics::Metrics;
-use crate::percent;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Webhook {
-    host: String,
-    port: u16,
-    path: String,
-    /// The `Authorization` header's value, from the URL's user and password.
-    authorization: Option<String>,
+    endpoint: Endpoint,
     /// Alerts the webhook did not take (`walrelay_alerts_undelivered_total`).
     undelivered: Option<IntCounter>,
 }
@@ -45,53 +37,11 @@ pub fn register_undelivered(metrics: &Metrics) -> IntCounter {
     counter
 }
 
-impl std::fmt::Debug for Webhook {
-    // Never the credentials.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Webhook")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("path", &self.path)
-            .field(
-                "authorization",
-                &self.authorization.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
-    }
-}
-
 impl Webhook {
     /// Accepts `http://[user:password@]host[:port][/path]`.
     pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-            return Err(format!(
-                "--alert-webhook must start with http:// (it starts with {scheme:?}://; https \
-                 is not supported: use a local relay)"
-            ));
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let (userinfo, authority) = match authority.rsplit_once('@') {
-            Some((userinfo, host)) => (Some(userinfo), host),
-            None => (None, authority),
-        };
-        let authorization = userinfo.map(|userinfo| {
-            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            let pair = format!("{}:{}", percent::decode(user), percent::decode(password));
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(pair)
-            )
-        });
-        let (host, port) = host_and_port(authority)?;
         Ok(Webhook {
-            host: host.to_string(),
-            port,
-            path: path.to_string(),
-            authorization,
+            endpoint: Endpoint::parse(url, "--alert-webhook", None)?,
             undelivered: None,
         })
     }
@@ -114,87 +64,22 @@ impl Webhook {
 
     async fn exchange(&self, body: &serde_json::Value) -> Result<()> {
         let body = body.to_string();
-        let authorization = self
-            .authorization
-            .as_ref()
-            .map_or_else(String::new, |value| format!("Authorization: {value}\r\n"));
-        let request = format!(
-            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\nUser-Agent: walrelay\r\n\
-             {authorization}\r\n{body}",
-            self.path,
-            self.host,
-            body.len()
-        );
-        let exchange = async {
-            let mut stream = TcpStream::connect((self.host.as_str(), self.port)).await?;
-            stream.write_all(request.as_bytes()).await?;
-            let mut response = Vec::new();
-            stream.read_to_end(&mut response).await?;
-            Ok::<_, std::io::Error>(response)
-        };
-        let response = tokio::time::timeout(TIMEOUT, exchange)
+        let response = self
+            .endpoint
+            .request("POST", "", Some(&body), TIMEOUT)
             .await
-            .map_err(|_| Error::transient("alert webhook did not answer within 5s"))?
-            .map_err(|e| Error::transient("cannot reach the alert webhook").with_source(e))?;
-        let status_line = String::from_utf8_lossy(&response);
-        let status = status_line.split_whitespace().nth(1).unwrap_or("");
-        if !status.starts_with('2') {
+            .map_err(|e| match e {
+                Failure::Timeout(_) => Error::transient("alert webhook did not answer within 5s"),
+                e => Error::transient("cannot reach the alert webhook").with_source(e),
+            })?;
+        if !response.is_success() {
             return Err(Error::transient(format!(
-                "alert webhook answered HTTP {status}"
+                "alert webhook answered HTTP {}",
+                response.status
             )));
         }
         Ok(())
     }
-}
-
-/// The host (an IPv6 address without its brackets) and port of a URL's
-/// authority. A host that could never be connected to is refused here, at
-/// start-up, not at the first alert, when nobody is told.
-fn host_and_port(authority: &str) -> std::result::Result<(&str, u16), String> {
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(bracketed) => {
-            let (ip, after) = bracketed.split_once(']').ok_or_else(|| {
-                format!(
-                    "--alert-webhook's host {authority:?} opens a [ it never closes: write an \
-                     IPv6 address as http://[::1]:9000/path"
-                )
-            })?;
-            if ip.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(format!(
-                    "--alert-webhook's host [{ip}] is not an IPv6 address (http://[::1]:9000/path)"
-                ));
-            }
-            match after {
-                "" => (ip, None),
-                _ => match after.strip_prefix(':') {
-                    Some(port) => (ip, Some(port)),
-                    None => return Err(format!("--alert-webhook has {after:?} after its host")),
-                },
-            }
-        }
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        },
-    };
-    if host.is_empty() {
-        return Err("--alert-webhook names no host (http://host:port/path)".into());
-    }
-    let hostname = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
-    if host.parse::<std::net::Ipv6Addr>().is_err() && !host.chars().all(hostname) {
-        return Err(format!(
-            "--alert-webhook's host {host:?} is not a host name or address \
-             (http://host:port/path; percent-encode a user or password with @, : or /)"
-        ));
-    }
-    let port = match port {
-        None => 80,
-        Some(p) => p
-            .parse()
-            .map_err(|_| format!("--alert-webhook has an invalid port: {p:?}"))?,
-    };
-    Ok((host, port))
 }
 
 #[cfg(test)]
@@ -203,18 +88,20 @@ mod tests {
 
     #[test]
     fn webhook_urls_are_parsed_with_defaults() {
-        let w = Webhook::parse("http://alerts.local:9000/hooks/walrelay").unwrap();
+        let w = Webhook::parse("http://alerts.local:9000/hooks/walrelay")
+            .unwrap()
+            .endpoint;
         assert_eq!(
-            (w.host.as_str(), w.port, w.path.as_str()),
+            (w.host(), w.port(), w.path()),
             ("alerts.local", 9000, "/hooks/walrelay")
         );
-        let w = Webhook::parse("http://alerts.local").unwrap();
-        assert_eq!((w.port, w.path.as_str()), (80, "/"));
+        let w = Webhook::parse("http://alerts.local").unwrap().endpoint;
+        assert_eq!((w.port(), w.path()), (80, "/"));
         assert!(Webhook::parse("https://x").unwrap_err().contains("http://"));
-        let w = Webhook::parse("http://[::1]:9000/hook").unwrap();
-        assert_eq!((w.host.as_str(), w.port), ("::1", 9000));
-        let w = Webhook::parse("http://[::1]").unwrap();
-        assert_eq!((w.host.as_str(), w.port), ("::1", 80));
+        let w = Webhook::parse("http://[::1]:9000/hook").unwrap().endpoint;
+        assert_eq!((w.host(), w.port()), ("::1", 9000));
+        let w = Webhook::parse("http://[::1]").unwrap().endpoint;
+        assert_eq!((w.host(), w.port()), ("::1", 80));
     }
 
     #[test]
@@ -237,9 +124,12 @@ mod tests {
     #[test]
     fn credentials_become_basic_authentication_and_no_message_shows_them() {
         let w = Webhook::parse("http://ops:p%40ss-9@alerts.local:9000/hook").unwrap();
-        assert_eq!((w.host.as_str(), w.port), ("alerts.local", 9000));
+        assert_eq!(
+            (w.endpoint.host(), w.endpoint.port()),
+            ("alerts.local", 9000)
+        );
         // RFC 7617: base64 of "ops:p@ss-9".
-        assert_eq!(w.authorization.as_deref(), Some("Basic b3BzOnBAc3MtOQ=="));
+        assert_eq!(w.endpoint.authorization(), Some("Basic b3BzOnBAc3MtOQ=="));
         assert!(!format!("{w:?}").contains("b3Bz"), "{w:?}");
         let refused = Webhook::parse("https://ops:p-9@alerts.local/hook").unwrap_err();
         assert!(!refused.contains("p-9"), "{refused}");

@@ -101,6 +101,12 @@ impl Connect {
     /// Starts a worker that produces to `broker` with the connectors
     /// `files` configure, and waits until each connector and its task run.
     pub fn start(broker: &Broker, files: &[PathBuf]) -> Self {
+        Self::start_in(None, broker, files)
+    }
+
+    /// `start` with the worker's jars and plugins in `home` (scripts/
+    /// debezium.sh's WALRELAY_DEBEZIUM_HOME), e.g. with another converter.
+    pub fn start_in(home: Option<&Path>, broker: &Broker, files: &[PathBuf]) -> Self {
         let dir = TempDir::new("connect");
         let rest_port = free_port();
         let names = files
@@ -116,7 +122,11 @@ impl Connect {
         let log = std::fs::File::create(dir.0.join("connect.log")).unwrap();
         let started = Instant::now();
         // `run` execs the JVM, so the child's pid is the worker's.
-        let child = Command::new(debezium_script())
+        let mut command = Command::new(debezium_script());
+        if let Some(home) = home {
+            command.env("WALRELAY_DEBEZIUM_HOME", home);
+        }
+        let child = command
             .arg("run")
             .arg(&dir.0)
             .arg(broker.brokers())

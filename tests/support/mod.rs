@@ -15,6 +15,7 @@ pub mod oidc;
 pub mod outbox;
 pub mod pg;
 pub mod promtool;
+pub mod registry;
 pub mod relay;
 pub mod standby;
 pub mod webhook;
@@ -100,6 +101,69 @@ fn nanos() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
+}
+
+/// A CA (`ca.pem`, `ca.key`) and a certificate for localhost it signed
+/// (`server.crt`, `server.key`), made in `dir` by the openssl command, for
+/// servers the tests run with TLS.
+pub fn localhost_certificates(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=walrelay test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
 }
 
 /// A fresh directory for one test's processes, removed when dropped.

@@ -69,54 +69,7 @@ impl Postgres {
         let data = pg.data_dir();
         let certs = pg.dir.0.join("certs");
         std::fs::create_dir_all(&certs).unwrap();
-        let openssl = |args: &[&str]| {
-            run(Command::new("openssl").args(args).current_dir(&certs));
-        };
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=walrelay test CA",
-        ]);
-        openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        std::fs::write(certs.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
+        super::localhost_certificates(&certs);
         for file in ["server.crt", "server.key"] {
             std::fs::copy(certs.join(file), data.join(file)).unwrap();
         }

@@ -205,8 +205,18 @@ impl Relay {
     /// (walrelay_slot_missing 1, /readyz 503), and exits non-zero when
     /// stopped. Returns its log.
     pub fn wait_for_missing_slot_refusal(&mut self, timeout: Duration) -> String {
+        let log = self.wait_for_held_stop(timeout, "walrelay_slot_missing");
+        assert!(log.contains("missing"), "{log}");
+        log
+    }
+
+    /// Waits for a stop that walrelay holds rather than exits on (the
+    /// outbox replaced or out of the publication: `outbox_changed`), so
+    /// that `/metrics` keeps `gauge` at 1 for the alert on it, and /readyz
+    /// at 503. Stops walrelay, which exits non-zero, and returns its log.
+    pub fn wait_for_held_stop(&mut self, timeout: Duration, gauge: &str) -> String {
         let deadline = Instant::now() + timeout;
-        while !self.log().contains("walrelay does not start") {
+        while !self.log().contains("walrelay does not stream") {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
                 panic!(
                     "walrelay exited ({status}) instead of waiting; log:\n{}",
@@ -220,10 +230,10 @@ impl Relay {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert_eq!(self.metric("walrelay_slot_missing"), Some(1.0));
+        assert_eq!(self.metric(gauge), Some(1.0), "{}", self.log());
         let (status, body) = self.http_get("/readyz").unwrap();
         assert_eq!(status, 503, "{body}");
-        assert!(body.contains("missing"), "{body}");
+        assert!(body.starts_with("not streaming"), "{body}");
         let status = self.terminate(timeout);
         assert!(!status.success(), "exit 0; log:\n{}", self.log());
         self.log()

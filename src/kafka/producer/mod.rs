@@ -29,7 +29,6 @@ use tracing::{debug, warn};
 
 use super::polled::{self, Polled};
 use super::reachability;
-use super::secrets;
 use super::topics::{TopicManager, TopicPolicy, DEFAULT_BATCH_SIZE};
 use super::transaction::{self, TransactionalId};
 use super::{error_reason, is_login_refusal, refusal, LoginAdvice};
@@ -287,8 +286,7 @@ impl<T: Send + Sync + 'static> Parts<T> {
             retired: AtomicBool::new(false),
             _lane: lane,
         };
-        polled::create(&config, context)
-            .map_err(|e| secrets::client_refused("the Kafka producer", &e, &config))
+        super::factory::producer(&config, context)
     }
 }
 

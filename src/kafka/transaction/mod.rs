@@ -27,8 +27,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
@@ -135,7 +133,8 @@ pub fn error(
              started since (another walrelay took over slot streaming, or was started on it), \
              so this one stopped while {what}; its open Kafka transaction is aborted and the \
              instance that fenced it goes on from the last committed position ({reason})"
-        ));
+        ))
+        .with_cause(crate::error::StopCause::Fenced);
     }
     if code == Some(RDKafkaErrorCode::UnsupportedFeature)
         || text.contains("not supported by broker")
@@ -358,18 +357,11 @@ pub async fn probe(
     slot: &str,
     deadline: Instant,
 ) -> Result<()> {
-    let mut admin_config = config.clone();
-    admin_config.set("allow.auto.create.topics", "false");
-    let admin: AdminClient<DefaultClientContext> = admin_config
-        .create()
-        .map_err(|e| super::secrets::client_refused("the Kafka admin client", &e, &admin_config))?;
-    let admin = std::sync::Arc::new(admin);
-    super::msk_iam::keep_admin_token(&admin_config, &admin);
+    let admin = super::factory::admin_client(config)?;
     position::ensure_topic(&admin, position_topic, replication_factor).await?;
     let id = TransactionalId::new(probe_id(slot), config);
     let producer_config = self::config(config, &id);
-    let producer = super::polled::create(&producer_config, TokenContext)
-        .map_err(|e| super::secrets::client_refused("the Kafka producer", &e, &producer_config))?;
+    let producer = super::factory::producer(&producer_config, TokenContext)?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
     blocking(move || {
         init(&producer, &id, deadline).map_err(coordinator_unavailable)?;
@@ -433,18 +425,23 @@ mod tests {
         assert_eq!(coordinator_unavailable(fenced).report(), "fenced");
     }
 
-    #[test]
-    fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
-        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
-        let fenced = error(
+    /// A commit refused because a newer producer took the id.
+    fn fenced_by_a_newer_producer(id: &TransactionalId) -> Error {
+        error(
             "committing a transaction",
-            &id,
+            id,
             KafkaError::Global(RDKafkaErrorCode::Fatal),
             Some((
                 RDKafkaErrorCode::ProducerFenced,
                 "Producer fenced by newer instance".into(),
             )),
-        );
+        )
+    }
+
+    #[test]
+    fn a_fenced_producer_and_a_broker_without_transactions_stop_walrelay_naming_why() {
+        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
+        let fenced = fenced_by_a_newer_producer(&id);
         assert!(!fenced.is_transient());
         assert!(
             fenced.report().contains("fenced") && fenced.report().contains("walrelay-1-s"),
@@ -528,5 +525,12 @@ mod tests {
         assert!(!stops_at_once(RDKafkaErrorCode::Fenced, &id));
         // A fatal error whose cause the client did not name still stops.
         assert!(stops_at_once(RDKafkaErrorCode::Fatal, &id));
+    }
+
+    #[test]
+    fn a_fence_by_another_producer_is_the_fenced_stop_cause() {
+        let id = TransactionalId::new("walrelay-1-s".into(), &ClientConfig::new());
+        let fenced = fenced_by_a_newer_producer(&id);
+        assert_eq!(fenced.stop_cause(), Some(crate::error::StopCause::Fenced));
     }
 }

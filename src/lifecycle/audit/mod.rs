@@ -16,11 +16,11 @@ use tracing::{debug, info};
 
 use report::{ident, replay_command, Output, LIST_IDS};
 
-use super::meter::Meter;
 use super::rows::{self, mapped_tables, OutboxTable, RowCursor};
 use crate::config::{AuditArgs, AuditFlags, Settings, Source};
 use crate::error::{Error, Result};
 use crate::kafka::reader::TopicReader;
+use crate::metrics::meter::Meter;
 use crate::postgres::names::{quote_ident, quote_literal};
 use crate::postgres::pgoutput::Datum;
 use crate::postgres::setup;
@@ -162,7 +162,7 @@ fn dead_lettered(reader: &TopicReader, settings: &Settings, from_ms: i64) -> Res
             let id = message.headers().and_then(|headers| {
                 headers
                     .iter()
-                    .find(|h| h.key == "walrelay.event-id")
+                    .find(|h| h.key == crate::delivery::dead_letter::EVENT_ID)
                     .and_then(|h| h.value)
             });
             if let Some(id) = id {

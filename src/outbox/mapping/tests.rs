@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::error::Error;
+use crate::outbox::timestamp::parse_pg_timestamp_ms;
 use crate::postgres::names::TableName;
-use crate::postgres::pgoutput::{Column, Relation};
+use crate::postgres::pgoutput::{Column, Datum, Relation, Tuple};
 
 fn relation(columns: &[(&str, u32)]) -> Relation {
     Relation {

@@ -290,4 +290,25 @@ mod tests {
         };
         assert!(decide(&seen(Some(&state), &now, &wider, true), allowed).is_ok());
     }
+
+    #[test]
+    fn each_refused_start_carries_its_stop_cause_and_only_a_gone_slot_or_a_changed_outbox_holds_walrelay_up(
+    ) {
+        use crate::error::StopCause;
+        let now = [identity(5, "publication 1 rel 2")];
+        let settings = same_settings();
+        let state = stored(true, now.to_vec());
+        let refused = |seen: Observed<'_>| decide(&seen, Allowed::default()).unwrap_err();
+        let missing = refused(seen(Some(&state), &now, &settings, false));
+        assert_eq!(missing.stop_cause(), Some(StopCause::SlotMissing));
+        let replaced = [identity(6, "publication 1 rel 3")];
+        let changed = refused(seen(Some(&state), &replaced, &settings, true));
+        assert_eq!(changed.stop_cause(), Some(StopCause::OutboxChanged));
+        let wider =
+            json!({"tables": ["public.a", "public.outbox"], "route_by_field": "event_type"});
+        let other = refused(seen(Some(&state), &now, &wider, true));
+        assert_eq!(other.stop_cause(), Some(StopCause::SettingsChanged));
+        assert!(StopCause::SlotMissing.holds() && StopCause::SlotLost.holds());
+        assert!(StopCause::OutboxChanged.holds() && !StopCause::SettingsChanged.holds());
+    }
 }

@@ -24,6 +24,7 @@ pub fn missing_slot_error(slot: &str, state: &SlotState) -> Error {
         state.last_delivered(),
         recovery_steps(slot)
     ))
+    .with_fix(recovery_steps(slot))
     .with_cause(StopCause::SlotMissing)
 }
 
@@ -36,6 +37,7 @@ pub fn lost_slot_error(slot: &str, confirmed: Option<Lsn>) -> Error {
         confirmed.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
         recovery_steps(slot)
     ))
+    .with_fix(recovery_steps(slot))
     .with_cause(StopCause::SlotLost)
 }
 
@@ -73,6 +75,12 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
          then start walrelay once with --accept-outbox-change to record the table as it is now",
         risk.from, risk.to
     ))
+    .with_fix(format!(
+        "publish the events committed between LSN {} and {} again (walrelay replay), then \
+         start walrelay once with --accept-outbox-change",
+        risk.from, risk.to
+    ))
+    .with_cause(StopCause::OutboxChanged)
 }
 
 /// A start-up refusal about how the outbox is published (left the
@@ -81,15 +89,15 @@ pub fn outbox_changed_error(what: &str, risk: &AtRisk) -> Error {
 /// recorded until now.
 pub fn unpublished_since(error: Error, state: Option<&SlotState>, wal_now: Lsn) -> Error {
     match state {
-        Some(state) if !error.is_transient() && !state.outbox.is_empty() => {
-            error.with_note(&format!(
+        Some(state) if !error.is_transient() && !state.outbox.is_empty() => error
+            .with_note(&format!(
                 ". walrelay last found the outbox published as recorded at LSN {}: events \
              committed since then, up to {wal_now}, may never have reached the slot. Once it is \
              fixed, publish them again and start walrelay once with --accept-outbox-change \
              (docs/operations.md, \"The outbox table was replaced or left the publication\")",
                 state.last_verified()
             ))
-        }
+            .with_cause(StopCause::OutboxChanged),
         _ => error,
     }
 }
@@ -106,6 +114,11 @@ pub fn config_changed_error(slot: &str, differences: &[String]) -> Error {
          publishes\")",
         differences.join("; ")
     ))
+    .with_fix(
+        "for a deliberate change, start the new configuration once with \
+         --accept-config-change; otherwise start this walrelay with the recorded settings",
+    )
+    .with_cause(StopCause::SettingsChanged)
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::delivery::publish::transaction::{Memory, Run, TransactionMetrics};
 use crate::error::Error;
 use crate::postgres::state::ServerId;
-use crate::relay::publish::transaction::{Memory, Run, TransactionMetrics};
 
 /// Runs exactly once with `flags`, reading past what commits below `skip_below`.
 fn exactly_once(flags: &[&str], skip_below: Option<Lsn>, memory: Arc<Memory>) -> Relay {

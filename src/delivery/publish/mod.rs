@@ -28,6 +28,7 @@ use crate::config::{OnPoison, Settings};
 use crate::error::{Error, Result};
 use crate::metrics::{EventTimings, Metrics, Published};
 use crate::outbox::mapping::{MappingError, OutboxEvent};
+use crate::registry::Unwritten;
 use crate::sink::{Delivery, Record, Refusal, Rejection, SendError, Sink, TopicAccess, TopicInfo};
 
 /// Distinct route-by values remembered before the topic cache starts over.
@@ -185,6 +186,24 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
                         Poisoned::new(txn, &event, topic.as_deref(), reason),
                     )
                     .await
+            }
+        };
+        // --key-format/--value-format avro: registered and encoded for its topic.
+        let event = match &self.settings.registry {
+            None => event,
+            Some(registry) => {
+                let (key, value) = (self.settings.avro_key, self.settings.avro_value);
+                match registry
+                    .encode_event(&self.metrics, &topic, event, key, value)
+                    .await
+                {
+                    Ok(event) => event,
+                    Err((event, Unwritten::Poison(reason))) => {
+                        let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
+                        return self.reject(progress, poisoned).await;
+                    }
+                    Err((_, Unwritten::Stop(e))) => return Err(e),
+                }
             }
         };
         let record = event.record(&topic, txn.commit_time_us / 1000);

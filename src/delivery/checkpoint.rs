@@ -120,6 +120,16 @@ impl Checkpoint {
     /// to confirm: every transaction that committed before it has been
     /// delivered or held nothing published. This keeps an idle outbox on a
     /// busy database from pinning WAL.
+    ///
+    /// The premise: a keepalive's WAL end is the walsender's `sentPtr`, the
+    /// position up to which it has decoded WAL and sent the result
+    /// (`WalSndKeepalive` in PostgreSQL's src/backend/replication/walsender.c
+    /// writes `sentPtr`), and the keepalive travels on the same connection
+    /// behind what it sent. So when walrelay reads it, every transaction
+    /// that committed below it has already been read here: published and
+    /// settled (nothing is idle otherwise), or skipped by pgoutput for
+    /// touching nothing published. A position that ran ahead of what was
+    /// sent (the server's flush position, say) would not be safe.
     pub fn observe_wal_end(&mut self, wal_end: Lsn) -> bool {
         if self.is_idle() && wal_end > self.confirmed {
             self.confirmed = wal_end;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::checkpoint::{Checkpoint, TxnSeq};
 use crate::config::Flow;
+use crate::delivery::checkpoint::{Checkpoint, TxnSeq};
 use crate::metrics::{Metrics, Published, Stage};
 use crate::postgres::lsn::Lsn;
 

@@ -20,9 +20,9 @@
 use tracing::warn;
 
 use super::{transaction, Publisher};
+use crate::delivery::poison::{text, Poisoned};
+use crate::delivery::progress::{Progress, Ticket};
 use crate::error::{Error, Result};
-use crate::relay::poison::{text, Poisoned};
-use crate::relay::progress::{Progress, Ticket};
 use crate::sink::{Failure, Rejection, SendError, Sink};
 
 /// A record whose batch was refused for size, still counted in flight.

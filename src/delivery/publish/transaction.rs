@@ -38,14 +38,14 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
 use super::{Outcome, Publisher};
-use crate::checkpoint::TxnSeq;
 use crate::config::ExactlyOnce;
+use crate::delivery::checkpoint::TxnSeq;
+use crate::delivery::poison::text;
+use crate::delivery::progress::{Progress, Ticket, TxnRef};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::state::ServerId;
-use crate::relay::poison::text;
-use crate::relay::progress::{Progress, Ticket, TxnRef};
 use crate::sink::{Closing, Refusal, Sink};
 
 /// What one session of exactly-once delivery starts with.

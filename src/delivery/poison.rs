@@ -8,14 +8,13 @@
 //!
 //! This module only decides; the apply loop does the producing.
 
-use std::borrow::Cow;
-
 use bytes::Bytes;
 
+use super::dead_letter;
 use super::progress::{Ticket, TxnRef};
-use crate::checkpoint::TxnSeq;
 use crate::config::OnPoison;
-use crate::error::Error;
+use crate::delivery::checkpoint::TxnSeq;
+use crate::error::{Error, StopCause};
 use crate::outbox::mapping::OutboxEvent;
 use crate::postgres::lsn::Lsn;
 use crate::sink::{Failure, OwnedRecord, Refusal, Rejection};
@@ -107,14 +106,17 @@ impl Poisoned {
     /// The policy's decision for this event.
     pub fn verdict(&self, on_poison: OnPoison, dead_letter_topic: &str) -> Verdict {
         match on_poison {
-            OnPoison::Halt => Verdict::Halt(Error::permanent(format!(
-                "cannot publish event {} ({}): {}. {}; fix the cause and restart, or run with \
+            OnPoison::Halt => Verdict::Halt(
+                Error::permanent(format!(
+                    "cannot publish event {} ({}): {}. {}; fix the cause and restart, or run with \
                  --on-poison dead-letter to park such events in {dead_letter_topic}",
-                text(self.event_id.as_ref()),
-                origin(self.commit_lsn),
-                self.reason,
-                stopped(self.commit_lsn),
-            ))),
+                    text(self.event_id.as_ref()),
+                    origin(self.commit_lsn),
+                    self.reason,
+                    stopped(self.commit_lsn),
+                ))
+                .with_cause(StopCause::Poison),
+            ),
             OnPoison::DeadLetter => Verdict::DeadLetter(self.dead_letter_copy(dead_letter_topic)),
         }
     }
@@ -122,17 +124,13 @@ impl Poisoned {
     /// The whole event for the dead-letter topic: its key, value and
     /// headers, then why and where from. The partition is the topic's choice.
     fn dead_letter_copy(&self, dead_letter_topic: &str) -> OwnedRecord {
-        let lsn = self.commit_lsn.to_string();
         let mut headers = self.record.headers.clone();
-        headers.push(header("walrelay.reason", Some(self.reason.clone())));
-        headers.push((Cow::Borrowed("walrelay.event-id"), self.event_id.clone()));
-        headers.push(header("walrelay.commit-lsn", Some(lsn)));
-        if !self.record.topic.is_empty() {
-            headers.push(header(
-                "walrelay.original-topic",
-                Some(self.record.topic.clone()),
-            ));
-        }
+        headers.extend(dead_letter::own_headers(
+            &self.reason,
+            self.event_id.as_ref(),
+            self.commit_lsn,
+            &self.record.topic,
+        ));
         OwnedRecord {
             topic: dead_letter_topic.to_string(),
             key: self.record.key.clone(),
@@ -220,10 +218,6 @@ fn unknown_partition(refusal: &Refusal) -> Option<i32> {
     }
 }
 
-fn header(name: &'static str, value: Option<String>) -> crate::sink::Header {
-    (Cow::Borrowed(name), value.map(Bytes::from))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +227,10 @@ mod tests {
             id: Some(Bytes::from_static(b"e-1")),
             key: Some(Bytes::from_static(b"order-1")),
             payload: Some(Bytes::from_static(b"{}")),
-            headers: vec![(Cow::Borrowed("id"), Some(Bytes::from_static(b"e-1")))],
+            headers: vec![(
+                std::borrow::Cow::Borrowed("id"),
+                Some(Bytes::from_static(b"e-1")),
+            )],
             ..OutboxEvent::default()
         };
         let txn = TxnRef {
@@ -304,5 +301,13 @@ mod tests {
         let mut p = poisoned("Kafka rejected it");
         p.unknown_partition = Some(partition);
         p
+    }
+
+    #[test]
+    fn halting_on_a_poison_event_is_the_poison_stop_cause() {
+        let Verdict::Halt(error) = poisoned("too big").verdict(OnPoison::Halt, "dl") else {
+            panic!("expected a halt");
+        };
+        assert_eq!(error.stop_cause(), Some(StopCause::Poison));
     }
 }

@@ -1,0 +1,137 @@
+//! The flags of the schema registry (`--key-format avro`, `--value-format
+//! avro`), a group of their own in `--help`, and the settings built from
+//! them. The names follow Confluent's serializer settings, which Debezium
+//! users set as `value.converter.*`.
+
+use clap::Args;
+
+use super::Source;
+use crate::error::{Error, Result};
+use crate::outbox::format::Format;
+use crate::registry::client::Auth;
+use crate::registry::names::NameAdjustment;
+use crate::registry::{RegistrySettings, SubjectStrategy};
+
+/// Schema registry: where Avro schemas are registered, and how.
+#[derive(Args, Clone)]
+#[command(next_help_heading = "Schema registry")]
+pub struct SchemaRegistryArgs {
+    /// The Confluent-compatible schema registry (schema.registry.url): Confluent's, or Apicurio's at .../apis/ccompat/v7; http:// or https://.
+    #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_URL", hide_env_values = true)]
+    pub schema_registry_url: Option<String>,
+
+    /// Basic authentication as USER:PASSWORD (basic.auth.user.info; a Confluent Cloud API key and secret).
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD"
+    )]
+    pub schema_registry_basic_auth_user_info: Option<String>,
+
+    /// A bearer token (bearer.auth.token), e.g. an OIDC access token for Apicurio behind Keycloak.
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_BEARER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub schema_registry_bearer_token: Option<String>,
+
+    /// A PEM file of the certificate authorities to trust for an https:// registry (schema.registry.ssl.truststore); the system's otherwise.
+    #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
+    pub schema_registry_ca_file: Option<String>,
+
+    /// How subjects are named (key/value.subject.name.strategy): topic (TopicNameStrategy, <topic>-key and <topic>-value), record (RecordNameStrategy) or topic-record (TopicRecordNameStrategy).
+    #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_SUBJECT_STRATEGY", value_enum, default_value_t = SubjectStrategy::Topic)]
+    pub schema_registry_subject_strategy: SubjectStrategy,
+
+    /// Register new schemas (auto.register.schemas); false only looks them up, for registries where registration is locked down.
+    #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_AUTO_REGISTER", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub schema_registry_auto_register: bool,
+
+    /// With --schema-registry-auto-register false: write with the subject's latest schema id (use.latest.version) instead of looking the schema up.
+    #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_USE_LATEST_VERSION")]
+    pub schema_registry_use_latest_version: bool,
+
+    /// What happens to a schema or field name Avro cannot take (Debezium's schema.name.adjustment.mode): none stops the event, avro replaces each invalid character with _.
+    #[arg(long, env = "WALRELAY_SCHEMA_NAME_ADJUSTMENT_MODE", value_enum, default_value_t = NameAdjustment::None)]
+    pub schema_name_adjustment_mode: NameAdjustment,
+}
+
+impl SchemaRegistryArgs {
+    /// The registry settings when a format needs them; an error names
+    /// what is missing or contradictory.
+    pub fn settings(
+        &self,
+        key: Format,
+        value: Format,
+        header: Format,
+        source: Source,
+    ) -> Result<Option<RegistrySettings>> {
+        if header == Format::Avro {
+            return Err(Error::permanent(
+                "--header-format avro: walrelay writes headers as SimpleHeaderConverter \
+                 (string) or JsonConverter (json, json-with-schema) do; use one of those",
+            ));
+        }
+        let avro = key == Format::Avro || value == Format::Avro;
+        if !avro {
+            return Ok(None);
+        }
+        if source == Source::Messages {
+            return Err(Error::permanent(
+                "--key-format/--value-format avro needs the outbox table's column types, \
+                 which --source messages does not have; use json or string",
+            ));
+        }
+        let Some(url) = self.schema_registry_url.clone() else {
+            return Err(Error::permanent(
+                "--key-format/--value-format avro registers its schemas in a schema \
+                 registry: set --schema-registry-url (WALRELAY_SCHEMA_REGISTRY_URL)",
+            ));
+        };
+        let auth =
+            match (
+                &self.schema_registry_basic_auth_user_info,
+                &self.schema_registry_bearer_token,
+            ) {
+                (Some(_), Some(_)) => return Err(Error::permanent(
+                    "--schema-registry-basic-auth-user-info and --schema-registry-bearer-token \
+                     are two ways to log in: give one",
+                )),
+                (Some(info), None) => Auth::Basic(info.clone()),
+                (None, Some(token)) => Auth::Bearer(token.clone()),
+                (None, None) => Auth::None,
+            };
+        if self.schema_registry_use_latest_version && self.schema_registry_auto_register {
+            return Err(Error::permanent(
+                "--schema-registry-use-latest-version applies when walrelay registers \
+                 nothing: add --schema-registry-auto-register false",
+            ));
+        }
+        Ok(Some(RegistrySettings {
+            url,
+            auth,
+            ca_file: self.schema_registry_ca_file.clone(),
+            strategy: self.schema_registry_subject_strategy,
+            auto_register: self.schema_registry_auto_register,
+            use_latest_version: self.schema_registry_use_latest_version,
+            names: self.schema_name_adjustment_mode,
+        }))
+    }
+
+    /// The secrets among these flags, for the logs to mask.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        if let Some(info) = &self.schema_registry_basic_auth_user_info {
+            let password = info.split_once(':').map_or(info.as_str(), |(_, p)| p);
+            found.push(password.to_string());
+        }
+        found.extend(self.schema_registry_bearer_token.clone());
+        if let Some(url) = &self.schema_registry_url {
+            found.extend(crate::percent::url_password(url));
+        }
+        found
+    }
+}

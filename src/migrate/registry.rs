@@ -1,0 +1,380 @@
+//! A connector's Avro converters as walrelay flags: Confluent's
+//! `io.confluent.connect.avro.AvroConverter` and Apicurio's
+//! `io.apicurio.registry.utils.converter.AvroConverter`, each configured
+//! under the `key.converter.` / `value.converter.` prefix. Secrets
+//! (`basic.auth.user.info`, tokens, passwords) are never printed: the note
+//! names the variable to export instead.
+//!
+//! Setting names: Confluent's AbstractKafkaSchemaSerDeConfig
+//! (`schema.registry.url`, `basic.auth.credentials.source`,
+//! `basic.auth.user.info`, `bearer.auth.credentials.source`,
+//! `bearer.auth.token`, `auto.register.schemas`, `use.latest.version`,
+//! `key.subject.name.strategy`, `value.subject.name.strategy`,
+//! `schema.registry.ssl.truststore.location`) and Apicurio's SerdeConfig
+//! (`apicurio.registry.url`, `apicurio.registry.auto-register`,
+//! `apicurio.registry.artifact-resolver-strategy`,
+//! `apicurio.registry.as-confluent`, `apicurio.auth.username`,
+//! `apicurio.auth.password`, `apicurio.auth.service.url`).
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+
+const CONFLUENT: &str = "io.confluent.connect.avro.AvroConverter";
+const APICURIO: &str = "io.apicurio.registry.utils.converter.AvroConverter";
+
+/// What the converters become: walrelay flags (a value or none), the
+/// connector keys read, and notes.
+pub struct Carried {
+    pub args: Vec<(String, Option<String>)>,
+    pub used: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Whether `converter` is an Avro converter walrelay carries.
+pub fn is_avro(converter: &str) -> bool {
+    matches!(converter.trim(), CONFLUENT | APICURIO)
+}
+
+/// The registry flags for the sides whose converter is Avro, the keys
+/// read, and notes; an error when the two sides cannot share one registry.
+pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
+    let mut found: Vec<Side> = Vec::new();
+    for side in ["key", "value"] {
+        let converter = config
+            .get(&format!("{side}.converter"))
+            .map(|c| c.trim().to_string());
+        if let Some(converter) = converter.filter(|c| is_avro(c)) {
+            found.push(read_side(config, side, &converter));
+        }
+    }
+    let (mut args, mut used, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    let Some(first) = found.first() else {
+        return Ok(Carried { args, used, notes });
+    };
+    if let Some(second) = found.get(1) {
+        if second.url != first.url {
+            return Err(Error::permanent(format!(
+                "key.converter and value.converter name two registries ({:?} and {:?}); \
+                 walrelay writes to one --schema-registry-url",
+                first.url, second.url
+            )));
+        }
+    }
+    for side in &found {
+        used.extend(side.used.iter().cloned());
+        notes.extend(side.notes.iter().cloned());
+    }
+    let value = found.iter().find(|s| s.side == "value").unwrap_or(first);
+    match &value.url {
+        Some(url) => args.push(("--schema-registry-url".into(), Some(url.clone()))),
+        None => notes.push(format!(
+            "{}.converter has no registry URL: add --schema-registry-url",
+            value.side
+        )),
+    }
+    if let Some(strategy) = &value.strategy {
+        args.push((
+            "--schema-registry-subject-strategy".into(),
+            Some(strategy.clone()),
+        ));
+    }
+    if !value.auto_register {
+        args.push((
+            "--schema-registry-auto-register".into(),
+            Some("false".into()),
+        ));
+    }
+    if value.use_latest {
+        args.push(("--schema-registry-use-latest-version".into(), None));
+    }
+    if let Some(mode) = config.get("schema.name.adjustment.mode") {
+        let mode = mode.trim().to_ascii_lowercase();
+        if mode == "avro" {
+            args.push(("--schema-name-adjustment-mode".into(), Some("avro".into())));
+        } else if mode != "none" {
+            notes.push(format!(
+                "schema.name.adjustment.mode={mode}: walrelay adjusts names as none or avro \
+                 only; the command uses none, which stops on a name Avro cannot take"
+            ));
+        }
+        used.push("schema.name.adjustment.mode".into());
+    }
+    Ok(Carried { args, used, notes })
+}
+
+struct Side {
+    side: &'static str,
+    url: Option<String>,
+    strategy: Option<String>,
+    auto_register: bool,
+    use_latest: bool,
+    used: Vec<String>,
+    notes: Vec<String>,
+}
+
+fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &str) -> Side {
+    let prefix = format!("{side}.converter.");
+    let mut used = vec![format!("{side}.converter")];
+    let mut notes = Vec::new();
+    let mut get = |key: &str| {
+        let full = format!("{prefix}{key}");
+        let value = config.get(&full).map(|v| v.trim().to_string());
+        if value.is_some() {
+            used.push(full);
+        }
+        value
+    };
+    let truthy = |v: &Option<String>, default: bool| {
+        v.as_deref()
+            .map_or(default, |v| v.eq_ignore_ascii_case("true"))
+    };
+    let mut out = Side {
+        side,
+        url: None,
+        strategy: None,
+        auto_register: true,
+        use_latest: false,
+        used: Vec::new(),
+        notes: Vec::new(),
+    };
+    if converter == CONFLUENT {
+        out.url = get("schema.registry.url").map(|urls| {
+            let first = urls.split(',').next().unwrap_or("").trim().to_string();
+            if urls.contains(',') {
+                notes.push(format!(
+                    "{prefix}schema.registry.url lists several URLs; walrelay takes the first"
+                ));
+            }
+            first
+        });
+        let source = get("basic.auth.credentials.source").unwrap_or_default();
+        if get("basic.auth.user.info").is_some() || source.eq_ignore_ascii_case("USER_INFO") {
+            notes.push(format!(
+                "{prefix}basic.auth.user.info is not printed: export \
+                 WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=USER:PASSWORD from your secret store"
+            ));
+        } else if source.eq_ignore_ascii_case("SASL_INHERIT") {
+            notes.push(format!(
+                "{prefix}basic.auth.credentials.source=SASL_INHERIT: walrelay does not reuse \
+                 the Kafka login for the registry; export \
+                 WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=USER:PASSWORD"
+            ));
+        }
+        if get("bearer.auth.token").is_some() || get("bearer.auth.credentials.source").is_some() {
+            notes.push(format!(
+                "{prefix}bearer.auth.*: export WALRELAY_SCHEMA_REGISTRY_BEARER_TOKEN with a \
+                 token; walrelay takes a static token and fetches none itself (OAUTHBEARER \
+                 client credentials are not carried)"
+            ));
+        }
+        if let Some(path) = get("schema.registry.ssl.truststore.location") {
+            notes.push(format!(
+                "{prefix}schema.registry.ssl.truststore.location={path}: walrelay reads PEM, not \
+                 a Java truststore; export its CA as PEM and pass --schema-registry-ca-file"
+            ));
+            let _ = get("schema.registry.ssl.truststore.password");
+        }
+        out.auto_register = truthy(&get("auto.register.schemas"), true);
+        out.use_latest = truthy(&get("use.latest.version"), false);
+        let strategy_key = format!("{side}.subject.name.strategy");
+        if let Some(class) = get(&strategy_key) {
+            let names = [
+                "TopicNameStrategy",
+                "RecordNameStrategy",
+                "TopicRecordNameStrategy",
+            ];
+            out.strategy = strategy(
+                &class,
+                names,
+                &format!("{prefix}{strategy_key}"),
+                &mut notes,
+            );
+        }
+        for (key, default) in [
+            ("enhanced.avro.schema.support", false),
+            ("connect.meta.data", true),
+        ] {
+            let value = get(key);
+            if truthy(&value, default) != default {
+                notes.push(format!(
+                    "{prefix}{key}={}: walrelay converts schemas with AvroData's defaults \
+                     ({key}={default}); the registered schemas differ",
+                    value.unwrap_or_default()
+                ));
+            }
+        }
+    } else {
+        // Apicurio's converter talks to its native API; walrelay to the
+        // Confluent-compatible one of the same registry.
+        out.url = get("apicurio.registry.url").map(|url| {
+            let base = url
+                .trim_end_matches('/')
+                .split("/apis/")
+                .next()
+                .unwrap_or(&url)
+                .to_string();
+            let ccompat = format!("{base}/apis/ccompat/v7");
+            notes.push(format!(
+                "{prefix}apicurio.registry.url={url}: walrelay speaks Apicurio's \
+                 Confluent-compatible API, {ccompat}"
+            ));
+            ccompat
+        });
+        let as_confluent = truthy(&get("apicurio.registry.as-confluent"), false);
+        let four_bytes = get("apicurio.registry.id-handler")
+            .is_some_and(|h| h.ends_with(".Legacy4ByteIdHandler"));
+        let id_in_headers = truthy(&get("apicurio.registry.headers.enabled"), true);
+        if id_in_headers {
+            notes.push(format!(
+                "{prefix}apicurio.registry.headers.enabled is not false: Apicurio's converter \
+                 put the schema id in a record header and the bare Avro datum in the value; \
+                 walrelay writes Confluent's framing (the id inside the value), so its \
+                 consumers must read that framing before the switch"
+            ));
+        } else if !as_confluent && !four_bytes {
+            notes.push(format!(
+                "{prefix}: neither apicurio.registry.as-confluent=true nor \
+                 apicurio.registry.id-handler=…Legacy4ByteIdHandler, so Apicurio's converter \
+                 wrote its own framing (a magic byte and an 8-byte id); walrelay writes \
+                 Confluent's (a magic byte and a 4-byte id), so configure consumers with the \
+                 4-byte id handler, or Confluent's deserializer, before the switch"
+            ));
+        }
+        let _ = get("apicurio.registry.use-id");
+        out.auto_register = truthy(&get("apicurio.registry.auto-register"), false);
+        let strategy_key = "apicurio.registry.artifact-resolver-strategy";
+        if let Some(class) = get(strategy_key) {
+            let names = [
+                "TopicIdStrategy",
+                "RecordIdStrategy",
+                "TopicRecordIdStrategy",
+            ];
+            out.strategy = strategy(
+                &class,
+                names,
+                &format!("{prefix}{strategy_key}"),
+                &mut notes,
+            );
+        }
+        if get("apicurio.auth.username").is_some() || get("apicurio.auth.password").is_some() {
+            notes.push(format!(
+                "{prefix}apicurio.auth.username/password are not printed: export \
+                 WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=USER:PASSWORD"
+            ));
+        }
+        if get("apicurio.auth.service.url").is_some() {
+            for key in [
+                "apicurio.auth.realm",
+                "apicurio.auth.client.id",
+                "apicurio.auth.client.secret",
+            ] {
+                let _ = get(key);
+            }
+            notes.push(format!(
+                "{prefix}apicurio.auth.service.url (OIDC client credentials): walrelay fetches \
+                 no token; export WALRELAY_SCHEMA_REGISTRY_BEARER_TOKEN with one from the \
+                 identity provider"
+            ));
+        }
+    }
+    out.used = used;
+    out.notes = notes;
+    out
+}
+
+/// `--schema-registry-subject-strategy`'s value for a strategy class whose
+/// simple name is one of `names` (topic, record, topic-record); None for
+/// the default, with a note for one walrelay does not know.
+fn strategy(class: &str, names: [&str; 3], key: &str, notes: &mut Vec<String>) -> Option<String> {
+    let simple = class.rsplit('.').next().unwrap_or("");
+    match names.iter().position(|n| *n == simple) {
+        Some(0) => None,
+        Some(1) => Some("record".into()),
+        Some(_) => Some("topic-record".into()),
+        None => {
+            notes.push(format!(
+                "{key}={simple}: walrelay names subjects by topic, record or topic-record \
+                 only; the command uses topic"
+            ));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn confluents_avro_converter_becomes_the_registry_flags_without_its_secret() {
+        let Carried { args, used, notes } = flags(&config(
+            "value.converter=io.confluent.connect.avro.AvroConverter\n\
+             value.converter.schema.registry.url=https://sr.example:8081\n\
+             value.converter.basic.auth.credentials.source=USER_INFO\n\
+             value.converter.basic.auth.user.info=svc:s3cret\n\
+             value.converter.value.subject.name.strategy=io.confluent.kafka.serializers.subject.RecordNameStrategy\n\
+             value.converter.auto.register.schemas=false\n\
+             value.converter.use.latest.version=true\n\
+             schema.name.adjustment.mode=avro\n",
+        ))
+        .unwrap();
+        let text = format!("{args:?}{notes:?}");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert_eq!(
+            args,
+            [
+                (
+                    "--schema-registry-url".to_string(),
+                    Some("https://sr.example:8081".to_string())
+                ),
+                (
+                    "--schema-registry-subject-strategy".into(),
+                    Some("record".into())
+                ),
+                (
+                    "--schema-registry-auto-register".into(),
+                    Some("false".into())
+                ),
+                ("--schema-registry-use-latest-version".into(), None),
+                ("--schema-name-adjustment-mode".into(), Some("avro".into())),
+            ]
+        );
+        assert!(notes
+            .iter()
+            .any(|n| n.contains("WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO")));
+        assert!(used.contains(&"value.converter.basic.auth.user.info".to_string()));
+    }
+
+    #[test]
+    fn apicurios_converter_points_walrelay_at_its_confluent_api() {
+        let Carried { args, notes, .. } = flags(&config(
+            "value.converter=io.apicurio.registry.utils.converter.AvroConverter\n\
+             value.converter.apicurio.registry.url=http://apicurio:8080/apis/registry/v2\n\
+             value.converter.apicurio.registry.auto-register=true\n\
+             value.converter.apicurio.registry.as-confluent=true\n\
+             value.converter.apicurio.registry.headers.enabled=false\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            args,
+            [(
+                "--schema-registry-url".to_string(),
+                Some("http://apicurio:8080/apis/ccompat/v7".to_string())
+            )]
+        );
+        assert!(
+            !notes
+                .iter()
+                .any(|n| n.contains("8-byte id") || n.contains("header")),
+            "{notes:?}"
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! The Confluent Schema Registry REST API, as Confluent's registry and
+//! Apicurio's `/apis/ccompat/v7` serve it: register, look up, the latest
+//! version, the compatibility check and level. Over `http`'s one client;
+//! the answer's status decides what kind of failure it is.
+
+use std::time::Duration;
+
+use openssl::ssl::{SslConnector, SslMethod};
+use serde_json::{json, Value};
+
+use crate::http::{basic, Endpoint, Failure, Response};
+
+/// One request's limit: a registry slower than this holds the events as
+/// one that does not answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How walrelay logs in to the registry (no secret in `Debug`).
+#[derive(Clone, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    /// `basic.auth.user.info`: `user:password`.
+    Basic(String),
+    /// `bearer.auth.token`: a static token (Confluent Cloud API keys go as
+    /// Basic; OIDC tokens as Bearer).
+    Bearer(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Auth::None => "None",
+            Auth::Basic(_) => "Basic(<redacted>)",
+            Auth::Bearer(_) => "Bearer(<redacted>)",
+        })
+    }
+}
+
+/// What went wrong with a registry request.
+#[derive(Debug)]
+pub enum Trouble {
+    /// No answer, or a 5xx: hold the events and try again.
+    Unreachable(String),
+    /// 401/403: the credentials are refused.
+    Refused(String),
+    /// 409: the schema is incompatible with the subject's versions.
+    Incompatible(String),
+    /// 404: no such subject or version.
+    NotFound(String),
+    /// Any other answer (422, an unexpected body).
+    Rejected(String),
+}
+
+impl std::fmt::Display for Trouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trouble::Unreachable(m)
+            | Trouble::Refused(m)
+            | Trouble::Incompatible(m)
+            | Trouble::NotFound(m)
+            | Trouble::Rejected(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A schema registry at one URL.
+#[derive(Debug, Clone)]
+pub struct Client {
+    endpoint: Endpoint,
+    /// The URL without credentials, for messages.
+    shown: String,
+}
+
+impl Client {
+    /// `url` as `--schema-registry-url` takes it; `ca_file` a PEM bundle
+    /// to trust for https (the system's roots otherwise).
+    pub fn new(url: &str, auth: &Auth, ca_file: Option<&str>) -> Result<Self, String> {
+        let mut tls = SslConnector::builder(SslMethod::tls_client()).map_err(|e| e.to_string())?;
+        if let Some(ca) = ca_file {
+            tls.set_ca_file(ca).map_err(|e| {
+                format!("--schema-registry-ca-file {ca:?} is not a readable PEM file: {e}")
+            })?;
+        }
+        let mut endpoint = Endpoint::parse(url, "--schema-registry-url", Some(tls.build()))?;
+        endpoint = match auth {
+            Auth::None => endpoint,
+            Auth::Basic(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                endpoint.with_authorization(basic(user, password))
+            }
+            Auth::Bearer(token) => endpoint.with_authorization(format!("Bearer {token}")),
+        };
+        let scheme = url.split_once("://").map_or("http", |(s, _)| s);
+        let shown = format!(
+            "{scheme}://{}:{}{}",
+            endpoint.host(),
+            endpoint.port(),
+            endpoint.path().trim_end_matches('/')
+        );
+        Ok(Client { endpoint, shown })
+    }
+
+    /// The URL, without credentials.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// POST /subjects/{subject}/versions: the schema's id, registered if new.
+    pub async fn register(&self, subject: &str, schema: &str) -> Result<i32, Trouble> {
+        let body = json!({ "schema": schema }).to_string();
+        let path = format!("/subjects/{}/versions", segment(subject));
+        let answer = self.call("POST", &path, Some(&body)).await?;
+        id_of(&answer)
+    }
+
+    /// POST /subjects/{subject}: the id of this schema if the subject has it.
+    pub async fn lookup(&self, subject: &str, schema: &str) -> Result<i32, Trouble> {
+        let body = json!({ "schema": schema }).to_string();
+        let path = format!("/subjects/{}", segment(subject));
+        let answer = self.call("POST", &path, Some(&body)).await?;
+        id_of(&answer)
+    }
+
+    /// GET /subjects/{subject}/versions/latest: its id and schema text.
+    pub async fn latest(&self, subject: &str) -> Result<(i32, String), Trouble> {
+        let path = format!("/subjects/{}/versions/latest", segment(subject));
+        let answer = self.call("GET", &path, None).await?;
+        let schema = answer["schema"].as_str().unwrap_or_default().to_string();
+        Ok((id_of(&answer)?, schema))
+    }
+
+    /// POST /compatibility/subjects/{subject}/versions/latest: whether the
+    /// schema may be registered; a subject with no version takes any.
+    pub async fn compatible(&self, subject: &str, schema: &str) -> Result<bool, Trouble> {
+        let body = json!({ "schema": schema }).to_string();
+        let path = format!(
+            "/compatibility/subjects/{}/versions/latest",
+            segment(subject)
+        );
+        match self.call("POST", &path, Some(&body)).await {
+            Ok(answer) => Ok(answer["is_compatible"].as_bool().unwrap_or(false)),
+            Err(Trouble::NotFound(_)) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// GET /config/{subject}, else the registry's GET /config: the
+    /// compatibility level that applies to the subject.
+    pub async fn compatibility_level(&self, subject: &str) -> Result<String, Trouble> {
+        let path = format!("/config/{}", segment(subject));
+        let answer = match self.call("GET", &path, None).await {
+            Ok(answer) => answer,
+            Err(Trouble::NotFound(_)) => self.call("GET", "/config", None).await?,
+            Err(e) => return Err(e),
+        };
+        answer["compatibilityLevel"]
+            .as_str()
+            .or(answer["compatibility"].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                Trouble::Rejected(format!("{} answered no compatibility level", self.shown))
+            })
+    }
+
+    /// GET /subjects: a request every registry answers, for reachability.
+    pub async fn subjects(&self) -> Result<Vec<String>, Trouble> {
+        let answer = self.call("GET", "/subjects", None).await?;
+        Ok(answer
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Value, Trouble> {
+        let response = self
+            .endpoint
+            .request(method, path, body, TIMEOUT)
+            .await
+            .map_err(|e| {
+                Trouble::Unreachable(match e {
+                    Failure::Timeout(t) => {
+                        format!(
+                            "the schema registry at {} did not answer within {t:?}",
+                            self.shown
+                        )
+                    }
+                    e => format!("cannot reach the schema registry at {}: {e}", self.shown),
+                })
+            })?;
+        classify(&self.shown, method, path, response)
+    }
+}
+
+/// The answer's JSON, or the kind of failure its status says.
+fn classify(url: &str, method: &str, path: &str, response: Response) -> Result<Value, Trouble> {
+    let text = response.text();
+    let said = || {
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        body["message"]
+            .as_str()
+            .map_or_else(|| text.chars().take(300).collect(), str::to_string)
+    };
+    let what = |status: u16| {
+        format!(
+            "{url} answered {method} {path} with HTTP {status}: {}",
+            said()
+        )
+    };
+    match response.status {
+        200..=299 => serde_json::from_str(&text)
+            .map_err(|_| Trouble::Rejected(format!("{url} answered {method} {path} with no JSON"))),
+        401 | 403 => Err(Trouble::Refused(what(response.status))),
+        404 => Err(Trouble::NotFound(what(404))),
+        409 => Err(Trouble::Incompatible(what(409))),
+        500..=599 => Err(Trouble::Unreachable(what(response.status))),
+        status => Err(Trouble::Rejected(what(status))),
+    }
+}
+
+fn id_of(answer: &Value) -> Result<i32, Trouble> {
+    answer["id"]
+        .as_i64()
+        .and_then(|id| i32::try_from(id).ok())
+        .ok_or_else(|| Trouble::Rejected(format!("the registry answered without an id: {answer}")))
+}
+
+/// A subject as one URL path segment (RFC 3986 unreserved kept).
+fn segment(subject: &str) -> String {
+    let mut out = String::with_capacity(subject.len());
+    for b in subject.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_credential_shows_in_the_client_or_its_url() {
+        let auth = Auth::Basic("svc:s3cret".into());
+        let client = Client::new("http://reg.local:8081/apis/ccompat/v7", &auth, None).unwrap();
+        assert_eq!(client.url(), "http://reg.local:8081/apis/ccompat/v7");
+        assert!(!format!("{client:?}{auth:?}").contains("s3cret"));
+        let inline = Client::new("http://svc:s3cret@reg.local/", &Auth::None, None).unwrap();
+        assert!(!inline.url().contains("s3cret"), "{}", inline.url());
+    }
+
+    #[test]
+    fn a_bearer_token_and_basic_auth_become_the_authorization_header() {
+        let bearer =
+            Client::new("https://reg.local/", &Auth::Bearer("tok-1".into()), None).unwrap();
+        assert_eq!(bearer.endpoint.authorization(), Some("Bearer tok-1"));
+        assert_eq!(bearer.endpoint.port(), 443);
+        // RFC 7617: base64 of "svc:pw".
+        let basic = Client::new("http://reg.local/", &Auth::Basic("svc:pw".into()), None).unwrap();
+        assert_eq!(basic.endpoint.authorization(), Some("Basic c3ZjOnB3"));
+        let missing = Client::new(
+            "https://reg.local/",
+            &Auth::None,
+            Some("/nonexistent/ca.pem"),
+        );
+        assert!(missing.unwrap_err().contains("--schema-registry-ca-file"));
+    }
+
+    #[test]
+    fn statuses_sort_failures_into_what_walrelay_does_about_them() {
+        let answer = |status| Response {
+            status,
+            body: br#"{"error_code":409,"message":"incompatible"}"#.to_vec(),
+        };
+        let kind = |status| classify("u", "POST", "/p", answer(status)).unwrap_err();
+        assert!(matches!(kind(409), Trouble::Incompatible(m) if m.contains("incompatible")));
+        assert!(matches!(kind(503), Trouble::Unreachable(_)));
+        assert!(matches!(kind(401), Trouble::Refused(_)));
+        assert!(matches!(kind(404), Trouble::NotFound(_)));
+        assert_eq!(segment("orders-value"), "orders-value");
+        assert_eq!(segment("a/b"), "a%2Fb");
+    }
+}

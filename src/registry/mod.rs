@@ -1,0 +1,371 @@
+//! Formats that live in a schema registry (`--key-format avro`,
+//! `--value-format avro`): what Confluent's `AvroConverter` writes after
+//! Debezium's outbox router, in the Confluent wire format (a zero magic
+//! byte, the schema's id as a big-endian i32, then the Avro binary datum).
+//!
+//! The seam: the mapping writes the record as JsonConverter with
+//! schemas.enable=true would (`outbox::schema`), the Connect schema and
+//! value walrelay already derives; this module reads that document back
+//! (`connect_schema`), converts the schema as `AvroData` does (`avro`),
+//! registers it under the subject the strategy names (`client`), and
+//! encodes the value. Another registry format (Protobuf, JSON Schema)
+//! would add a converter beside `avro` and keep the client, the subject
+//! strategies and the id cache.
+
+pub mod avro;
+pub mod client;
+pub mod connect_schema;
+pub mod names;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::outbox::mapping::OutboxEvent;
+use client::{Auth, Client, Trouble};
+use connect_schema::Connect;
+use names::NameAdjustment;
+
+/// How a subject is named (Confluent's `key.subject.name.strategy` /
+/// `value.subject.name.strategy`, io.confluent.kafka.serializers.subject).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SubjectStrategy {
+    /// TopicNameStrategy: `<topic>-key` / `<topic>-value`.
+    #[default]
+    #[value(name = "topic")]
+    Topic,
+    /// RecordNameStrategy: the record's full name.
+    #[value(name = "record")]
+    Record,
+    /// TopicRecordNameStrategy: `<topic>-<record full name>`.
+    #[value(name = "topic-record")]
+    TopicRecord,
+}
+
+/// The registry settings, from the `--schema-registry-*` flags.
+#[derive(Debug, Clone)]
+pub struct RegistrySettings {
+    pub url: String,
+    pub auth: Auth,
+    pub ca_file: Option<String>,
+    pub strategy: SubjectStrategy,
+    /// `auto.register.schemas` (true by default, as Confluent's).
+    pub auto_register: bool,
+    /// `use.latest.version`: with auto-register off, write under the
+    /// subject's latest version instead of looking this schema up.
+    pub use_latest_version: bool,
+    pub names: NameAdjustment,
+}
+
+/// Which side of the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Key,
+    Value,
+}
+
+/// Why an event's bytes could not be made.
+#[derive(Debug)]
+pub enum Unwritten {
+    /// The event itself cannot be written (an incompatible schema, a name
+    /// Avro refuses): the poison policy decides, with this reason.
+    Poison(String),
+    /// The registry cannot be used now or at all: transient errors hold
+    /// the events (the session restarts from the confirmed position),
+    /// permanent ones stop walrelay.
+    Stop(Error),
+}
+
+/// A Connect schema ready to write: its Avro text and how to encode.
+struct Compiled {
+    connect: Connect,
+    avro: String,
+    /// The name RecordNameStrategy uses.
+    record_name: String,
+    /// Its id under each subject it was written to.
+    ids: Mutex<HashMap<String, i32>>,
+}
+
+/// Writes records in the Confluent wire format, with one registry request
+/// per new (subject, schema) and none per event.
+pub struct Serializer {
+    client: Client,
+    settings: RegistrySettings,
+    /// By the JsonConverter schema text.
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// With use.latest.version: each subject's latest id, whatever the schema.
+    latest: Mutex<HashMap<String, i32>>,
+}
+
+impl std::fmt::Debug for Serializer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serializer")
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl Serializer {
+    pub fn new(settings: RegistrySettings) -> Result<Self, String> {
+        let client = Client::new(&settings.url, &settings.auth, settings.ca_file.as_deref())?;
+        Ok(Serializer {
+            client,
+            settings,
+            compiled: Mutex::new(HashMap::new()),
+            latest: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The wire-format bytes of one side of a record, from the document
+    /// the mapping wrote (`{"schema":…,"payload":…}`). A null payload
+    /// stays a null (AvroConverter writes no bytes for it).
+    pub async fn encode(
+        &self,
+        metrics: &Metrics,
+        topic: &str,
+        side: Side,
+        document: &[u8],
+    ) -> Result<Option<Bytes>, Unwritten> {
+        let (compiled, payload) = self.read(document)?;
+        if payload.is_null() {
+            return Ok(None);
+        }
+        let subject = self.subject(topic, side, &compiled.record_name);
+        let id = self.id(metrics, &subject, &compiled).await?;
+        let mut out = Vec::with_capacity(document.len());
+        out.push(0);
+        out.extend_from_slice(&id.to_be_bytes());
+        avro::encode(&compiled.connect, &payload, &mut out)
+            .map_err(|e| Unwritten::Poison(format!("{}: {e}", self.what(side))))?;
+        Ok(Some(Bytes::from(out)))
+    }
+
+    /// The subject and Avro schema walrelay would register for a document
+    /// (`walrelay check`'s dry run).
+    pub fn subject_and_schema(
+        &self,
+        topic: &str,
+        side: Side,
+        document: &[u8],
+    ) -> Result<(String, String), Unwritten> {
+        let (compiled, _) = self.read(document)?;
+        Ok((
+            self.subject(topic, side, &compiled.record_name),
+            compiled.avro.clone(),
+        ))
+    }
+
+    /// The event with its key and value (as `avro_key`/`avro_value` ask)
+    /// in the wire format; on a refusal, the event as it came, for the
+    /// poison policy's dead-letter copy.
+    pub async fn encode_event(
+        &self,
+        metrics: &Metrics,
+        topic: &str,
+        mut event: OutboxEvent,
+        avro_key: bool,
+        avro_value: bool,
+    ) -> Result<OutboxEvent, (OutboxEvent, Unwritten)> {
+        let key = match (&event.key, avro_key) {
+            (Some(document), true) => self.encode(metrics, topic, Side::Key, document).await,
+            _ => Ok(event.key.clone()),
+        };
+        let key = match key {
+            Ok(key) => key,
+            Err(refusal) => return Err((event, refusal)),
+        };
+        let value = match (&event.payload, avro_value) {
+            (Some(document), true) => self.encode(metrics, topic, Side::Value, document).await,
+            _ => Ok(event.payload.clone()),
+        };
+        match value {
+            Ok(value) => {
+                event.key = key;
+                event.payload = value;
+                Ok(event)
+            }
+            Err(refusal) => Err((event, refusal)),
+        }
+    }
+
+    fn what(&self, side: Side) -> &'static str {
+        match side {
+            Side::Key => "--key-format avro",
+            Side::Value => "--value-format avro",
+        }
+    }
+
+    /// The document's compiled schema (cached by its text) and its payload.
+    fn read(&self, document: &[u8]) -> Result<(Arc<Compiled>, Value), Unwritten> {
+        let poison = |why: String| Unwritten::Poison(format!("the Avro format: {why}"));
+        let parts: HashMap<&str, &RawValue> =
+            serde_json::from_slice(document).map_err(|e| poison(e.to_string()))?;
+        let schema = parts
+            .get("schema")
+            .map(|raw| raw.get())
+            .ok_or_else(|| poison("the record has no Connect schema".into()))?;
+        let payload: Value = match parts.get("payload") {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| poison(e.to_string()))?,
+            None => Value::Null,
+        };
+        if let Some(hit) = self.compiled.lock().expect("not poisoned").get(schema) {
+            return Ok((hit.clone(), payload));
+        }
+        if schema == "null" {
+            return Err(poison(
+                "the payload has no schema (a top-level empty array), which AvroData cannot \
+                 write as a record"
+                    .into(),
+            ));
+        }
+        let connect = Connect::parse(schema).map_err(poison)?;
+        let avro = avro::schema_text(&connect, self.settings.names).map_err(poison)?;
+        let record_name = avro::record_name(&connect, self.settings.names)
+            .map_err(poison)?
+            .unwrap_or_else(|| avro_type_name(&avro));
+        let compiled = Arc::new(Compiled {
+            connect,
+            avro,
+            record_name,
+            ids: Mutex::new(HashMap::new()),
+        });
+        self.compiled
+            .lock()
+            .expect("not poisoned")
+            .insert(schema.to_string(), compiled.clone());
+        Ok((compiled, payload))
+    }
+
+    fn subject(&self, topic: &str, side: Side, record: &str) -> String {
+        let suffix = match side {
+            Side::Key => "key",
+            Side::Value => "value",
+        };
+        match self.settings.strategy {
+            SubjectStrategy::Topic => format!("{topic}-{suffix}"),
+            SubjectStrategy::Record => record.to_string(),
+            SubjectStrategy::TopicRecord => format!("{topic}-{record}"),
+        }
+    }
+
+    /// The schema's id under `subject`: cached, or asked once.
+    async fn id(
+        &self,
+        metrics: &Metrics,
+        subject: &str,
+        compiled: &Compiled,
+    ) -> Result<i32, Unwritten> {
+        let latest = !self.settings.auto_register && self.settings.use_latest_version;
+        let cache = if latest { &self.latest } else { &compiled.ids };
+        if let Some(id) = cache.lock().expect("not poisoned").get(subject) {
+            return Ok(*id);
+        }
+        let avro = &compiled.avro;
+        let answer = if self.settings.auto_register {
+            self.client.register(subject, avro).await
+        } else if latest {
+            self.client.latest(subject).await.map(|(id, _)| id)
+        } else {
+            self.client.lookup(subject, avro).await
+        };
+        let reachable = !matches!(answer, Err(Trouble::Unreachable(_)));
+        metrics.set_schema_registry_reachable(reachable);
+        let id = answer.map_err(|trouble| self.refusal(subject, trouble))?;
+        cache
+            .lock()
+            .expect("not poisoned")
+            .insert(subject.to_string(), id);
+        Ok(id)
+    }
+
+    fn refusal(&self, subject: &str, trouble: Trouble) -> Unwritten {
+        match trouble {
+            Trouble::Unreachable(m) => Unwritten::Stop(Error::transient(format!(
+                "{m}; the events wait in the slot and walrelay tries again with backoff"
+            ))),
+            Trouble::Refused(m) => {
+                let fix = "check --schema-registry-basic-auth-user-info or \
+                           --schema-registry-bearer-token, and the rights on the subject";
+                Unwritten::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
+            }
+            Trouble::Incompatible(m) => Unwritten::Poison(format!(
+                "the schema registry refuses the schema for subject {subject:?} as \
+                 incompatible: {m}"
+            )),
+            Trouble::NotFound(m) if !self.settings.auto_register => Unwritten::Poison(format!(
+                "subject {subject:?} has no such schema and auto-registration is off \
+                 (--schema-registry-auto-register false): register it, or turn \
+                 auto-registration on: {m}"
+            )),
+            Trouble::NotFound(m) | Trouble::Rejected(m) => Unwritten::Poison(format!(
+                "the schema registry refuses subject {subject:?}: {m}"
+            )),
+        }
+    }
+}
+
+/// The name Avro gives a schema that is no record (`"string"`, `"bytes"`,
+/// or `union` for an optional one), as AvroSchema.name() does.
+fn avro_type_name(avro: &str) -> String {
+    match serde_json::from_str::<Value>(avro) {
+        Ok(Value::String(t)) => t,
+        Ok(Value::Object(o)) => o["type"].as_str().unwrap_or("record").to_string(),
+        Ok(Value::Array(_)) => "union".into(),
+        _ => "record".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serializer(strategy: SubjectStrategy) -> Serializer {
+        Serializer::new(RegistrySettings {
+            url: "http://127.0.0.1:1/".into(),
+            auth: Auth::None,
+            ca_file: None,
+            strategy,
+            auto_register: true,
+            use_latest_version: false,
+            names: NameAdjustment::None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn subjects_are_named_as_confluents_three_strategies_name_them() {
+        // io.confluent.kafka.serializers.subject: TopicNameStrategy
+        // "<topic>-key|value", RecordNameStrategy the record's full name,
+        // TopicRecordNameStrategy "<topic>-<full name>".
+        let document = br#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.order.Value"},"payload":{}}"#;
+        let subject = |strategy| {
+            serializer(strategy)
+                .subject_and_schema("outbox.event.order", Side::Value, document)
+                .unwrap()
+                .0
+        };
+        assert_eq!(subject(SubjectStrategy::Topic), "outbox.event.order-value");
+        assert_eq!(
+            subject(SubjectStrategy::Record),
+            "p.public.outbox.order.Value"
+        );
+        assert_eq!(
+            subject(SubjectStrategy::TopicRecord),
+            "outbox.event.order-p.public.outbox.order.Value"
+        );
+        let key = br#"{"schema":{"type":"string","optional":false},"payload":"k"}"#;
+        let (subject, schema) = serializer(SubjectStrategy::Topic)
+            .subject_and_schema("t", Side::Key, key)
+            .unwrap();
+        assert_eq!((subject.as_str(), schema.as_str()), ("t-key", "\"string\""));
+    }
+}

@@ -1,0 +1,592 @@
+//! Avro with a schema registry (`--value-format avro`), beside the real
+//! thing: Postgres, a Kafka-protocol broker and Apicurio Registry 3.3.3's
+//! Confluent-compatible API, read back by Python confluent-kafka's
+//! AvroDeserializer, a consumer Avro users already run.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::outbox::events;
+use support::pg::confirmed_flush_lsn;
+use support::registry::{read_with_confluent_kafka, SchemaRegistry};
+use support::{eventually, promtool, Stack};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn avro_flags(registry: &SchemaRegistry) -> Vec<String> {
+    [
+        "--value-format",
+        "avro",
+        "--key-format",
+        "avro",
+        "--expand-json-payload",
+        "--schema-registry-url",
+        &registry.url(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+async fn stack_with(registry: &SchemaRegistry, more: &[&str]) -> Stack {
+    let mut flags = avro_flags(registry);
+    flags.extend(more.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Stack::start(&flags).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_kafkas_avro_deserializer_reads_every_record_walrelay_writes() {
+    let registry = SchemaRegistry::start();
+    let stack = stack_with(&registry, &[]).await;
+    let payloads = [
+        json!({"version": 1, "order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
+        json!({"version": 1, "order_id": "o-2", "total_cents": 5, "tags": ["new"],
+               "customer": {"id": "c-7", "vip": false}, "ratio": 1.25}),
+        json!({"version": 1, "order_id": "o-3", "total_cents": 0, "tags": ["x"],
+               "customer": {"id": "c-9", "vip": false}, "ratio": 2.0}),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        events("AvroPlaced", 1)
+            .aggregate(&format!("o-{}", i + 1))
+            .payload(&payload.to_string())
+            .insert(&stack.client)
+            .await;
+    }
+    let topic = "outbox.event.AvroPlaced";
+    let read = read_with_confluent_kafka(&stack.broker.brokers(), &registry.url(), topic, 3, true);
+    let read = read.as_array().unwrap();
+    assert_eq!(read.len(), 3, "{read:?}\nlog:\n{}", stack.relay.log());
+    for (i, (record, payload)) in read.iter().zip(&payloads).enumerate() {
+        assert_eq!(record["key"], json!(format!("o-{}", i + 1)));
+        assert_eq!(&record["value"], payload, "record {i}");
+    }
+
+    // The wire format: magic byte 0, then the id the registry gave the
+    // subject's one version (TopicNameStrategy).
+    let reader = stack.broker.consumer();
+    reader.subscribe(&[topic]);
+    let raw = reader.read(3, WAIT);
+    let (status, latest) = registry.get(&format!("/subjects/{topic}-value/versions/latest"));
+    assert_eq!(status, 200, "{latest}");
+    let latest: Value = serde_json::from_str(&latest).unwrap();
+    let id = latest["id"].as_i64().unwrap() as i32;
+    for record in &raw {
+        let value = record.raw_value.as_ref().unwrap();
+        assert_eq!(value[0], 0, "the magic byte");
+        assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), id);
+    }
+    // One schema, registered once for three events.
+    let (_, versions) = registry.get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions.trim(), "[1]");
+    let (_, subjects) = registry.get("/subjects");
+    assert!(subjects.contains(&format!("{topic}-key")), "{subjects}");
+    assert_eq!(
+        stack.relay.metric("walrelay_schema_registry_reachable"),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_the_registry_refuses_as_incompatible_is_dead_lettered_with_its_reason() {
+    let registry = SchemaRegistry::start();
+    let stack = stack_with(&registry, &["--on-poison", "dead-letter"]).await;
+    let topic = "outbox.event.AvroChanged";
+    let (status, body) = registry.send(
+        "PUT",
+        &format!("/config/{topic}-value"),
+        r#"{"compatibility":"BACKWARD"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    events("AvroChanged", 1)
+        .payload(r#"{"amount": 1}"#)
+        .insert(&stack.client)
+        .await;
+    // amount turns from an int into a string: BACKWARD refuses it (409).
+    events("AvroChanged", 1)
+        .id("00000000-0000-0000-0000-0000000000c2")
+        .payload(r#"{"amount": "one"}"#)
+        .insert(&stack.client)
+        .await;
+    events("AvroChanged", 1)
+        .payload(r#"{"amount": 3}"#)
+        .insert(&stack.client)
+        .await;
+
+    let dead = stack.broker.consumer();
+    dead.subscribe(&["walrelay.dead-letter"]);
+    let dead = dead.read(1, WAIT);
+    assert_eq!(dead.len(), 1, "log:\n{}", stack.relay.log());
+    assert_eq!(
+        dead[0].header("walrelay.event-id"),
+        Some("00000000-0000-0000-0000-0000000000c2")
+    );
+    let reason = dead[0].header("walrelay.reason").unwrap();
+    assert!(reason.contains("incompatible"), "{reason}");
+    assert!(reason.contains(&format!("{topic}-value")), "{reason}");
+    // The copy is the record as JsonConverter wrote it: readable as it is.
+    assert!(dead[0].value.as_deref().unwrap().contains("\"one\""));
+    // The events around it went on, in Avro.
+    let read = read_with_confluent_kafka(&stack.broker.brokers(), &registry.url(), topic, 2, true);
+    let amounts: Vec<&Value> = read
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["value"]["amount"])
+        .collect();
+    assert_eq!(amounts, [&json!(1), &json!(3)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_does_not_answer_holds_the_events_and_readyz_says_so() {
+    let mut registry = SchemaRegistry::start();
+    let stack = stack_with(&registry, &["--reconnect-max-backoff", "2s"]).await;
+    events("AvroFirst", 1).insert(&stack.client).await;
+    read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &registry.url(),
+        "outbox.event.AvroFirst",
+        1,
+        true,
+    );
+    let quiet = promtool::firing_for(stack.relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
+    registry.kill();
+    let lsn = events("AvroHeld", 1)
+        .payload(r#"{"held": true}"#)
+        .insert(&stack.client)
+        .await;
+    eventually(
+        WAIT,
+        "/readyz says the registry does not answer",
+        || async {
+            let (status, body) = stack.relay.http_get("/readyz")?;
+            (status == 503 && body.contains("schema registry")).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        stack.relay.metric("walrelay_schema_registry_reachable"),
+        Some(0.0)
+    );
+    let fired = promtool::firing_for(stack.relay.metrics_port, Duration::from_secs(2)).await;
+    assert!(
+        fired.contains("WalrelaySchemaRegistryUnreachable"),
+        "{fired:?}"
+    );
+    // The slot is not confirmed past the event that waits.
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
+
+    registry.restart();
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &registry.url(),
+        "outbox.event.AvroHeld",
+        1,
+        true,
+    );
+    assert_eq!(read[0]["value"], json!({"held": true}));
+    eventually(WAIT, "/readyz is ready again", || async {
+        let (status, _) = stack.relay.http_get("/readyz")?;
+        (status == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_tests_the_registry_and_a_dry_run_of_the_payload_schema() {
+    let mut registry = SchemaRegistry::start();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::start();
+    pg.client_with_outbox().await;
+    let args = |registry: &SchemaRegistry| -> Vec<String> {
+        [
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &registry.url(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let topic = "outbox.event.WalrelayCheck";
+    // A subject whose latest version is a record: the jsonb payload column's
+    // schema (a string) is refused under BACKWARD.
+    registry.send(
+        "PUT",
+        &format!("/config/{topic}-value"),
+        r#"{"compatibility":"BACKWARD"}"#,
+    );
+    let record = r#"{"type":"record","name":"Old","fields":[{"name":"a","type":"int"}]}"#;
+    let body = json!({ "schema": record }).to_string();
+    let (status, answer) =
+        registry.send("POST", &format!("/subjects/{topic}-value/versions"), &body);
+    assert_eq!(status, 200, "{answer}");
+
+    let (ok, doc, out) = support::check_json(&args(&registry));
+    assert!(!ok, "{out}");
+    for name in ["registry.reachable", "registry.credentials"] {
+        assert_eq!(
+            support::check_entry(&doc, name)["status"],
+            "pass",
+            "{name}: {out}"
+        );
+    }
+    let level = support::check_entry(&doc, "registry.compatibility_level");
+    assert_eq!(level["status"], "pass", "{out}");
+    assert!(
+        level["detail"].as_str().unwrap().contains("BACKWARD"),
+        "{out}"
+    );
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "fail", "{out}");
+    // Nothing was registered by the dry run.
+    let (_, versions) = registry.get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions.trim(), "[1]");
+
+    registry.kill();
+    let (ok, doc, out) = support::check_json(&args(&registry));
+    assert!(!ok, "{out}");
+    let reachable = support::check_entry(&doc, "registry.reachable");
+    assert_eq!(reachable["status"], "fail", "{out}");
+    assert!(reachable["fix"]
+        .as_str()
+        .unwrap()
+        .contains("--schema-registry-url"));
+}
+
+/// Debezium 3.6.1's outbox router in Kafka Connect with Apicurio's
+/// AvroConverter (io.apicurio:apicurio-registry-utils-converter:2.6.13.Final,
+/// its own copy of Confluent's AvroData) set to Confluent's wire format
+/// (`apicurio.registry.id-handler=…Legacy4ByteIdHandler`, ids as
+/// `contentId`, which is the id Apicurio's Confluent-compatible API gives,
+/// and in the value: `headers.enabled=false`),
+/// and walrelay run with the command `migrate-from-debezium` prints for
+/// the same file, on the same rows into the same registry: the same datum
+/// decoded, the same record schema registered (with the one difference
+/// named below), both framed as Confluent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debeziums_apicurio_avro_converter_and_walrelay_agree_record_for_record() {
+    use support::debezium::{Connect, Properties};
+    let registry = SchemaRegistry::start();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::apache();
+    let client = pg.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE public.avro_outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, \
+             aggregateid text NOT NULL, type text NOT NULL, payload jsonb)",
+        )
+        .await
+        .unwrap();
+    let dir = support::TempDir::new("avro-oracle");
+    let file = |name: &str, prefix: &str| {
+        let mut p = Properties::outbox_connector(&pg, name, "public.avro_outbox", 1);
+        p.set(
+            "transforms.outbox.route.topic.replacement",
+            &format!("{prefix}.${{routedByValue}}"),
+        )
+        .set("transforms.outbox.table.expand.json.payload", "true")
+        .set(
+            "key.converter",
+            "org.apache.kafka.connect.storage.StringConverter",
+        )
+        .set(
+            "value.converter",
+            "io.apicurio.registry.utils.converter.AvroConverter",
+        )
+        .set(
+            "value.converter.apicurio.registry.url",
+            &format!("http://127.0.0.1:{}/apis/registry/v2", registry.port),
+        )
+        .set("value.converter.apicurio.registry.auto-register", "true")
+        // as-confluent=true alone is overridden by the converter's default
+        // id handler ("Duplicate id-handler configuration" in its log, and
+        // 8-byte ids): the 4-byte handler is named instead.
+        .set(
+            "value.converter.apicurio.registry.id-handler",
+            "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+        )
+        .set("value.converter.apicurio.registry.use-id", "contentId")
+        // The id in the value, not in a header (the converter's default).
+        .set("value.converter.apicurio.registry.headers.enabled", "false");
+        let path = dir.0.join(format!("{name}.properties"));
+        p.write(&path);
+        path
+    };
+    let dbz = file("dbz", "dbz");
+    let wr = file("wr", "wr");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_walrelay"))
+        .args(["migrate-from-debezium", "--reuse-slot"])
+        .arg(&wr)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (command, notes) = text.split_once("\n\n").unwrap_or((&text, ""));
+    assert!(command.contains("--value-format avro"), "{text}");
+    assert!(command.contains("/apis/ccompat/v7"), "{text}");
+    assert!(!notes.contains("8-byte id"), "{notes}");
+
+    let home = std::process::Command::new("scripts/apicurio.sh")
+        .arg("converter")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        home.status.success(),
+        "{}",
+        String::from_utf8_lossy(&home.stderr)
+    );
+    let home = String::from_utf8(home.stdout).unwrap().trim().to_string();
+    let connect = Connect::start_in(Some(std::path::Path::new(&home)), &broker, &[dbz]);
+    let relay =
+        support::Relay::start_shell(command.trim(), &[("KAFKA_BROKERS", &broker.brokers())]);
+    relay.wait_ready(WAIT);
+    eventually(WAIT, "Debezium's slot active", || async {
+        let active: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'dbz' AND active",
+                &[],
+            )
+            .await
+            .ok()?
+            .get(0);
+        (active == 1).then_some(())
+    })
+    .await;
+
+    let payloads = [
+        json!({"version": 1, "order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
+        json!({"version": 1, "order_id": "o-2", "total_cents": 5, "tags": ["new"],
+               "customer": {"id": "c-7", "vip": false}, "ratio": 1.25}),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        client
+            .execute(
+                "INSERT INTO avro_outbox VALUES (gen_random_uuid(), 'order', $1, 'Placed', $2::text::jsonb)",
+                &[&format!("o-{}", i + 1), &payload.to_string()],
+            )
+            .await
+            .unwrap();
+    }
+    let brokers = broker.brokers();
+    let url = registry.url();
+    let theirs = read_with_confluent_kafka(&brokers, &url, "dbz.order", 2, false);
+    let ours = read_with_confluent_kafka(&brokers, &url, "wr.order", 2, false);
+    assert_eq!(
+        ours,
+        theirs,
+        "decoded records differ\nConnect's log:\n{}\nwalrelay's log:\n{}",
+        connect.log(),
+        relay.log()
+    );
+    assert_eq!(theirs[0]["value"], payloads[0]);
+
+    // The registered schemas, and the ids in the records.
+    let schema = |subject: &str| -> Value {
+        let (status, body) = registry.get(&format!("/subjects/{subject}/versions/latest"));
+        assert_eq!(status, 200, "{subject}: {body}");
+        let latest: Value = serde_json::from_str(&body).unwrap();
+        serde_json::from_str(latest["schema"].as_str().unwrap()).unwrap()
+    };
+    // One deliberate difference: the expanded payload's Connect schema is
+    // optional, and Confluent's AvroConverter registers what
+    // AvroData.fromConnectSchema gives for it, ["null", record]
+    // (AvroConverter.fromConnectData: `new AvroSchema(avroSchema)`), which
+    // walrelay follows; Apicurio's converter registers the datum's own
+    // schema, the record. The record itself is the same, property for
+    // property, so each side's consumers decode the other's records alike
+    // (above), and under BACKWARD the union may follow the record.
+    let dbz_schema = schema("dbz.order-value");
+    assert_eq!(schema("wr.order-value"), json!(["null", dbz_schema]));
+    let reader = broker.consumer();
+    reader.subscribe(&["dbz.order", "wr.order"]);
+    let records = reader.read(4, WAIT);
+    assert_eq!(records.len(), 4);
+    for record in &records {
+        // Both in Confluent's framing: magic byte 0, then a 4-byte id.
+        assert_eq!(record.raw_value.as_ref().unwrap()[0], 0, "{}", record.topic);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_registration_locked_down_walrelay_looks_schemas_up_and_an_unregistered_one_is_poison()
+{
+    let registry = SchemaRegistry::start();
+    // The jsonb payload column's Connect schema (io.debezium.data.Json, a
+    // string) as AvroData writes it, registered ahead as an operator would.
+    let avro = r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#;
+    let body = json!({ "schema": avro }).to_string();
+    let (status, answer) = registry.send(
+        "POST",
+        "/subjects/outbox.event.AvroLocked-value/versions",
+        &body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["id"]
+        .as_i64()
+        .unwrap() as i32;
+    let url = registry.url();
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &url,
+        "--schema-registry-auto-register",
+        "false",
+        "--on-poison",
+        "dead-letter",
+    ])
+    .await;
+    events("AvroLocked", 1)
+        .payload(r#"{"locked": true}"#)
+        .insert(&stack.client)
+        .await;
+    events("AvroUnregistered", 1)
+        .id("00000000-0000-0000-0000-0000000000d1")
+        .insert(&stack.client)
+        .await;
+
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &url,
+        "outbox.event.AvroLocked",
+        1,
+        false,
+    );
+    // io.debezium.data.Json is the JSON text, as Debezium writes it.
+    assert_eq!(read[0]["value"], json!(r#"{"locked": true}"#));
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.AvroLocked"]);
+    let raw = reader.read(1, WAIT);
+    let value = raw[0].raw_value.as_ref().unwrap();
+    assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), id);
+
+    let dead = stack.broker.consumer();
+    dead.subscribe(&["walrelay.dead-letter"]);
+    let dead = dead.read(1, WAIT);
+    assert_eq!(dead.len(), 1, "log:\n{}", stack.relay.log());
+    let reason = dead[0].header("walrelay.reason").unwrap();
+    assert!(reason.contains("auto-registration is off"), "{reason}");
+    // Nothing was registered.
+    let (status, _) = registry.get("/subjects/outbox.event.AvroUnregistered-value/versions");
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() {
+    let registry = SchemaRegistry::start();
+    let subject = "/subjects/outbox.event.AvroLatest-value/versions";
+    let register = |avro: &str| {
+        let (status, answer) =
+            registry.send("POST", subject, &json!({ "schema": avro }).to_string());
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<Value>(&answer).unwrap()["id"]
+            .as_i64()
+            .unwrap() as i32
+    };
+    register(r#""string""#);
+    let latest =
+        register(r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#);
+    let url = registry.url();
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &url,
+        "--schema-registry-auto-register",
+        "false",
+        "--schema-registry-use-latest-version",
+    ])
+    .await;
+    events("AvroLatest", 2).insert(&stack.client).await;
+    let reader = stack.broker.consumer();
+    reader.subscribe(&["outbox.event.AvroLatest"]);
+    for record in reader.read(2, WAIT) {
+        let value = record.raw_value.unwrap();
+        assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), latest);
+    }
+    let (_, versions) = registry.get(subject);
+    assert_eq!(versions.trim(), "[1,2]", "nothing registered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_over_tls_is_used_with_its_ca_file_and_refused_without_it() {
+    let registry = SchemaRegistry::start_tls();
+    let ca = registry.ca.clone().unwrap();
+    let url = registry.url();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::start();
+    pg.client_with_outbox().await;
+    let check = |ca: Option<&str>| {
+        let mut args: Vec<String> = [
+            "--pg-url",
+            &pg.url(),
+            "--kafka-brokers",
+            &broker.brokers(),
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &url,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(ca) = ca {
+            args.extend(["--schema-registry-ca-file".to_string(), ca.to_string()]);
+        }
+        let (_, doc, out) = support::check_json(&args);
+        (
+            support::check_entry(&doc, "registry.reachable").clone(),
+            out,
+        )
+    };
+    let (reachable, out) = check(None);
+    assert_eq!(reachable["status"], "fail", "{out}");
+    assert!(
+        reachable["detail"].as_str().unwrap().contains("TLS"),
+        "{out}"
+    );
+    let (reachable, out) = check(Some(ca.to_str().unwrap()));
+    assert_eq!(reachable["status"], "pass", "{out}");
+
+    let relay = support::Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &url,
+            "--schema-registry-ca-file",
+            ca.to_str().unwrap(),
+        ],
+    );
+    relay.wait_ready(WAIT);
+    let client = pg.client().await;
+    events("AvroTls", 1).insert(&client).await;
+    let reader = broker.consumer();
+    reader.subscribe(&["outbox.event.AvroTls"]);
+    let got = reader.read(1, WAIT);
+    assert_eq!(got.len(), 1, "log:\n{}", relay.log());
+    assert_eq!(got[0].raw_value.as_ref().unwrap()[0], 0);
+    assert_eq!(
+        relay.metric("walrelay_schema_registry_reachable"),
+        Some(1.0)
+    );
+}

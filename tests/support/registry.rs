@@ -1,0 +1,270 @@
+//! A real schema registry for the Avro tests: Apicurio Registry 3.3.3 with
+//! its Confluent-compatible API (scripts/apicurio.sh), started as the
+//! broker is, on free ports, stopped when dropped; and Python
+//! confluent-kafka's AvroDeserializer, a consumer Avro users already run.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, TempDir};
+
+pub struct SchemaRegistry {
+    pub port: u16,
+    management: u16,
+    /// With TLS: the CA that signed its certificate (for localhost).
+    pub ca: Option<PathBuf>,
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/apicurio.sh")
+}
+
+fn script_output(arg: &str) -> String {
+    let out = Command::new(script()).arg(arg).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/apicurio.sh {arg}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+impl SchemaRegistry {
+    /// Fetched once (scripts/apicurio.sh fetch), then started and waited
+    /// for until its health says ready.
+    pub fn start() -> Self {
+        script_output("fetch");
+        let mut registry = SchemaRegistry {
+            port: free_port(),
+            management: free_port(),
+            ca: None,
+            child: None,
+            dir: TempDir::new("apicurio"),
+        };
+        registry.restart();
+        registry
+    }
+
+    /// `start`, serving HTTPS with a certificate for localhost from a CA
+    /// of its own (`ca`).
+    pub fn start_tls() -> Self {
+        script_output("fetch");
+        let dir = TempDir::new("apicurio");
+        super::localhost_certificates(&dir.0);
+        let mut registry = SchemaRegistry {
+            port: free_port(),
+            management: free_port(),
+            ca: Some(dir.0.join("ca.pem")),
+            child: None,
+            dir,
+        };
+        registry.restart();
+        registry
+    }
+
+    /// Starts it (again) on its ports; an in-memory registry starts empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join("registry.log"))
+            .unwrap();
+        let mut command = Command::new(script());
+        if self.ca.is_some() {
+            command
+                .env("WALRELAY_APICURIO_TLS_CERT", self.dir.0.join("server.crt"))
+                .env("WALRELAY_APICURIO_TLS_KEY", self.dir.0.join("server.key"));
+        }
+        let child = command
+            .args(["run", &self.port.to_string(), &self.management.to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.wait_ready(self.management, Duration::from_secs(120));
+    }
+
+    fn wait_ready(&mut self, management: u16, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("the registry exited ({status}):\n{}", self.log());
+                }
+            }
+            if http_get(management, "/health/ready").is_some_and(|(status, _)| status == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!("the registry was not ready in {timeout:?}:\n{}", self.log());
+    }
+
+    /// The Confluent-compatible API's URL, as --schema-registry-url takes it.
+    pub fn url(&self) -> String {
+        match self.ca {
+            None => format!("http://127.0.0.1:{}/apis/ccompat/v7", self.port),
+            Some(_) => format!("https://localhost:{}/apis/ccompat/v7", self.port),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("registry.log")).unwrap_or_default()
+    }
+
+    /// GET on the Confluent-compatible API: (status, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.port, &format!("/apis/ccompat/v7{path}")).expect("the registry answers")
+    }
+
+    /// A request with a JSON body on the Confluent-compatible API.
+    pub fn send(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        http(
+            self.port,
+            method,
+            &format!("/apis/ccompat/v7{path}"),
+            Some(body),
+        )
+        .expect("the registry answers")
+    }
+
+    /// Stops it (SIGKILL), keeping its port for a restart test's silence.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for SchemaRegistry {
+    fn drop(&mut self) {
+        // The script execs java, so the child is the JVM itself.
+        self.kill();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http(port, "GET", path, None)
+}
+
+fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Some((status, body))
+}
+
+/// Reads `count` records of `topic` from the beginning with Python
+/// confluent-kafka's AvroDeserializer for keys and values, and returns
+/// them as JSON, ordered by key then offset: `[{"key":…,"value":…}, …]`
+/// (Avro bytes as Base64, decimals as strings).
+pub fn read_with_confluent_kafka(
+    brokers: &str,
+    registry_url: &str,
+    topic: &str,
+    count: usize,
+    avro_keys: bool,
+) -> serde_json::Value {
+    let python = script_output("python");
+    // Partitions assigned, not subscribed: no consumer group to join or
+    // leave, which some brokers answer slowly.
+    let program = r#"
+import base64, decimal, json, os, sys, time
+from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import SerializationContext, MessageField
+
+brokers, url, topic, count, avro_keys = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+registry = SchemaRegistryClient({"url": url, "timeout": 10})
+deserialize = AvroDeserializer(registry)
+consumer = Consumer({"bootstrap.servers": brokers, "group.id": "avro-reader",
+                     "enable.auto.commit": False})
+deadline = time.time() + 60
+partitions = {}
+while not partitions and time.time() < deadline:
+    # A topic its producer has not created yet has no partitions: wait.
+    found = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    partitions = found.partitions if found is not None and found.error is None else {}
+    if not partitions:
+        time.sleep(0.5)
+consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+
+def plain(v):
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [plain(x) for x in v]
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return v
+
+out = []
+while len(out) < count and time.time() < deadline:
+    msg = consumer.poll(1.0)
+    if msg is None:
+        continue
+    if msg.error():
+        raise SystemExit(str(msg.error()))
+    key = msg.key()
+    if avro_keys and key is not None:
+        key = deserialize(key, SerializationContext(topic, MessageField.KEY))
+    elif key is not None:
+        key = key.decode()
+    value = deserialize(msg.value(), SerializationContext(topic, MessageField.VALUE))
+    out.append({"key": plain(key), "value": plain(value), "partition": msg.partition(),
+                "offset": msg.offset()})
+print(json.dumps(sorted(out, key=lambda r: (r["value"] is None, str(r["key"]), r["offset"]))))
+sys.stdout.flush()
+os._exit(0)
+"#;
+    let out = Command::new("timeout")
+        .args([
+            "120",
+            &python,
+            "-c",
+            program,
+            brokers,
+            registry_url,
+            topic,
+            &count.to_string(),
+            if avro_keys { "1" } else { "0" },
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "confluent-kafka's AvroDeserializer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
