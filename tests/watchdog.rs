@@ -83,11 +83,22 @@ async fn every_documented_metric_is_exposed_and_moves() {
     assert!(quiet.is_empty(), "healthy, yet {quiet:?} fire");
 }
 
-/// What the shipped WalrelayStalled rule reads.
-const STALL_SERIES: &[&str] = &[
-    "walrelay_inflight_events",
-    "walrelay_last_confirm_age_seconds",
-];
+/// A walrelay whose watchdog reads the slot every second, warns past
+/// 64 KiB of lag, pages past 1 GiB, and calls a stall after `stall`.
+fn lag_watched(pg: &Postgres, broker: &Broker, stall: &str, extra: &[&str]) -> Relay {
+    let mut flags = vec![
+        "--watchdog-interval",
+        "1s",
+        "--lag-warn-bytes",
+        "64KiB",
+        "--lag-critical-bytes",
+        "1GiB",
+        "--stall-timeout",
+        stall,
+    ];
+    flags.extend_from_slice(extra);
+    Relay::start_with(pg, broker, &flags)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume() {
@@ -96,22 +107,7 @@ async fn paused_broker_raises_the_alert_fails_readiness_and_clears_after_resume(
     let client = pg.client_with_outbox().await;
     let (hook_port, hooks) = webhook::receiver().await;
     let hook = format!("http://127.0.0.1:{hook_port}/alerts");
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
-        &[
-            "--watchdog-interval",
-            "1s",
-            "--lag-warn-bytes",
-            "64KiB",
-            "--lag-critical-bytes",
-            "1GiB",
-            "--stall-timeout",
-            "4s",
-            "--alert-webhook",
-            &hook,
-        ],
-    );
+    let relay = lag_watched(&pg, &broker, "4s", &["--alert-webhook", &hook]);
     relay.wait_ready(WAIT);
     insert(&client, "Alerted", 1).await;
     eventually(WAIT, "the first event", || async {
@@ -469,7 +465,7 @@ async fn a_broker_that_never_answered_cannot_hide_a_stall_behind_session_restart
         apart,
     };
     assert!(
-        promtool::fires("WalrelayStalled", STALL_SERIES, &scrapes),
+        promtool::fires("WalrelayStalled", &scrapes),
         "first:\n{first}\nsecond:\n{second}"
     );
     // Nothing flows, though the slot is held: not streaming, not disconnected.
@@ -571,20 +567,7 @@ async fn a_lag_past_the_warning_threshold_fires_the_warning_alert_only() {
     let pg = Postgres::start();
     let broker = Broker::start();
     let client = pg.client_with_outbox().await;
-    let relay = Relay::start_with(
-        &pg,
-        &broker,
-        &[
-            "--watchdog-interval",
-            "1s",
-            "--lag-warn-bytes",
-            "64KiB",
-            "--lag-critical-bytes",
-            "1GiB",
-            "--stall-timeout",
-            "10m",
-        ],
-    );
+    let relay = lag_watched(&pg, &broker, "10m", &[]);
     relay.wait_ready(WAIT);
     broker.pause();
     for _ in 0..5 {
