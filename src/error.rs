@@ -56,6 +56,34 @@ impl StopCause {
             StopCause::SlotMissing | StopCause::SlotLost | StopCause::OutboxChanged
         )
     }
+
+    /// The name in the stop's log line (`cause=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StopCause::SlotMissing => "slot_missing",
+            StopCause::SlotLost => "slot_lost",
+            StopCause::OutboxChanged => "outbox_changed",
+            StopCause::SettingsChanged => "settings_changed",
+            StopCause::Poison => "poison",
+            StopCause::Fenced => "fenced",
+            StopCause::KafkaLostCommit => "kafka_lost_commit",
+        }
+    }
+
+    /// walrelay's exit code for the stop, so that a supervisor can tell
+    /// the causes apart without reading the log (systemd's
+    /// `RestartPreventExitStatus=`, a Job's `podFailurePolicy`). 1 is any
+    /// other error, 2 a command line clap refused.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            StopCause::SlotMissing | StopCause::SlotLost => 3,
+            StopCause::OutboxChanged => 4,
+            StopCause::SettingsChanged => 5,
+            StopCause::Poison => 6,
+            StopCause::Fenced => 7,
+            StopCause::KafkaLostCommit => 8,
+        }
+    }
 }
 
 pub struct Error {
@@ -190,5 +218,25 @@ mod tests {
             "cannot reach Postgres at localhost:5432: connection refused"
         );
         assert!(err.is_transient());
+    }
+
+    #[test]
+    fn each_stop_cause_has_a_name_and_an_exit_code_apart_from_any_other_error() {
+        let all = [
+            StopCause::SlotMissing,
+            StopCause::SlotLost,
+            StopCause::OutboxChanged,
+            StopCause::SettingsChanged,
+            StopCause::Poison,
+            StopCause::Fenced,
+            StopCause::KafkaLostCommit,
+        ];
+        let names: std::collections::HashSet<_> = all.iter().map(|c| c.name()).collect();
+        assert_eq!(names.len(), all.len());
+        // 1 is any other error and 2 clap's usage error.
+        assert!(all.iter().all(|c| c.exit_code() >= 3));
+        let codes: std::collections::HashSet<_> = all.iter().map(|c| c.exit_code()).collect();
+        // A missing and a lost slot share one: the same runbook.
+        assert_eq!(codes.len(), all.len() - 1);
     }
 }

@@ -79,10 +79,16 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(EXIT_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            error!("{}", e.report());
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.stop_cause() {
+            Some(cause) => {
+                error!(cause = cause.name(), "{}", e.report());
+                ExitCode::from(cause.exit_code())
+            }
+            None => {
+                error!("{}", e.report());
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -47,9 +47,10 @@ async fn oversized_event_halts_the_relay_before_it_and_names_it() {
         .relay
         .wait(WAIT)
         .expect("walrelay halts on a poison event");
-    assert!(!status.success());
+    assert_eq!(status.code(), Some(6), "the poison stop's exit code");
     let log = stack.relay.log();
     assert!(log.contains(id), "the error names the event; log:\n{log}");
+    assert!(log.contains("cause=\"poison\""), "{log}");
     assert!(log.contains("transaction at LSN"), "{log}");
     assert!(
         log.contains("--on-poison dead-letter"),

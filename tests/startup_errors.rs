@@ -213,9 +213,10 @@ async fn lost_slot_stops_walrelay_with_recovery_steps_and_is_never_recreated() {
     let fired = promtool::firing_for(relay.metrics_port, Duration::from_secs(2)).await;
     assert!(fired.contains("WalrelaySlotWalUnreserved"), "{fired:?}");
     let stopped = relay.terminate(WAIT);
-    assert!(
-        !stopped.success(),
-        "a refused start exits non-zero when stopped"
+    assert_eq!(
+        stopped.code(),
+        Some(3),
+        "a refused start exits with the lost slot's code when stopped"
     );
     let log = relay.log();
     assert!(

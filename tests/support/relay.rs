@@ -235,7 +235,13 @@ impl Relay {
         assert_eq!(status, 503, "{body}");
         assert!(body.starts_with("not streaming"), "{body}");
         let status = self.terminate(timeout);
-        assert!(!status.success(), "exit 0; log:\n{}", self.log());
+        // The exit code names the cause (docs/delivery-guarantees.md).
+        let code = if gauge == "walrelay_publication_broken" {
+            4
+        } else {
+            3
+        };
+        assert_eq!(status.code(), Some(code), "log:\n{}", self.log());
         self.log()
     }
 
