@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 
 pub mod meter;
 mod per_event;
@@ -118,7 +118,9 @@ struct Inner {
     stage_latency: [prometheus::Histogram; 4],
     slot_missing: IntGauge,
     publication_broken: IntGauge,
-    publication_broken_held: AtomicBool,
+    /// The stop walrelay is held on (`relay::refused`), if any: /readyz
+    /// and the gauges read it.
+    held: std::sync::Mutex<Option<StopCause>>,
     ignored_messages: IntCounterVec,
     snapshot: SnapshotGauges,
     /// The prefixes `ignored_messages` has a label for.
@@ -501,7 +503,7 @@ impl Metrics {
             stage_latency: stages,
             slot_missing,
             publication_broken,
-            publication_broken_held: AtomicBool::new(false),
+            held: std::sync::Mutex::new(None),
             ignored_messages,
             ignored_prefixes: Default::default(),
             outbox_verified: AtomicU64::new(0),
@@ -677,13 +679,27 @@ impl Metrics {
 
     /// What /readyz says when walrelay is not ready.
     pub fn unready_because(&self) -> Option<&'static str> {
+        if let Some(cause) = self.held() {
+            return Some(match cause {
+                StopCause::SlotMissing => {
+                    "not streaming: the replication slot walrelay streamed from is missing (see \
+                     the log for how to recover)"
+                }
+                StopCause::SlotLost => {
+                    "not streaming: Postgres invalidated the replication slot (wal_status = \
+                     lost; see the log for how to recover)"
+                }
+                StopCause::OutboxChanged => {
+                    "not streaming: the outbox is no longer published as walrelay read it (see \
+                     the log for the events at risk and how to recover)"
+                }
+                _ => "not streaming: stopped (see the log)",
+            });
+        }
         if !self.is_streaming() {
             Some(if self.0.slot_missing.get() == 1 {
                 "not streaming: the replication slot walrelay streamed from is missing (see the \
                  log for how to recover)"
-            } else if self.0.publication_broken.get() == 1 {
-                "not streaming: the outbox is no longer published as walrelay read it (see the \
-                 log for the events at risk and how to recover)"
             } else if self.0.standby.load(Ordering::Relaxed) {
                 "not streaming: a standby, another process streams from the slot"
             } else {
@@ -796,22 +812,34 @@ impl Metrics {
     }
 
     pub fn set_slot_missing(&self, missing: bool) {
-        self.0.slot_missing.set(i64::from(missing));
+        // Held for a missing slot, it stays missing to walrelay until a
+        // restart decides again (a slot made since is not the one it read).
+        let held = self.held() == Some(StopCause::SlotMissing);
+        self.0.slot_missing.set(i64::from(missing || held));
     }
 
     pub fn set_publication_broken(&self, broken: bool) {
         // A stop held for a changed outbox stays broken, whatever the
         // publication looks like by now: events may have bypassed the slot.
-        let held = self.0.publication_broken_held.load(Ordering::Relaxed);
+        let held = self.held() == Some(StopCause::OutboxChanged);
         self.0.publication_broken.set(i64::from(broken || held));
     }
 
-    /// Held for a changed outbox (`relay::refused`): broken until stopped.
-    pub fn hold_publication_broken(&self) {
-        self.0
-            .publication_broken_held
-            .store(true, Ordering::Relaxed);
-        self.0.publication_broken.set(1);
+    /// walrelay is held on `cause` until stopped (`relay::refused`):
+    /// nothing streams, and /readyz and the cause's gauge say why.
+    pub fn hold(&self, cause: StopCause) {
+        *self.0.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(cause);
+        self.set_standby(false);
+        self.set_streaming(false);
+        match cause {
+            StopCause::OutboxChanged => self.0.publication_broken.set(1),
+            StopCause::SlotMissing => self.0.slot_missing.set(1),
+            _ => {}
+        }
+    }
+
+    fn held(&self) -> Option<StopCause> {
+        *self.0.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn set_alert_level(&self, level: i64) {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::error;
 
-use crate::error::{Error, Result, StopCause};
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
 /// How often the refusal is repeated in the log.
@@ -26,11 +26,9 @@ pub(super) async fn hold(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<()> {
     // A stop found while streaming ends the session without its own
-    // goodbye: nothing streams from here on, whatever the last one said.
-    metrics.set_standby(false);
-    metrics.set_streaming(false);
-    if refusal.stop_cause() == Some(StopCause::OutboxChanged) {
-        metrics.hold_publication_broken();
+    // goodbye: /readyz, the role and the cause's gauge are the cause's now.
+    if let Some(cause) = refusal.stop_cause() {
+        metrics.hold(cause);
     }
     let report = refusal.report();
     error!(
