@@ -48,6 +48,20 @@
 //! Cost per event (`-- cost`, only by name): CPU per event at a steady rate
 //! of one-event transactions and while idle, beside the reference relay and
 //! a bare producer (relay/cost.rs).
+//!
+//! Another build (BENCH_WALRELAY_BIN=/path/to/walrelay): throughput,
+//! latency, bigtxn, crash, startup, cost and formats run that binary
+//! instead of the one cargo built with the bench (debezium, exactly_once,
+//! replay and snapshot do not), so an older commit's release build is
+//! measured by the same harness in the same session, A and B in turn; it
+//! must take the flags the scenario passes (docs/benchmarks.md, "Before
+//! and after the restructure").
+//!
+//! Avro beside JSON (`-- formats`, only by name): one fill of
+//! BENCH_EVENTS (200,000) drained from BENCH_PAIRS (3) pairs of slots in
+//! turn, `--value-format json` then `--value-format avro` (keys Avro too)
+//! with Apicurio Registry 3.3.3, both with `--expand-json-payload`; events/s
+//! and CPU per event of each (relay/formats.rs).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -71,6 +85,8 @@ mod drain;
 mod exactly_once;
 #[path = "relay/floor.rs"]
 mod floor;
+#[path = "relay/formats.rs"]
+mod formats;
 #[path = "relay/lifecycle.rs"]
 mod lifecycle;
 #[path = "relay/startup.rs"]
@@ -87,11 +103,25 @@ use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
 use support::{Broker, Postgres, Relay};
 
-/// Extra walrelay flags from BENCH_RELAY_ARGS, e.g. "-X linger.ms=1".
+/// Extra walrelay flags from BENCH_RELAY_ARGS, e.g. "-X linger.ms=1"; the
+/// binary at BENCH_WALRELAY_BIN instead of this build's, if set.
 fn start_relay(pg: &Postgres, broker: &Broker) -> Relay {
     let extra = std::env::var("BENCH_RELAY_ARGS").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
-    Relay::start_with(pg, broker, &extra)
+    start_relay_with(pg, broker, &extra)
+}
+
+/// `start_relay` with these flags, not BENCH_RELAY_ARGS.
+fn start_relay_with(pg: &Postgres, broker: &Broker, extra: &[&str]) -> Relay {
+    Relay::start_program(&walrelay_bin(), pg, broker, extra)
+}
+
+/// The walrelay binary the benches run: BENCH_WALRELAY_BIN, or the one
+/// cargo built with this bench.
+fn walrelay_bin() -> std::path::PathBuf {
+    std::env::var_os("BENCH_WALRELAY_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_walrelay").into())
+        .into()
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -145,6 +175,10 @@ fn main() {
     }
     if filter.iter().any(|f| f == "cost") {
         runtime.block_on(cost::cost());
+    }
+    // Only when asked for: it needs Apicurio Registry (a JVM).
+    if filter.iter().any(|f| f == "formats") {
+        runtime.block_on(formats::formats());
     }
     // Only when asked for: it needs Apache Kafka.
     if filter.iter().any(|f| f == "exactly_once") {

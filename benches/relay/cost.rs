@@ -21,7 +21,8 @@ use std::time::Duration;
 use super::bare::paced_bare_producer;
 use super::support::{Broker, Postgres};
 use super::{
-    cpu_seconds, env_or, paced_writes, resident_kib, start_relay, thread_cpu_seconds, Reference,
+    cpu_seconds, env_or, paced_writes, resident_kib, start_relay, thread_cpu_seconds, walrelay_bin,
+    Reference,
 };
 use crate::support::outbox::events;
 
@@ -145,7 +146,7 @@ async fn contender(python: Option<&str>, rate: u64, seconds: u64, idle: u64) -> 
     }
 }
 
-/// How many of link/hot-functions.txt's names this build has. A list gone
+/// How many of link/hot-functions.txt's names the walrelay measured has. A list gone
 /// stale (a toolchain or dependency bump renames functions) lays out less
 /// of the code walrelay runs together, and its RSS at rest grows.
 fn print_hot_functions_found() {
@@ -159,7 +160,8 @@ fn print_hot_functions_found() {
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
         .collect();
     let nm = Command::new("nm")
-        .args(["--defined-only", env!("CARGO_BIN_EXE_walrelay")])
+        .arg("--defined-only")
+        .arg(walrelay_bin())
         .output();
     let Some(nm) = nm.ok().filter(|nm| nm.status.success()) else {
         println!("  (no nm: cannot say how much of link/hot-functions.txt this build has)");

@@ -1,6 +1,6 @@
 //! The walrelay binary as a child process, with its log and metrics.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,8 @@ pub struct Relay {
     shell: Option<(String, Vec<(String, String)>)>,
     /// Variables set for walrelay besides the test's own.
     env: Vec<(String, String)>,
+    /// The walrelay binary: this build's, or another one a bench compares.
+    program: PathBuf,
 }
 
 impl Relay {
@@ -35,6 +37,16 @@ impl Relay {
         env: Vec<(String, String)>,
     ) -> Self {
         Self::launch(&pg.url(), &broker.brokers(), extra, env)
+    }
+
+    /// `start_with`, running the walrelay binary at `program` instead of
+    /// this build's: the benches weigh an older build against this one
+    /// (BENCH_WALRELAY_BIN).
+    pub fn start_program(program: &Path, pg: &Postgres, broker: &Broker, extra: &[&str]) -> Self {
+        let mut relay = Self::prepare(&pg.url(), &broker.brokers(), extra, Vec::new());
+        relay.program = program.to_path_buf();
+        relay.spawn();
+        relay
     }
 
     /// Any URL and broker list, for start-up errors.
@@ -57,6 +69,13 @@ impl Relay {
     }
 
     fn launch(pg_url: &str, brokers: &str, extra: &[&str], env: Vec<(String, String)>) -> Self {
+        let mut relay = Self::prepare(pg_url, brokers, extra, env);
+        relay.spawn();
+        relay
+    }
+
+    /// `walrelay run` against these, not started yet.
+    fn prepare(pg_url: &str, brokers: &str, extra: &[&str], env: Vec<(String, String)>) -> Self {
         let metrics_port = free_port();
         let mut args: Vec<String> = vec![
             "run".into(),
@@ -71,16 +90,15 @@ impl Relay {
             args.extend(["--startup-timeout".into(), "20s".into()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut relay = Relay {
+        Relay {
             child: None,
             dir: TempDir::new("relay"),
             metrics_port,
             args,
             shell: None,
             env,
-        };
-        relay.spawn();
-        relay
+            program: PathBuf::from(env!("CARGO_BIN_EXE_walrelay")),
+        }
     }
 
     /// A command line as a user pastes it into a shell, e.g. the one
@@ -104,6 +122,7 @@ impl Relay {
             args: Vec::new(),
             shell: Some((command.to_string(), env)),
             env: Vec::new(),
+            program: PathBuf::from(env!("CARGO_BIN_EXE_walrelay")),
         };
         relay.spawn();
         relay
@@ -117,7 +136,7 @@ impl Relay {
             .unwrap();
         let mut command = match &self.shell {
             None => {
-                let mut command = Command::new(env!("CARGO_BIN_EXE_walrelay"));
+                let mut command = Command::new(&self.program);
                 command.args(&self.args);
                 command
             }

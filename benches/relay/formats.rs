@@ -1,0 +1,132 @@
+//! Avro beside JSON (`-- formats`, issue 46 item 8): what the schema
+//! registry's format costs a drain, in the same run.
+//!
+//! BENCH_EVENTS (200,000) events in transactions of BENCH_TXN_SIZE (100)
+//! wait in the outbox, filled once (relay/drain.rs's rows). Each drain has
+//! a slot of its own, created before the fill, so every drain reads the
+//! same WAL; BENCH_PAIRS (3) pairs take turns (JSON then Avro, then Avro
+//! then JSON, …), each drain into a fresh broker. Both write keys and values through the converter and
+//! expand the jsonb payload (`--expand-json-payload`), so the difference is
+//! the format: JsonConverter without schemas against Confluent's
+//! AvroConverter in the wire format, its schemas in one Apicurio Registry
+//! 3.3.3 (tests/support/registry.rs) started before the first drain.
+//! Each drain is timed from walrelay's start to its slot confirmed past the
+//! last commit, as relay/drain.rs times it; CPU is walrelay's, every thread.
+
+use std::time::{Duration, Instant};
+
+use super::drain::fill_outbox;
+use super::support::pg::confirmed_flush_lsn;
+use super::support::registry::SchemaRegistry;
+use super::support::{Broker, Postgres};
+use super::{cpu_seconds, env_or, rss_kib, start_relay_with};
+
+pub async fn formats() {
+    let events = env_or("BENCH_EVENTS", 200_000) as i64;
+    let txn_size = env_or("BENCH_TXN_SIZE", 100) as i64;
+    let pairs = env_or("BENCH_PAIRS", 3);
+    let registry = SchemaRegistry::start();
+    let url = registry.url();
+    let json = ["--key-format", "json", "--value-format", "json"];
+    let avro = [
+        "--key-format",
+        "avro",
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &url,
+    ];
+    let pg = Postgres::start();
+    let client = pg.client_with_outbox().await;
+    client
+        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
+        .await
+        .unwrap();
+    let mut drains = Vec::new();
+    for pair in 0..pairs {
+        // JSON first in even pairs, Avro first in odd ones: neither always
+        // drains the colder cache or the busier minute.
+        let mut turn = [("json", &json[..]), ("avro", &avro[..])];
+        if pair % 2 == 1 {
+            turn.reverse();
+        }
+        for (format, flags) in turn {
+            let slot = format!("{format}_{pair}");
+            client
+                .execute(
+                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                    &[&slot],
+                )
+                .await
+                .unwrap();
+            drains.push((format, slot, flags));
+        }
+    }
+    fill_outbox(&client, events, txn_size, 0).await;
+    let end: u64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64;
+    println!("formats: {events} events in transactions of {txn_size}, {pairs} pairs of drains");
+    let mut results: Vec<(&str, f64, f64)> = Vec::new();
+    for (format, slot, flags) in &drains {
+        let broker = Broker::start();
+        let mut args = vec!["--slot", slot, "--expand-json-payload"];
+        args.extend(flags.iter().copied());
+        let started = Instant::now();
+        let mut relay = start_relay_with(&pg, &broker, &args);
+        while confirmed_flush_lsn(&client, slot).await < end {
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "{format} did not drain; log:\n{}",
+                relay.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(relay.pid());
+        let rss = rss_kib(relay.pid());
+        let published = relay
+            .metric("walrelay_events_published_total")
+            .unwrap_or(0.0);
+        // Confirmed past the end means every event was acknowledged; the
+        // count says none went elsewhere (a dead-letter topic, say).
+        assert!(
+            published >= events as f64,
+            "{format}: published {published} of {events}; log:\n{}",
+            relay.log()
+        );
+        relay.kill9();
+        let rate = events as f64 / secs;
+        let per_event = cpu * 1e6 / events as f64;
+        println!(
+            "  {format:<4} {slot:<7} {rate:>7.0} events/s ({secs:.2}s); CPU {per_event:.2} µs/event; \
+             peak RSS {} MiB",
+            rss / 1024
+        );
+        results.push((format, rate, per_event));
+    }
+    for format in ["json", "avro"] {
+        let mut rates: Vec<f64> = results
+            .iter()
+            .filter(|r| r.0 == format)
+            .map(|r| r.1)
+            .collect();
+        let mut cpus: Vec<f64> = results
+            .iter()
+            .filter(|r| r.0 == format)
+            .map(|r| r.2)
+            .collect();
+        println!(
+            "{format}: median {:.0} events/s, {:.2} µs of CPU per event",
+            median(&mut rates),
+            median(&mut cpus)
+        );
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
