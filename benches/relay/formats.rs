@@ -98,6 +98,17 @@ pub async fn formats() {
             relay.log()
         );
         relay.kill9();
+        // After the timing: a record of each drain is in the format asked
+        // for (Avro: Confluent's magic byte 0 then the schema id).
+        let reader = broker.consumer();
+        reader.subscribe(&["outbox.event.OrderPlaced"]);
+        let first = reader.read(1, Duration::from_secs(60));
+        let value = first
+            .first()
+            .and_then(|r| r.raw_value.clone())
+            .expect("a record of the drain");
+        let expected = if *format == "avro" { 0 } else { b'{' };
+        assert_eq!(value[0], expected, "{format}: {value:?}");
         let rate = events as f64 / secs;
         let per_event = cpu * 1e6 / events as f64;
         println!(
