@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::bare::bare_producer;
 use super::support::pg::confirmed_flush_lsn;
-use super::support::{Broker, Postgres};
+use super::support::{Broker, Postgres, Relay};
 use super::{cpu_seconds, env_or, rss_kib, start_relay, thread_cpu_seconds};
 
 pub async fn throughput() {
@@ -262,5 +262,53 @@ pub async fn fill_outbox(client: &tokio_postgres::Client, events: i64, txn_size:
             .await
             .unwrap();
         done += n;
+    }
+}
+
+/// The publication and `slots`, created before `fill_outbox` so that every
+/// slot reads the same WAL; returns the WAL's end after the fill.
+pub async fn fill_for_slots(
+    client: &tokio_postgres::Client,
+    slots: &[&str],
+    events: i64,
+    txn_size: i64,
+) -> u64 {
+    client
+        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
+        .await
+        .unwrap();
+    for slot in slots {
+        client
+            .execute(
+                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[slot],
+            )
+            .await
+            .unwrap();
+    }
+    fill_outbox(client, events, txn_size, 0).await;
+    client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0) as u64
+}
+
+/// Waits until `relay` has confirmed `slot` past `end`; past `deadline`,
+/// fails with its log.
+pub async fn wait_confirmed(
+    client: &tokio_postgres::Client,
+    relay: &Relay,
+    slot: &str,
+    end: u64,
+    deadline: Instant,
+) {
+    while confirmed_flush_lsn(client, slot).await < end {
+        assert!(
+            Instant::now() < deadline,
+            "{slot} did not drain; log:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -18,9 +18,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::drain::fill_outbox;
+use super::drain::{fill_for_slots, wait_confirmed};
 use super::support::outbox::events;
-use super::support::pg::confirmed_flush_lsn;
 use super::support::{Broker, BrokerKind, Postgres, Relay};
 use super::{cpu_seconds, env_or, paced_writes, read_latencies_from, report_latencies};
 
@@ -55,25 +54,8 @@ async fn drain() {
             slots.push((format!("{}_{round}", mode.replace('-', "_")), mode));
         }
     }
-    client
-        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
-        .await
-        .unwrap();
-    for (slot, _) in &slots {
-        client
-            .execute(
-                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[slot],
-            )
-            .await
-            .unwrap();
-    }
-    fill_outbox(&client, events, txn_size, 0).await;
-    let end: u64 = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64;
+    let names: Vec<&str> = slots.iter().map(|(slot, _)| slot.as_str()).collect();
+    let end = fill_for_slots(&client, &names, events, txn_size).await;
     println!("drain: {events} events in transactions of {txn_size}, on Apache Kafka");
     for (slot, mode) in &slots {
         let started = Instant::now();
@@ -82,14 +64,8 @@ async fn drain() {
         // Exactly once starts with a probe, a fence and the position read
         // back: timed apart from the drain.
         let ready = started.elapsed().as_secs_f64();
-        while confirmed_flush_lsn(&client, slot).await < end {
-            assert!(
-                started.elapsed() < Duration::from_secs(900),
-                "{mode} did not drain; log:\n{}",
-                relay.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let deadline = started + Duration::from_secs(900);
+        wait_confirmed(&client, &relay, slot, end, deadline).await;
         let secs = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(relay.pid());
         let transactions = relay

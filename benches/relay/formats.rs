@@ -15,8 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::drain::fill_outbox;
-use super::support::pg::confirmed_flush_lsn;
+use super::drain::{fill_for_slots, wait_confirmed};
 use super::support::registry::SchemaRegistry;
 use super::support::{Broker, Postgres};
 use super::{cpu_seconds, env_or, rss_kib, start_relay_with};
@@ -38,10 +37,6 @@ pub async fn formats() {
     ];
     let pg = Postgres::start();
     let client = pg.client_with_outbox().await;
-    client
-        .batch_execute("CREATE PUBLICATION walrelay FOR TABLE outbox WITH (publish = 'insert')")
-        .await
-        .unwrap();
     let mut drains = Vec::new();
     for pair in 0..pairs {
         // JSON first in even pairs, Avro first in odd ones: neither always
@@ -51,23 +46,11 @@ pub async fn formats() {
             turn.reverse();
         }
         for (format, flags) in turn {
-            let slot = format!("{format}_{pair}");
-            client
-                .execute(
-                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-                    &[&slot],
-                )
-                .await
-                .unwrap();
-            drains.push((format, slot, flags));
+            drains.push((format, format!("{format}_{pair}"), flags));
         }
     }
-    fill_outbox(&client, events, txn_size, 0).await;
-    let end: u64 = client
-        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0) as u64;
+    let slots: Vec<&str> = drains.iter().map(|(_, slot, _)| slot.as_str()).collect();
+    let end = fill_for_slots(&client, &slots, events, txn_size).await;
     println!("formats: {events} events in transactions of {txn_size}, {pairs} pairs of drains");
     let mut results: Vec<(&str, f64, f64)> = Vec::new();
     for (format, slot, flags) in &drains {
@@ -76,14 +59,8 @@ pub async fn formats() {
         args.extend(flags.iter().copied());
         let started = Instant::now();
         let mut relay = start_relay_with(&pg, &broker, &args);
-        while confirmed_flush_lsn(&client, slot).await < end {
-            assert!(
-                started.elapsed() < Duration::from_secs(600),
-                "{format} did not drain; log:\n{}",
-                relay.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let deadline = started + Duration::from_secs(600);
+        wait_confirmed(&client, &relay, slot, end, deadline).await;
         let secs = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(relay.pid());
         let rss = rss_kib(relay.pid());
