@@ -6,10 +6,11 @@
 //! settings for the slot takes it over. A slot that existed and is gone is
 //! reported too.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_postgres::Client;
 use tracing::{debug, error, info, warn};
 
