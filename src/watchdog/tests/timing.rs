@@ -19,7 +19,7 @@ const INTERVAL: Duration = Duration::from_secs(10);
 /// What the scripted slot answers.
 #[derive(Clone)]
 enum SlotAnswer {
-    Reads(SlotReport),
+    Reads(Box<SlotReport>),
     /// The query never returns, as from a frozen backend.
     Hangs,
 }
@@ -77,7 +77,7 @@ impl Readings for Scripted {
             script.slot.clone()
         };
         match answer {
-            SlotAnswer::Reads(report) => Ok(Some(report)),
+            SlotAnswer::Reads(report) => Ok(Some(*report)),
             SlotAnswer::Hangs => std::future::pending().await,
         }
     }
@@ -127,7 +127,7 @@ impl Watchdog {
         let script = Scripted(Arc::new(Mutex::new(Script {
             reachable: true,
             source: SourceAnswer::Intact,
-            slot: SlotAnswer::Reads(slot(10)),
+            slot: SlotAnswer::Reads(Box::new(slot(10))),
             checks: Vec::new(),
             readings: Vec::new(),
         })));
@@ -155,7 +155,7 @@ impl Watchdog {
     }
 
     fn lag(&self, bytes: i64) {
-        self.set(|s| s.slot = SlotAnswer::Reads(slot(bytes)));
+        self.set(|s| s.slot = SlotAnswer::Reads(Box::new(slot(bytes))));
     }
 
     /// Lets the clock run until `at` after the start.
@@ -313,7 +313,7 @@ async fn a_lost_slot_stops_walrelay_at_the_first_check_that_sees_it() {
     let mut lost = slot(20_000);
     lost.wal_status = Some("lost".into());
     lost.confirmed_flush = Some(Lsn(0x16B_3748));
-    w.set(|s| s.slot = SlotAnswer::Reads(lost));
+    w.set(|s| s.slot = SlotAnswer::Reads(Box::new(lost)));
     let error = w.fatal.recv().await.expect("the watchdog stops walrelay");
     assert_eq!(w.started.elapsed(), INTERVAL);
     assert_eq!(error.stop_cause(), Some(StopCause::SlotLost));
