@@ -155,6 +155,23 @@ impl Retention {
         }
     }
 
+    /// Its first pass picks a plan whose snapshot read L0 = 100, with the
+    /// slot confirmed up to `confirmed` and the outbox found intact by the
+    /// watchdog at `verified`; `full` when it took as many rows as a plan
+    /// takes.
+    fn with_a_plan_at_l0_100(confirmed: Lsn, verified: Lsn, full: bool) -> Self {
+        let r = Retention::start(
+            settings(),
+            Script {
+                picks: [PickAnswer::Plan { l0: 100, full }].into(),
+                confirmed: Some(confirmed.0),
+                ..Script::default()
+            },
+        );
+        r.metrics.set_outbox_verified(verified.0);
+        r
+    }
+
     fn set(&self, change: impl FnOnce(&mut Script)) {
         change(&mut self.script.0.lock().unwrap());
     }
@@ -287,19 +304,7 @@ async fn a_start_refused_for_good_stops_walrelay_naming_outbox_retention() {
 
 #[tokio::test(start_paused = true)]
 async fn a_plan_waits_for_its_events_to_be_confirmed_looking_once_a_second_and_says_how_long() {
-    let r = Retention::start(
-        settings(),
-        Script {
-            picks: [PickAnswer::Plan {
-                l0: 100,
-                full: false,
-            }]
-            .into(),
-            confirmed: Some(50),
-            ..Script::default()
-        },
-    );
-    r.metrics.set_outbox_verified(100);
+    let r = Retention::with_a_plan_at_l0_100(Lsn(50), Lsn(100), false);
     r.until(Duration::from_millis(5_500)).await;
     assert_eq!(r.calls("confirmed"), secs(&[0, 1, 2, 3, 4, 5]));
     assert!(r.carried_out().is_empty(), "deleted before confirmed");
@@ -317,19 +322,7 @@ async fn a_plan_waits_for_its_events_to_be_confirmed_looking_once_a_second_and_s
 
 #[tokio::test(start_paused = true)]
 async fn a_plan_the_slot_confirmed_waits_until_the_watchdog_found_the_outbox_intact_past_it() {
-    let r = Retention::start(
-        settings(),
-        Script {
-            picks: [PickAnswer::Plan {
-                l0: 100,
-                full: false,
-            }]
-            .into(),
-            confirmed: Some(200),
-            ..Script::default()
-        },
-    );
-    r.metrics.set_outbox_verified(99);
+    let r = Retention::with_a_plan_at_l0_100(Lsn(200), Lsn(99), false);
     r.until(Duration::from_millis(3_500)).await;
     assert!(
         r.carried_out().is_empty(),
@@ -342,19 +335,7 @@ async fn a_plan_the_slot_confirmed_waits_until_the_watchdog_found_the_outbox_int
 
 #[tokio::test(start_paused = true)]
 async fn a_full_plan_is_followed_by_the_next_plan_at_once_not_an_interval_later() {
-    let r = Retention::start(
-        settings(),
-        Script {
-            picks: [PickAnswer::Plan {
-                l0: 100,
-                full: true,
-            }]
-            .into(),
-            confirmed: Some(100),
-            ..Script::default()
-        },
-    );
-    r.metrics.set_outbox_verified(100);
+    let r = Retention::with_a_plan_at_l0_100(Lsn(100), Lsn(100), true);
     r.until(Duration::from_secs(70)).await;
     assert_eq!(r.carried_out(), [100]);
     assert_eq!(r.calls("pick"), secs(&[0, 0, 60]));
@@ -362,20 +343,8 @@ async fn a_full_plan_is_followed_by_the_next_plan_at_once_not_an_interval_later(
 
 #[tokio::test(start_paused = true)]
 async fn a_plan_is_not_carried_out_once_the_guard_is_gone_and_the_pass_fails_loudly() {
-    let r = Retention::start(
-        settings(),
-        Script {
-            picks: [PickAnswer::Plan {
-                l0: 100,
-                full: false,
-            }]
-            .into(),
-            confirmed: Some(100),
-            ..Script::default()
-        },
-    );
+    let r = Retention::with_a_plan_at_l0_100(Lsn(100), Lsn(100), false);
     r.set(|s| s.guard = false);
-    r.metrics.set_outbox_verified(100);
     r.until(Duration::from_secs(30)).await;
     assert!(r.carried_out().is_empty(), "deleted without the guard");
     assert_eq!(r.metric("walrelay_retention_errors_total"), 1.0);
