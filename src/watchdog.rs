@@ -25,8 +25,9 @@ pub use source::Watched;
 /// How often a watchdog that cannot reach Postgres says so again.
 const BLIND_REPEAT: Duration = Duration::from_secs(60);
 
-/// The longest one check may wait for Postgres: a frozen backend must not
-/// hold the watchdog (and its guard against loss) forever.
+/// The longest one check may wait for Postgres, connecting included: a
+/// frozen backend must not hold the watchdog (and its guard against loss)
+/// forever.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A check's result, or a transient error if Postgres did not answer in time
@@ -308,7 +309,10 @@ async fn watch(
     let mut last_blind_warning: Option<tokio::time::Instant> = None;
     loop {
         tick.tick().await;
-        match readings.connect().await {
+        // Bounded like every reading: a server that accepts the connection
+        // but never answers its startup would hold the watchdog forever,
+        // with the slot's last figures still served.
+        match answered(readings.connect()).await {
             Ok(()) => {
                 if last_blind_warning.take().is_some() {
                     info!("watchdog connected to Postgres again; its checks resume");

@@ -36,6 +36,9 @@ enum SourceAnswer {
 /// records when the watchdog came.
 struct Script {
     reachable: bool,
+    /// Connecting never finishes, as with a server whose kernel accepts
+    /// the connection while Postgres never answers its startup.
+    connect_hangs: bool,
     source: SourceAnswer,
     slot: SlotAnswer,
     /// When each check tried to connect.
@@ -49,13 +52,18 @@ struct Scripted(Arc<Mutex<Script>>);
 
 impl Readings for Scripted {
     async fn connect(&mut self) -> Result<()> {
-        let mut script = self.0.lock().unwrap();
-        script.checks.push(Instant::now());
-        if script.reachable {
-            Ok(())
-        } else {
-            Err(Error::transient("connection refused"))
+        let hangs = {
+            let mut script = self.0.lock().unwrap();
+            script.checks.push(Instant::now());
+            if !script.reachable {
+                return Err(Error::transient("connection refused"));
+            }
+            script.connect_hangs
+        };
+        if hangs {
+            std::future::pending::<()>().await;
         }
+        Ok(())
     }
 
     fn disconnect(&mut self) {}
@@ -126,6 +134,7 @@ impl Watchdog {
         let logging = tracing::subscriber::set_default(subscriber);
         let script = Scripted(Arc::new(Mutex::new(Script {
             reachable: true,
+            connect_hangs: false,
             source: SourceAnswer::Intact,
             slot: SlotAnswer::Reads(Box::new(slot(10))),
             checks: Vec::new(),
@@ -342,4 +351,33 @@ async fn an_outbox_changed_under_the_relay_stops_walrelay_and_the_slot_figures_l
     );
     (&mut w.task).await.unwrap();
     assert_eq!(w.readings(), secs(&[10]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_never_completes_is_given_up_after_30_s_like_a_reading() {
+    let w = Watchdog::start();
+    w.until(Duration::from_secs(15)).await;
+    assert!(w.shows_the_slot());
+    // Postgres restarted: the watchdog's connection is gone, and the new
+    // one hangs at its startup.
+    w.set(|s| s.connect_hangs = true);
+    w.until(Duration::from_secs(49)).await;
+    assert_eq!(
+        w.logged("watchdog cannot connect to Postgres"),
+        Vec::<String>::new()
+    );
+    w.until(Duration::from_secs(60)).await;
+    let said = w.logged("watchdog cannot connect to Postgres");
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("did not answer the watchdog within 30s"));
+    assert!(
+        !w.shows_the_slot(),
+        "frozen slot figures served while blind"
+    );
+    // The attempt made at once at 50 s hangs too, and is given up at 80 s.
+    w.set(|s| s.connect_hangs = false);
+    w.until(Duration::from_secs(85)).await;
+    assert_eq!(w.logged("watchdog connected to Postgres again").len(), 1);
+    assert_eq!(w.checks(), secs(&[10, 20, 50, 80]));
+    assert!(w.shows_the_slot());
 }
