@@ -357,9 +357,17 @@ async fn watch(
             }
             Ok(None) => {
                 metrics.forget_slot();
-                readings
-                    .slot_absent(&metrics, settings.webhook.as_ref())
-                    .await;
+                // What the state table remembers of the slot: bounded too.
+                let record = async {
+                    readings
+                        .slot_absent(&metrics, settings.webhook.as_ref())
+                        .await;
+                    Ok(())
+                };
+                if let Err(e) = answered(record).await {
+                    warn!(error = %e.report(), "watchdog cannot read the slot's record");
+                    readings.disconnect();
+                }
                 continue;
             }
             Err(e) => {

@@ -22,6 +22,9 @@ enum SlotAnswer {
     Reads(Box<SlotReport>),
     /// The query never returns, as from a frozen backend.
     Hangs,
+    /// There is no slot, and reading what the state table remembers of it
+    /// never returns.
+    AbsentAndItsRecordHangs,
 }
 
 /// What the publication check answers.
@@ -87,10 +90,13 @@ impl Readings for Scripted {
         match answer {
             SlotAnswer::Reads(report) => Ok(Some(*report)),
             SlotAnswer::Hangs => std::future::pending().await,
+            SlotAnswer::AbsentAndItsRecordHangs => Ok(None),
         }
     }
 
-    async fn slot_absent(&mut self, _: &Metrics, _: Option<&Webhook>) {}
+    async fn slot_absent(&mut self, _: &Metrics, _: Option<&Webhook>) {
+        std::future::pending::<()>().await;
+    }
 
     fn slot_present(&mut self, _: &Metrics) {}
 }
@@ -379,5 +385,21 @@ async fn a_connection_that_never_completes_is_given_up_after_30_s_like_a_reading
     w.until(Duration::from_secs(85)).await;
     assert_eq!(w.logged("watchdog connected to Postgres again").len(), 1);
     assert_eq!(w.checks(), secs(&[10, 20, 50, 80]));
+    assert!(w.shows_the_slot());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_slot_whose_record_cannot_be_read_holds_the_watchdog_no_longer_than_30_s() {
+    let w = Watchdog::start();
+    w.until(Duration::from_secs(15)).await;
+    w.set(|s| s.slot = SlotAnswer::AbsentAndItsRecordHangs);
+    w.until(Duration::from_secs(45)).await;
+    assert!(!w.shows_the_slot(), "a missing slot's figures served");
+    w.lag(10);
+    w.until(Duration::from_secs(55)).await;
+    let said = w.logged("watchdog cannot read the slot's record");
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("did not answer the watchdog within 30s"));
+    assert_eq!(w.readings(), secs(&[10, 20, 50]));
     assert!(w.shows_the_slot());
 }
