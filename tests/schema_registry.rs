@@ -590,3 +590,36 @@ async fn a_registry_over_tls_is_used_with_its_ca_file_and_refused_without_it() {
         Some(1.0)
     );
 }
+
+/// A URL that misses the registry's API path answers every request with a
+/// 404 of its web server's own, not a registry's "subject not found": that
+/// is no event's fault, so walrelay stops naming the URL instead of
+/// dead-lettering the whole stream, and the event waits in the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_without_the_registrys_api_path_stops_walrelay_rather_than_dead_letter_every_event() {
+    let registry = SchemaRegistry::start();
+    let root = registry.url().replace("/apis/ccompat/v7", "");
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &root,
+        "--on-poison",
+        "dead-letter",
+    ])
+    .await;
+    let lsn = events("AvroNowhere", 2).insert(&stack.client).await;
+    let mut relay = stack.relay;
+    let status = relay.wait(WAIT).expect("walrelay stops");
+    assert_eq!(status.code(), Some(1), "log:\n{}", relay.log());
+    let log = relay.log();
+    assert!(log.contains("--schema-registry-url"), "{log}");
+    assert!(log.contains("/apis/ccompat/v7"), "{log}");
+    let dead = stack.broker.consumer();
+    assert!(
+        !dead.has_topic("walrelay.dead-letter"),
+        "events were dead-lettered for the URL's fault"
+    );
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
+}

@@ -46,8 +46,13 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             out.push(Check::fail(
                 NAMES[0],
                 e.to_string(),
-                "check --schema-registry-url (Apicurio serves the Confluent API at \
-                 .../apis/ccompat/v7), the network and --schema-registry-ca-file",
+                match e {
+                    Trouble::NotARegistry(_) => crate::registry::client::URL_FIX,
+                    _ => {
+                        "check --schema-registry-url (Apicurio serves the Confluent API at \
+                         .../apis/ccompat/v7), the network and --schema-registry-ca-file"
+                    }
+                },
             ));
             out.extend(
                 NAMES[1..]

@@ -297,6 +297,7 @@ impl Serializer {
                            --schema-registry-bearer-token, and the rights on the subject";
                 Unwritten::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
             }
+            Trouble::NotARegistry(m) => Unwritten::Stop(Error::refusal(m, client::URL_FIX)),
             Trouble::Incompatible(m) => Unwritten::Poison(format!(
                 "the schema registry refuses the schema for subject {subject:?} as \
                  incompatible: {m}"
