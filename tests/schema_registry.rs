@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::oidc::{IdentityProvider, ISSUER};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
 use support::registry::{read_with_confluent_kafka, SchemaRegistry};
@@ -620,6 +621,136 @@ async fn a_url_without_the_registrys_api_path_stops_walrelay_rather_than_dead_le
         !dead.has_topic("walrelay.dead-letter"),
         "events were dead-lettered for the URL's fault"
     );
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
+}
+
+/// Apicurio behind an identity provider (Quarkus OIDC checking every call's
+/// bearer token against the provider's key set): walrelay logs in with
+/// client credentials, asks for a token once and reuses it, and what it
+/// writes is read by confluent-kafka's own OAUTHBEARER client against the
+/// same provider. A wrong secret fails `walrelay check`'s login check and
+/// stops `run` before the slot moves, without the secret in any output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_behind_oidc_is_used_with_client_credentials_and_a_wrong_secret_is_refused() {
+    const SECRET: &str = "registry-client-s3cret";
+    let idp = IdentityProvider::start("walrelay-registry", SECRET);
+    let registry = SchemaRegistry::start_oidc(&idp.jwks_url(), ISSUER);
+    // The set-up is real: without a token the registry refuses.
+    let (status, body) = registry.get("/subjects");
+    assert_eq!(status, 401, "{body}");
+
+    let login = |secret: &str| -> Vec<String> {
+        [
+            "--schema-registry-oauth-token-url",
+            &idp.token_url(),
+            "--schema-registry-oauth-client-id",
+            "walrelay-registry",
+            "--schema-registry-oauth-client-secret",
+            secret,
+            "--schema-registry-oauth-scope",
+            "schema_registry",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let good = login(SECRET);
+    let good: Vec<&str> = good.iter().map(String::as_str).collect();
+    let stack = stack_with(&registry, &good).await;
+    events("AvroOidc", 3)
+        .payload(r#"{"signed": true}"#)
+        .insert(&stack.client)
+        .await;
+    // confluent-kafka's SchemaRegistryClient fetches its own token from the
+    // same provider (bearer.auth.credentials.source=OAUTHBEARER).
+    let reader = json!({
+        "url": registry.url(),
+        "bearer.auth.credentials.source": "OAUTHBEARER",
+        "bearer.auth.issuer.endpoint.url": idp.token_url(),
+        "bearer.auth.client.id": "walrelay-registry",
+        "bearer.auth.client.secret": SECRET,
+        "bearer.auth.scope": "schema_registry",
+        "bearer.auth.logical.cluster": "lsrc-test",
+    });
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &reader.to_string(),
+        "outbox.event.AvroOidc",
+        3,
+        true,
+    );
+    assert_eq!(read.as_array().unwrap().len(), 3, "{read}");
+    assert!(read
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["value"] == json!({"signed": true})));
+    // RFC 6749 section 4.4 with section 2.3.1's Basic credentials; one
+    // token for walrelay's three events, its key and value subjects.
+    let asked: Vec<_> = idp
+        .requests()
+        .into_iter()
+        .filter(|r| r.form.get("scope").map(String::as_str) == Some("schema_registry"))
+        .collect();
+    assert!(!asked.is_empty());
+    for request in &asked {
+        assert_eq!(
+            request.credentials,
+            Some(("walrelay-registry".to_string(), SECRET.to_string()))
+        );
+        assert_eq!(request.form["grant_type"], "client_credentials");
+    }
+    let log = stack.relay.log();
+    assert!(!log.contains(SECRET), "{log}");
+    for token in idp.issued() {
+        assert!(!log.contains(&token), "a token in the log");
+    }
+    // Two readers asked (walrelay and the Python one): walrelay once.
+    assert!(asked.len() <= 2, "{} token requests", asked.len());
+
+    // A wrong secret: check names the login flags; run stops before the
+    // slot moves past an event it cannot write.
+    let mut args = vec![
+        "--pg-url".to_string(),
+        stack.pg.url(),
+        "--kafka-brokers".to_string(),
+        stack.broker.brokers(),
+        "--value-format".to_string(),
+        "avro".to_string(),
+        "--schema-registry-url".to_string(),
+        registry.url(),
+    ];
+    args.extend(login("not-the-secret"));
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let credentials = support::check_entry(&doc, "registry.credentials");
+    assert_eq!(credentials["status"], "fail", "{out}");
+    let detail = credentials["detail"].as_str().unwrap();
+    assert!(detail.contains("invalid_client"), "{out}");
+    assert!(
+        credentials["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--schema-registry-oauth"),
+        "{out}"
+    );
+    assert!(!out.contains("not-the-secret"), "{out}");
+
+    let mut relay = stack.relay;
+    assert!(relay.terminate(WAIT).success());
+    let lsn = events("AvroRefused", 1).insert(&stack.client).await;
+    let mut wrong = vec!["--value-format", "avro", "--schema-registry-url"];
+    let url = registry.url();
+    wrong.push(&url);
+    let bad = login("not-the-secret");
+    wrong.extend(bad.iter().map(String::as_str));
+    let mut relay = support::Relay::start_with(&stack.pg, &stack.broker, &wrong);
+    let status = relay.wait(WAIT).expect("walrelay stops");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(log.contains("invalid_client"), "{log}");
+    assert!(!log.contains("not-the-secret"), "{log}");
     let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
     assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
 }

@@ -37,7 +37,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             out.push(Check::fail(
                 NAMES[1],
                 m,
-                "check --schema-registry-basic-auth-user-info or --schema-registry-bearer-token",
+                crate::registry::client::CREDENTIALS_FIX,
             ));
             out.extend(NAMES[2..].iter().map(|n| Check::skip(n, "needs a login")));
             return out;

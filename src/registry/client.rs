@@ -1,14 +1,17 @@
 //! The Confluent Schema Registry REST API, as Confluent's registry and
 //! Apicurio's `/apis/ccompat/v7` serve it: register, look up, the latest
 //! version, the compatibility check and level. Over `http`'s one client;
-//! the answer's status decides what kind of failure it is.
+//! the answer's status decides what kind of failure it is. Logged in with
+//! basic auth, a static bearer token, or client credentials (`login`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openssl::ssl::{SslConnector, SslMethod};
 use serde_json::{json, Value};
 
-use crate::http::{basic, Endpoint, Failure, Response};
+use super::login::ClientCredentials;
+use crate::http::{basic, Body, Endpoint, Failure, Response};
 
 /// One request's limit: a registry slower than this holds the events as
 /// one that does not answer.
@@ -24,6 +27,15 @@ pub enum Auth {
     /// `bearer.auth.token`: a static token (Confluent Cloud API keys go as
     /// Basic; OIDC tokens as Bearer).
     Bearer(String),
+    /// OAuth 2.0 client credentials (`bearer.auth.credentials.source=
+    /// OAUTHBEARER`): tokens from `token_url`, renewed as they expire
+    /// (`login`).
+    ClientCredentials {
+        token_url: String,
+        client_id: String,
+        client_secret: String,
+        scope: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for Auth {
@@ -32,9 +44,15 @@ impl std::fmt::Debug for Auth {
             Auth::None => "None",
             Auth::Basic(_) => "Basic(<redacted>)",
             Auth::Bearer(_) => "Bearer(<redacted>)",
+            Auth::ClientCredentials { .. } => "ClientCredentials(<redacted>)",
         })
     }
 }
+
+/// What fixes credentials the registry refuses.
+pub const CREDENTIALS_FIX: &str = "check --schema-registry-basic-auth-user-info, \
+                                   --schema-registry-bearer-token or the \
+                                   --schema-registry-oauth-* flags, and the rights on the subject";
 
 /// What fixes a URL that answers as no schema registry does.
 pub const URL_FIX: &str = "check --schema-registry-url: it must name the Confluent-compatible \
@@ -84,6 +102,9 @@ pub struct Client {
     endpoint: Endpoint,
     /// The URL without credentials, for messages.
     shown: String,
+    /// Where its bearer tokens come from, with client credentials; every
+    /// clone shares the token.
+    login: Option<Arc<ClientCredentials>>,
 }
 
 impl Client {
@@ -96,7 +117,9 @@ impl Client {
                 format!("--schema-registry-ca-file {ca:?} is not a readable PEM file: {e}")
             })?;
         }
-        let mut endpoint = Endpoint::parse(url, "--schema-registry-url", Some(tls.build()))?;
+        let tls = tls.build();
+        let mut endpoint = Endpoint::parse(url, "--schema-registry-url", Some(tls.clone()))?;
+        let mut login = None;
         endpoint = match auth {
             Auth::None => endpoint,
             Auth::Basic(info) => {
@@ -104,15 +127,32 @@ impl Client {
                 endpoint.with_authorization(basic(user, password))
             }
             Auth::Bearer(token) => endpoint.with_authorization(format!("Bearer {token}")),
+            Auth::ClientCredentials {
+                token_url,
+                client_id,
+                client_secret,
+                scope,
+            } => {
+                // The token endpoint trusts what the registry trusts.
+                let flag = "--schema-registry-oauth-token-url";
+                let token = Endpoint::parse(token_url, flag, Some(tls))?;
+                let shown = shown_url(token_url, &token);
+                login = Some(Arc::new(ClientCredentials::new(
+                    token,
+                    shown,
+                    client_id,
+                    client_secret,
+                    scope.clone(),
+                )));
+                endpoint
+            }
         };
-        let scheme = url.split_once("://").map_or("http", |(s, _)| s);
-        let shown = format!(
-            "{scheme}://{}:{}{}",
-            endpoint.host(),
-            endpoint.port(),
-            endpoint.path().trim_end_matches('/')
-        );
-        Ok(Client { endpoint, shown })
+        let shown = shown_url(url, &endpoint);
+        Ok(Client {
+            endpoint,
+            shown,
+            login,
+        })
     }
 
     /// The URL, without credentials.
@@ -190,10 +230,39 @@ impl Client {
             .unwrap_or_default())
     }
 
+    /// One request, logged in; with client credentials a token the
+    /// registry refuses is renewed once before the refusal counts.
     async fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Value, Trouble> {
+        let Some(login) = &self.login else {
+            let authorization = self.endpoint.authorization();
+            return self.call_as(method, path, body, authorization).await;
+        };
+        let token = login.token().await?;
+        let bearer = format!("Bearer {token}");
+        match self.call_as(method, path, body, Some(&bearer)).await {
+            Err(Trouble::Refused(_)) => {
+                login.forget(&token).await;
+                let bearer = format!("Bearer {}", login.token().await?);
+                self.call_as(method, path, body, Some(&bearer)).await
+            }
+            answer => answer,
+        }
+    }
+
+    async fn call_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Result<Value, Trouble> {
+        let body = body.map(|text| Body {
+            content_type: "application/json",
+            text,
+        });
         let response = self
             .endpoint
-            .request(method, path, body, TIMEOUT)
+            .exchange(method, path, body, authorization, TIMEOUT)
             .await
             .map_err(|e| {
                 Trouble::Unreachable(match e {
@@ -248,6 +317,18 @@ fn classify(url: &str, method: &str, path: &str, response: Response) -> Result<V
             what(status)
         ))),
     }
+}
+
+/// A URL as messages show it: scheme, host, port and path, without the
+/// user info a URL may carry.
+fn shown_url(url: &str, endpoint: &Endpoint) -> String {
+    let scheme = url.split_once("://").map_or("http", |(s, _)| s);
+    format!(
+        "{scheme}://{}:{}{}",
+        endpoint.host(),
+        endpoint.port(),
+        endpoint.path().trim_end_matches('/')
+    )
 }
 
 fn id_of(answer: &Value) -> Result<i32, Trouble> {
