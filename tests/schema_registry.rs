@@ -754,3 +754,67 @@ async fn a_registry_behind_oidc_is_used_with_client_credentials_and_a_wrong_secr
     let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
     assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
 }
+
+/// Columns placed in the envelope keep their Postgres values through Avro
+/// as a consumer in use decodes them: a numeric(10,2) as Avro's decimal
+/// logical type (confluent-kafka gives a Decimal), a timestamptz as
+/// Debezium's ZonedTimestamp string, a uuid as Debezium's Uuid string, a
+/// NULL as the union's null. The expected values are the rows' own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro() {
+    let registry = SchemaRegistry::start();
+    let sql = format!(
+        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
+         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
+        support::OUTBOX_SQL
+    );
+    let mut flags = avro_flags(&registry);
+    flags.extend(
+        [
+            "--fields-additional-placement",
+            "amount:envelope,placed_at:envelope,ref:envelope",
+            "--schema-topic-prefix",
+            "shop",
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let stack = Stack::start_on(&sql, &flags).await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
+               placed_at, ref) VALUES \
+             ('00000000-0000-0000-0000-00000000d001', 'order', 'o-1', 'AvroTypes', '{\"n\": 1}', \
+              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
+             ('00000000-0000-0000-0000-00000000d002', 'order', 'o-2', 'AvroTypes', '{\"n\": 2}', \
+              -0.05, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &registry.url(),
+        "outbox.event.AvroTypes",
+        2,
+        true,
+    );
+    let rows = read.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{read}");
+    let (first, second) = (&rows[0]["value"], &rows[1]["value"]);
+    assert_eq!(first["payload"], json!({"n": 1}), "{read}");
+    assert_eq!(first["amount"], "12.34", "a Decimal of scale 2: {read}");
+    assert_eq!(second["amount"], "-0.05", "{read}");
+    assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+    let placed = first["placed_at"].as_str().expect("a string");
+    let expected = humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap();
+    assert_eq!(
+        humantime::parse_rfc3339(placed).ok(),
+        Some(expected),
+        "the same instant, in UTC: {placed}"
+    );
+    assert!(
+        second["placed_at"].is_null() && second["ref"].is_null(),
+        "{read}"
+    );
+}
