@@ -8,13 +8,17 @@
 //! Setting names: Confluent's AbstractKafkaSchemaSerDeConfig
 //! (`schema.registry.url`, `basic.auth.credentials.source`,
 //! `basic.auth.user.info`, `bearer.auth.credentials.source`,
-//! `bearer.auth.token`, `auto.register.schemas`, `use.latest.version`,
+//! `bearer.auth.token`, `bearer.auth.issuer.endpoint.url`,
+//! `bearer.auth.client.id`, `bearer.auth.client.secret`,
+//! `bearer.auth.scope`, `auto.register.schemas`, `use.latest.version`,
 //! `key.subject.name.strategy`, `value.subject.name.strategy`,
 //! `schema.registry.ssl.truststore.location`) and Apicurio's SerdeConfig
 //! (`apicurio.registry.url`, `apicurio.registry.auto-register`,
 //! `apicurio.registry.artifact-resolver-strategy`,
 //! `apicurio.registry.as-confluent`, `apicurio.auth.username`,
-//! `apicurio.auth.password`, `apicurio.auth.service.url`).
+//! `apicurio.auth.password`, `apicurio.auth.service.url`,
+//! `apicurio.auth.service.token.endpoint`, `apicurio.auth.client.id`,
+//! `apicurio.auth.client.secret`).
 
 use std::collections::BTreeMap;
 
@@ -88,6 +92,19 @@ pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
     if value.use_latest {
         args.push(("--schema-registry-use-latest-version".into(), None));
     }
+    if let Some(oauth) = &value.oauth {
+        args.push((
+            "--schema-registry-oauth-token-url".into(),
+            Some(oauth.token_url.clone()),
+        ));
+        args.push((
+            "--schema-registry-oauth-client-id".into(),
+            Some(oauth.client_id.clone()),
+        ));
+        if let Some(scope) = &oauth.scope {
+            args.push(("--schema-registry-oauth-scope".into(), Some(scope.clone())));
+        }
+    }
     if let Some(mode) = config.get("schema.name.adjustment.mode") {
         let mode = mode.trim().to_ascii_lowercase();
         if mode == "avro" {
@@ -106,6 +123,8 @@ pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
 struct Side {
     side: &'static str,
     url: Option<String>,
+    /// Client credentials, carried but for the secret.
+    oauth: Option<OAuth>,
     strategy: Option<String>,
     auto_register: bool,
     use_latest: bool,
@@ -132,6 +151,7 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
     let mut out = Side {
         side,
         url: None,
+        oauth: None,
         strategy: None,
         auto_register: true,
         use_latest: false,
@@ -161,11 +181,32 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
                  WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=USER:PASSWORD"
             ));
         }
-        if get("bearer.auth.token").is_some() || get("bearer.auth.credentials.source").is_some() {
+        let bearer = get("bearer.auth.credentials.source").unwrap_or_default();
+        if bearer.eq_ignore_ascii_case("OAUTHBEARER") {
+            out.oauth = oauth(
+                get("bearer.auth.issuer.endpoint.url"),
+                get("bearer.auth.client.id"),
+                get("bearer.auth.client.secret").is_some(),
+                get("bearer.auth.scope"),
+                &format!("{prefix}bearer.auth"),
+                &mut notes,
+            );
+            for cloud in [
+                "bearer.auth.logical.cluster",
+                "bearer.auth.identity.pool.id",
+            ] {
+                if get(cloud).is_some() {
+                    notes.push(format!(
+                        "{prefix}{cloud}: walrelay sends no Confluent Cloud routing headers; \
+                         its registry URL must name the cluster"
+                    ));
+                }
+            }
+        } else if get("bearer.auth.token").is_some() || !bearer.is_empty() {
             notes.push(format!(
                 "{prefix}bearer.auth.*: export WALRELAY_SCHEMA_REGISTRY_BEARER_TOKEN with a \
-                 token; walrelay takes a static token and fetches none itself (OAUTHBEARER \
-                 client credentials are not carried)"
+                 token; walrelay takes a static token, or fetches its own with client \
+                 credentials (bearer.auth.credentials.source=OAUTHBEARER)"
             ));
         }
         if let Some(path) = get("schema.registry.ssl.truststore.location") {
@@ -263,24 +304,84 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
                  WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=USER:PASSWORD"
             ));
         }
-        if get("apicurio.auth.service.url").is_some() {
-            for key in [
-                "apicurio.auth.realm",
-                "apicurio.auth.client.id",
-                "apicurio.auth.client.secret",
-            ] {
-                let _ = get(key);
+        let token_endpoint = get("apicurio.auth.service.token.endpoint");
+        let service = get("apicurio.auth.service.url");
+        let realm = get("apicurio.auth.realm");
+        let client_id = get("apicurio.auth.client.id");
+        let secret = get("apicurio.auth.client.secret").is_some();
+        // SerdeConfig: the token endpoint, else the auth service's URL.
+        // A relative endpoint is the service's; with a realm and no
+        // endpoint, Keycloak's token endpoint is
+        // {service}/realms/{realm}/protocol/openid-connect/token.
+        let token_url = match (token_endpoint, &service, &realm) {
+            (Some(endpoint), Some(service), _) if endpoint.starts_with('/') => {
+                Some(format!("{}{endpoint}", service.trim_end_matches('/')))
             }
-            notes.push(format!(
-                "{prefix}apicurio.auth.service.url (OIDC client credentials): walrelay fetches \
-                 no token; export WALRELAY_SCHEMA_REGISTRY_BEARER_TOKEN with one from the \
-                 identity provider"
-            ));
+            (Some(endpoint), _, _) => Some(endpoint),
+            (None, Some(service), Some(realm)) => Some(format!(
+                "{}/realms/{realm}/protocol/openid-connect/token",
+                service.trim_end_matches('/')
+            )),
+            (None, Some(service), None) => {
+                notes.push(format!(
+                    "{prefix}apicurio.auth.service.url={service} names no token endpoint \
+                     (no apicurio.auth.service.token.endpoint or apicurio.auth.realm): pass \
+                     the identity provider's token URL as --schema-registry-oauth-token-url"
+                ));
+                None
+            }
+            (None, None, _) => None,
+        };
+        if token_url.is_some() || client_id.is_some() {
+            out.oauth = oauth(
+                token_url,
+                client_id,
+                secret,
+                None,
+                &format!("{prefix}apicurio.auth"),
+                &mut notes,
+            );
         }
     }
     out.used = used;
     out.notes = notes;
     out
+}
+
+/// A converter's client credentials, but for the secret.
+struct OAuth {
+    token_url: String,
+    client_id: String,
+    scope: Option<String>,
+}
+
+/// Client credentials when the token URL and client id are both given;
+/// notes for the secret, which is never printed, and for what is missing.
+fn oauth(
+    token_url: Option<String>,
+    client_id: Option<String>,
+    has_secret: bool,
+    scope: Option<String>,
+    settings: &str,
+    notes: &mut Vec<String>,
+) -> Option<OAuth> {
+    let (Some(token_url), Some(client_id)) = (token_url, client_id) else {
+        notes.push(format!(
+            "{settings}.*: client credentials need a token endpoint and a client id; pass \
+             --schema-registry-oauth-token-url and --schema-registry-oauth-client-id"
+        ));
+        return None;
+    };
+    notes.push(format!(
+        "{settings}: the client secret is not printed{}: export \
+         WALRELAY_SCHEMA_REGISTRY_OAUTH_CLIENT_SECRET from your secret store",
+        if has_secret { "" } else { " (none is set)" }
+    ));
+    Some(OAuth {
+        token_url,
+        client_id,
+        scope,
+    })
 }
 
 /// `--schema-registry-subject-strategy`'s value for a strategy class whose
@@ -351,6 +452,76 @@ mod tests {
             .iter()
             .any(|n| n.contains("WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO")));
         assert!(used.contains(&"value.converter.basic.auth.user.info".to_string()));
+    }
+
+    #[test]
+    fn oauthbearer_client_credentials_are_carried_but_for_the_secret() {
+        // Setting names: Confluent's SchemaRegistryClientConfig
+        // (bearer.auth.credentials.source=OAUTHBEARER,
+        // bearer.auth.issuer.endpoint.url, bearer.auth.client.id,
+        // bearer.auth.client.secret, bearer.auth.scope).
+        let Carried { args, notes, .. } = flags(&config(
+            "value.converter=io.confluent.connect.avro.AvroConverter\n\
+             value.converter.schema.registry.url=https://sr.example\n\
+             value.converter.bearer.auth.credentials.source=OAUTHBEARER\n\
+             value.converter.bearer.auth.issuer.endpoint.url=https://idp.example/oauth2/token\n\
+             value.converter.bearer.auth.client.id=connect\n\
+             value.converter.bearer.auth.client.secret=cl1ent-s3cret\n\
+             value.converter.bearer.auth.scope=schema_registry\n\
+             value.converter.bearer.auth.logical.cluster=lsrc-1\n",
+        ))
+        .unwrap();
+        let text = format!("{args:?}{notes:?}");
+        assert!(!text.contains("cl1ent-s3cret"), "{text}");
+        let flag = |name: &str| {
+            args.iter()
+                .find(|(f, _)| f == name)
+                .and_then(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            flag("--schema-registry-oauth-token-url").as_deref(),
+            Some("https://idp.example/oauth2/token")
+        );
+        assert_eq!(
+            flag("--schema-registry-oauth-client-id").as_deref(),
+            Some("connect")
+        );
+        assert_eq!(
+            flag("--schema-registry-oauth-scope").as_deref(),
+            Some("schema_registry")
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("WALRELAY_SCHEMA_REGISTRY_OAUTH_CLIENT_SECRET")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("logical.cluster")),
+            "{notes:?}"
+        );
+
+        // Apicurio's SerdeConfig: apicurio.auth.service.token.endpoint, or
+        // the auth service's URL and a Keycloak realm.
+        let Carried { args, notes, .. } = flags(&config(
+            "value.converter=io.apicurio.registry.utils.converter.AvroConverter\n\
+             value.converter.apicurio.registry.url=http://apicurio:8080/apis/registry/v2\n\
+             value.converter.apicurio.auth.service.url=http://keycloak:8080\n\
+             value.converter.apicurio.auth.realm=registry\n\
+             value.converter.apicurio.auth.client.id=connect\n\
+             value.converter.apicurio.auth.client.secret=cl1ent-s3cret\n",
+        ))
+        .unwrap();
+        let text = format!("{args:?}{notes:?}");
+        assert!(!text.contains("cl1ent-s3cret"), "{text}");
+        assert!(args.contains(&(
+            "--schema-registry-oauth-token-url".to_string(),
+            Some("http://keycloak:8080/realms/registry/protocol/openid-connect/token".to_string())
+        )));
+        assert!(args.contains(&(
+            "--schema-registry-oauth-client-id".to_string(),
+            Some("connect".to_string())
+        )));
     }
 
     #[test]

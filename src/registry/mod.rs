@@ -15,6 +15,7 @@
 pub mod avro;
 pub mod client;
 pub mod connect_schema;
+pub mod login;
 pub mod names;
 
 use std::collections::HashMap;
@@ -292,11 +293,11 @@ impl Serializer {
             Trouble::Unreachable(m) => Unwritten::Stop(Error::transient(format!(
                 "{m}; the events wait in the slot and walrelay tries again with backoff"
             ))),
-            Trouble::Refused(m) => {
-                let fix = "check --schema-registry-basic-auth-user-info or \
-                           --schema-registry-bearer-token, and the rights on the subject";
-                Unwritten::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
-            }
+            Trouble::Refused(m) => Unwritten::Stop(
+                Error::permanent(format!("{m}; {}", client::CREDENTIALS_FIX))
+                    .with_fix(client::CREDENTIALS_FIX),
+            ),
+            Trouble::NotARegistry(m) => Unwritten::Stop(Error::refusal(m, client::URL_FIX)),
             Trouble::Incompatible(m) => Unwritten::Poison(format!(
                 "the schema registry refuses the schema for subject {subject:?} as \
                  incompatible: {m}"

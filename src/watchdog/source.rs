@@ -99,7 +99,8 @@ impl SourceWatch {
                  restart walrelay (with --accept-outbox-change if the table is published again)",
                 problem.fix
             ))
-            .with_cause(StopCause::OutboxChanged));
+            .with_cause(StopCause::OutboxChanged)
+            .with_at_risk(from.0, Some(wal_now.0)));
         }
         metrics.set_publication_broken(false);
         if !accepted.outbox.is_empty() {

@@ -157,6 +157,22 @@ impl SlotState {
         }
     }
 
+    /// The position of [`Self::last_delivered`], when there is one.
+    pub fn delivered_lsn(&self) -> Option<Lsn> {
+        match (&self.delivered, &self.created) {
+            (Some(d), _) => Some(d.lsn),
+            (None, created) => created.as_ref().map(|(lsn, _)| *lsn),
+        }
+    }
+
+    /// The position of [`Self::last_verified`], when there is one.
+    pub fn verified_lsn(&self) -> Option<Lsn> {
+        match (&self.verified, &self.created) {
+            (Some((lsn, _)), _) => Some(*lsn),
+            (None, created) => created.as_ref().map(|(lsn, _)| *lsn),
+        }
+    }
+
     /// Where a change to the outbox tables would begin.
     pub fn last_verified(&self) -> String {
         match (&self.verified, &self.created) {
