@@ -15,7 +15,7 @@ use super::metrics::RetentionMetrics;
 use super::{
     ahead, check_before_start, partitions, rows, Books, Plan, Retained, RetentionSettings,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::postgres::lsn::Lsn;
 use crate::postgres::{setup, sql_error, PgTarget};
 
@@ -299,19 +299,63 @@ impl Postgres {
     }
 }
 
+/// How long opening retention's connection may take: a server that takes
+/// the connection but never answers its startup would otherwise hold
+/// retention forever, without a failed pass to count or a word in the log,
+/// while `walrelay_retention_oldest_row_age_seconds` froze.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Retention's connection, opened (and set up) when there is none.
 async fn connection<'a>(client: &'a mut Option<Client>, pg: &PgTarget) -> Result<&'a Client> {
     if client.is_none() {
-        let new = setup::connect(pg).await?;
-        new.batch_execute(&format!(
-            "SET application_name = 'walrelay retention'; \
-             SET statement_timeout = '{STATEMENT_TIMEOUT}'; \
-             SET lock_timeout = '{LOCK_TIMEOUT}'; \
-             SET idle_in_transaction_session_timeout = '60s'"
-        ))
-        .await
-        .map_err(|e| sql_error("cannot set up retention's connection", e))?;
+        let open = async {
+            let new = setup::connect(pg).await?;
+            new.batch_execute(&format!(
+                "SET application_name = 'walrelay retention'; \
+                 SET statement_timeout = '{STATEMENT_TIMEOUT}'; \
+                 SET lock_timeout = '{LOCK_TIMEOUT}'; \
+                 SET idle_in_transaction_session_timeout = '60s'"
+            ))
+            .await
+            .map_err(|e| sql_error("cannot set up retention's connection", e))?;
+            Ok::<_, Error>(new)
+        };
+        let new = tokio::time::timeout(CONNECT_TIMEOUT, open)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::transient(format!(
+                    "Postgres did not answer retention's connection within {CONNECT_TIMEOUT:?}"
+                )))
+            })?;
         *client = Some(new);
     }
     Ok(client.as_ref().expect("connected above"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that takes the connection and never answers its startup.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_answers_retentions_connection_fails_the_pass_after_30_s() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let (socket, _) = silent.accept().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(socket);
+        });
+        let pg = PgTarget::parse(&format!(
+            "postgres://walrelay@127.0.0.1:{port}/shop?sslmode=disable"
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let mut client = None;
+        let error = connection(&mut client, &pg).await.unwrap_err();
+        assert!(error.is_transient(), "{error:?}");
+        assert!(error.to_string().contains("did not answer"), "{error}");
+        assert_eq!(started.elapsed(), CONNECT_TIMEOUT);
+        held.abort();
+    }
 }
