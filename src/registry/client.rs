@@ -384,13 +384,20 @@ mod tests {
         assert!(missing.unwrap_err().contains("--schema-registry-ca-file"));
     }
 
-    #[test]
-    fn statuses_sort_failures_into_what_walrelay_does_about_them() {
-        let answer = |status, body: &str| Response {
+    /// What `classify` makes of an answer with this status and body.
+    fn kind(status: u16, body: &str) -> Trouble {
+        classify("u", "POST", "/p", answer(status, body)).unwrap_err()
+    }
+
+    fn answer(status: u16, body: &str) -> Response {
+        Response {
             status,
             body: body.as_bytes().to_vec(),
-        };
-        let kind = |status, body| classify("u", "POST", "/p", answer(status, body)).unwrap_err();
+        }
+    }
+
+    #[test]
+    fn statuses_sort_failures_into_what_walrelay_does_about_them() {
         let conflict = r#"{"error_code":409,"message":"incompatible"}"#;
         assert!(
             matches!(kind(409, conflict), Trouble::Incompatible(m) if m.contains("incompatible"))
@@ -413,11 +420,6 @@ mod tests {
 
     #[test]
     fn a_url_that_answers_as_no_registry_does_is_told_apart_from_a_missing_schema() {
-        let answer = |status, body: &str| Response {
-            status,
-            body: body.as_bytes().to_vec(),
-        };
-        let kind = |status, body| classify("u", "POST", "/p", answer(status, body)).unwrap_err();
         // Apicurio 3.3.3 asked without /apis/ccompat/v7 (curl, as above).
         let resteasy = r#"{"detail":"NotFoundException: RESTEASY003210: Could not find resource for full path: http://127.0.0.1:18181/subjects/s1/versions","title":"RESTEASY003210: Could not find resource for full path","status":404,"name":"NotFoundException"}"#;
         assert!(matches!(kind(404, resteasy), Trouble::NotARegistry(_)));
