@@ -736,6 +736,22 @@ async fn a_registry_behind_oidc_is_used_with_client_credentials_and_a_wrong_secr
         "{out}"
     );
     assert!(!out.contains("not-the-secret"), "{out}");
+    // A bearer token the registry itself refuses (HTTP 401) fails the
+    // same check, without the token in the output.
+    let mut refused = args[..8].to_vec();
+    refused.extend([
+        "--schema-registry-bearer-token".to_string(),
+        "not-a-token".to_string(),
+    ]);
+    let (ok, doc, out) = support::check_json(&refused);
+    assert!(!ok, "{out}");
+    let credentials = support::check_entry(&doc, "registry.credentials");
+    assert_eq!(credentials["status"], "fail", "{out}");
+    assert!(
+        credentials["detail"].as_str().unwrap().contains("401"),
+        "{out}"
+    );
+    assert!(!out.contains("not-a-token"), "{out}");
 
     let mut relay = stack.relay;
     assert!(relay.terminate(WAIT).success());

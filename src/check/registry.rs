@@ -8,7 +8,7 @@ use super::Check;
 use crate::config::Settings;
 use crate::outbox::schema::ConnectSchema;
 use crate::postgres::setup;
-use crate::registry::client::Trouble;
+use crate::registry::trouble::Trouble;
 use crate::registry::{Side, Unwritten};
 
 const NAMES: [&str; 4] = [

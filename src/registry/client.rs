@@ -11,6 +11,7 @@ use openssl::ssl::{SslConnector, SslMethod};
 use serde_json::{json, Value};
 
 use super::login::ClientCredentials;
+use super::trouble::Trouble;
 use crate::http::{basic, Body, Endpoint, Failure, Response};
 
 /// One request's limit: a registry slower than this holds the events as
@@ -58,43 +59,6 @@ pub const CREDENTIALS_FIX: &str = "check --schema-registry-basic-auth-user-info,
 pub const URL_FIX: &str = "check --schema-registry-url: it must name the Confluent-compatible \
                            API (Apicurio serves it at .../apis/ccompat/v7), and nothing between \
                            walrelay and the registry may answer in its place";
-
-/// What went wrong with a registry request. Only the answers that speak of
-/// one schema or subject (`Incompatible`, `NotFound`, `Rejected`) may be an
-/// event's own fault (the poison policy); every other one would be the
-/// same for every event, so the events wait or walrelay stops: a wrong URL
-/// must not dead-letter the whole stream.
-#[derive(Debug)]
-pub enum Trouble {
-    /// No answer, a 5xx or 429 (rate limited): hold the events and try again.
-    Unreachable(String),
-    /// 401/403: the credentials are refused.
-    Refused(String),
-    /// 409: the schema is incompatible with the subject's versions.
-    Incompatible(String),
-    /// 404 with a registry's error code for no such subject, version or
-    /// schema (40401, 40402, 40403).
-    NotFound(String),
-    /// 422 with a registry's error code (42201: an invalid schema).
-    Rejected(String),
-    /// An answer no schema registry gives: a 404 or 4xx without a
-    /// registry's error code, a success that is not the JSON asked for.
-    /// A URL that misses the API's path, or a proxy answering in its place.
-    NotARegistry(String),
-}
-
-impl std::fmt::Display for Trouble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Trouble::Unreachable(m)
-            | Trouble::Refused(m)
-            | Trouble::Incompatible(m)
-            | Trouble::NotFound(m)
-            | Trouble::Rejected(m)
-            | Trouble::NotARegistry(m) => f.write_str(m),
-        }
-    }
-}
 
 /// A schema registry at one URL.
 #[derive(Debug, Clone)]
@@ -384,13 +348,20 @@ mod tests {
         assert!(missing.unwrap_err().contains("--schema-registry-ca-file"));
     }
 
-    #[test]
-    fn statuses_sort_failures_into_what_walrelay_does_about_them() {
-        let answer = |status, body: &str| Response {
+    /// What `classify` makes of an answer with this status and body.
+    fn kind(status: u16, body: &str) -> Trouble {
+        classify("u", "POST", "/p", answer(status, body)).unwrap_err()
+    }
+
+    fn answer(status: u16, body: &str) -> Response {
+        Response {
             status,
             body: body.as_bytes().to_vec(),
-        };
-        let kind = |status, body| classify("u", "POST", "/p", answer(status, body)).unwrap_err();
+        }
+    }
+
+    #[test]
+    fn statuses_sort_failures_into_what_walrelay_does_about_them() {
         let conflict = r#"{"error_code":409,"message":"incompatible"}"#;
         assert!(
             matches!(kind(409, conflict), Trouble::Incompatible(m) if m.contains("incompatible"))
@@ -413,11 +384,6 @@ mod tests {
 
     #[test]
     fn a_url_that_answers_as_no_registry_does_is_told_apart_from_a_missing_schema() {
-        let answer = |status, body: &str| Response {
-            status,
-            body: body.as_bytes().to_vec(),
-        };
-        let kind = |status, body| classify("u", "POST", "/p", answer(status, body)).unwrap_err();
         // Apicurio 3.3.3 asked without /apis/ccompat/v7 (curl, as above).
         let resteasy = r#"{"detail":"NotFoundException: RESTEASY003210: Could not find resource for full path: http://127.0.0.1:18181/subjects/s1/versions","title":"RESTEASY003210: Could not find resource for full path","status":404,"name":"NotFoundException"}"#;
         assert!(matches!(kind(404, resteasy), Trouble::NotARegistry(_)));

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::client::Trouble;
+use super::trouble::Trouble;
 use crate::http::{basic, Body, Endpoint, Failure};
 use crate::percent;
 

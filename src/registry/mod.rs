@@ -17,6 +17,7 @@ pub mod client;
 pub mod connect_schema;
 pub mod login;
 pub mod names;
+pub mod trouble;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,9 +29,10 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::outbox::mapping::OutboxEvent;
-use client::{Auth, Client, Trouble};
+use client::{Auth, Client};
 use connect_schema::Connect;
 use names::NameAdjustment;
+use trouble::Trouble;
 
 /// How a subject is named (Confluent's `key.subject.name.strategy` /
 /// `value.subject.name.strategy`, io.confluent.kafka.serializers.subject).
