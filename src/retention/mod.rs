@@ -21,7 +21,9 @@
 //!   past L0,
 //!
 //! and only rows whose `created_at` is at or after the time walrelay
-//! recorded the slot's creation in its state table (the *floor*).
+//! recorded the slot's creation in its state table, or, later, the time a
+//! start last accepted an outbox change (`--accept-outbox-change`): the
+//! *floor*.
 //!
 //! Claim: every row visible in `S` that passes the floor has its event
 //! acknowledged by Kafka once (a) and (b) hold. Let the row's inserting
@@ -43,7 +45,11 @@
 //!    or after that time, so T inserted it after the consistent point and
 //!    committed after it. Rows from before the slot — a previous relay's,
 //!    the gap of a lost slot, the rows a first start's snapshot published —
-//!    are walrelay's to keep: it cannot know they were delivered.
+//!    are walrelay's to keep: it cannot know they were delivered. So are
+//!    the rows from before an accepted outbox change: those written while
+//!    the outbox was not published never reached the slot (step 3 fails
+//!    for them), and whether they were published again before the
+//!    acceptance, as the runbook says, nothing can tell.
 //! 3. *pgoutput sent the row.* By (b) the outbox was in the publication, as
 //!    accepted, at the session's start and at a position past L0; and the
 //!    guard, which retention requires (`guard_problem`), writes every change
@@ -172,8 +178,8 @@ impl Books<'_> {
             .peek(client, self.publication, self.slot)
             .await
         {
-            Ok(state) => match state.and_then(|s| s.created) {
-                Some((_, since)) => catalog::Floor::Since(since),
+            Ok(state) => match state.and_then(|s| s.retention_floor()) {
+                Some(since) => catalog::Floor::Since(since),
                 None => catalog::Floor::FirstStart,
             },
             Err(_) => catalog::Floor::Unknown,

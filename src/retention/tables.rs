@@ -243,7 +243,7 @@ impl Postgres {
         );
         let client = connection(&mut self.client, &self.target.pg).await?;
         let state = state_table.peek(client, &publication, &slot).await?;
-        let Some((_, created_at)) = state.and_then(|s| s.created) else {
+        let Some(created_at) = state.and_then(|s| s.retention_floor()) else {
             return Ok(None);
         };
         if !self.floor_told {
@@ -253,9 +253,10 @@ impl Postgres {
                 info!(
                     slot = %slot,
                     since = %created_at,
-                    "outbox retention keeps the rows from before walrelay first used the slot: \
-                     it cannot know their events were delivered; delete them yourself once \
-                     you know (docs/operations.md, \"Outbox retention\")"
+                    "outbox retention keeps the rows from before walrelay first used the slot \
+                     (or last accepted an outbox change): it cannot know their events were \
+                     delivered; delete them yourself once you know (docs/operations.md, \
+                     \"Outbox retention\")"
                 );
             }
             self.floor_told = true;

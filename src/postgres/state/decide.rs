@@ -178,6 +178,7 @@ mod tests {
             verified: Some((Lsn(0x200), "t1".into())),
             outbox,
             settings: Some(json!({"tables": ["public.outbox"], "route_by_field": "event_type"})),
+            kept_before: None,
         }
     }
 

@@ -167,6 +167,7 @@ mod tests {
             verified: None,
             outbox: Vec::new(),
             settings: None,
+            kept_before: None,
         };
         let error = missing_slot_error("orders", &state);
         let text = error.to_string();
