@@ -20,7 +20,9 @@
 #
 # With WALRELAY_APICURIO_TLS_CERT and WALRELAY_APICURIO_TLS_KEY (PEM files),
 # PORT serves HTTPS only (plain HTTP on a port Quarkus picks); the health
-# port MPORT stays plain HTTP.
+# port MPORT stays plain HTTP. With WALRELAY_APICURIO_OIDC_JWKS (a JWKS URL)
+# and WALRELAY_APICURIO_OIDC_ISSUER, every API call needs a bearer token
+# that key set signed for that issuer, as behind Keycloak.
 #
 # It needs Java 21 or newer: WALRELAY_JAVA21 names a java, else Temurin 25
 # at /usr/lib/jvm/temurin-25-jdk-amd64, else the java on PATH if it is 21+.
@@ -132,6 +134,15 @@ run() {
     listen=(-Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$port"
       -Dquarkus.http.ssl.certificate.files="$WALRELAY_APICURIO_TLS_CERT"
       -Dquarkus.http.ssl.certificate.key-files="$WALRELAY_APICURIO_TLS_KEY")
+  fi
+  # Every API call needs a bearer token its JWKS signed, as behind Keycloak
+  # (Quarkus OIDC as a service, without discovery).
+  if [ -n "${WALRELAY_APICURIO_OIDC_JWKS:-}" ]; then
+    listen+=(-Dquarkus.oidc.tenant-enabled=true -Dquarkus.oidc.application-type=service
+      -Dquarkus.oidc.auth-server-url="${WALRELAY_APICURIO_OIDC_JWKS%/*}"
+      -Dquarkus.oidc.discovery-enabled=false
+      -Dquarkus.oidc.jwks-path="$WALRELAY_APICURIO_OIDC_JWKS"
+      -Dquarkus.oidc.token.issuer="${WALRELAY_APICURIO_OIDC_ISSUER:-any}")
   fi
   # A small JVM beside Postgres and a broker on 2 cores.
   exec "$(java21)" -Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \

@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS "public"."walrelay_state" (
     outbox jsonb,
     settings jsonb,
     snapshot jsonb,
-    kafka_committed jsonb
+    kafka_committed jsonb,
+    outbox_accepted_at timestamptz
 );
 GRANT SELECT, INSERT, UPDATE ON "public"."walrelay_state" TO walrelay;

@@ -22,9 +22,11 @@ pub enum Kind {
 
 /// Why walrelay stopped for good where the data is at stake: a test, and
 /// anything that must act on the stop, reads the cause rather than the
-/// message. Each error that carries one names the LSN range at risk and
-/// the fix in its message. docs/delivery-guarantees.md lists them with the
-/// test that pins each.
+/// message. The exit code, the stop's log line, `/readyz`'s reason, the
+/// held gauges and `walrelay check`'s report all derive from it. Each
+/// error that carries one names the fix, and where events may be missing
+/// from Kafka the WAL range at risk ([`AtRisk`]).
+/// docs/delivery-guarantees.md lists them with the test that pins each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
     /// The slot walrelay streamed from no longer exists (`WalrelaySlotMissing`).
@@ -57,6 +59,18 @@ impl StopCause {
         )
     }
 
+    /// Whether events may be missing from Kafka: the slot or Kafka no
+    /// longer holds them all. The other stops keep theirs in the slot.
+    pub fn may_lose_events(self) -> bool {
+        matches!(
+            self,
+            StopCause::SlotMissing
+                | StopCause::SlotLost
+                | StopCause::OutboxChanged
+                | StopCause::KafkaLostCommit
+        )
+    }
+
     /// The name in the stop's log line (`cause=`).
     pub fn name(self) -> &'static str {
         match self {
@@ -86,10 +100,27 @@ impl StopCause {
     }
 }
 
+/// The WAL range whose events may be missing from Kafka after a stop: the
+/// events of the transactions that committed after `after`, up to
+/// `through` (`None`: up to now, or until the cause is mended). Positions
+/// are raw LSNs, which `postgres::lsn::Lsn` prints as Postgres does; this
+/// module sits below `postgres` and cannot name it.
+///
+/// A stop that keeps its events in the slot (a poison halt, a fence,
+/// another configuration on the slot) has none: the slot is not confirmed
+/// past them, so nothing is at risk, only delayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtRisk {
+    pub after: u64,
+    pub through: Option<u64>,
+}
+
 pub struct Error {
     kind: Kind,
     /// Set for the stops whose cause decides more than the exit.
     cause: Option<StopCause>,
+    /// Where events may be missing, for the stops that know it.
+    at_risk: Option<AtRisk>,
     message: String,
     /// What fixes it, apart from the message, for `walrelay check`'s `fix`.
     fix: Option<String>,
@@ -103,6 +134,7 @@ impl Error {
         Error {
             kind,
             cause: None,
+            at_risk: None,
             message: message.into(),
             fix: None,
             source: None,
@@ -148,6 +180,16 @@ impl Error {
 
     pub fn stop_cause(&self) -> Option<StopCause> {
         self.cause
+    }
+
+    /// The same error naming the WAL range whose events may be missing.
+    pub fn with_at_risk(mut self, after: u64, through: Option<u64>) -> Self {
+        self.at_risk = Some(AtRisk { after, through });
+        self
+    }
+
+    pub fn at_risk(&self) -> Option<AtRisk> {
+        self.at_risk
     }
 
     /// What fixes it, when the error knows.

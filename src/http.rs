@@ -47,6 +47,13 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// A request's body and its media type.
+#[derive(Clone, Copy)]
+pub struct Body<'a> {
+    pub content_type: &'a str,
+    pub text: &'a str,
+}
+
 /// An HTTP answer: the status and the body (de-chunked).
 #[derive(Debug)]
 pub struct Response {
@@ -148,20 +155,38 @@ impl Endpoint {
         body: Option<&str>,
         timeout: Duration,
     ) -> Result<Response, Failure> {
+        let body = body.map(|text| Body {
+            content_type: "application/json",
+            text,
+        });
+        let authorization = self.authorization.as_deref();
+        self.exchange(method, path, body, authorization, timeout)
+            .await
+    }
+
+    /// `request` with a body of any type, and `authorization` in place of
+    /// the endpoint's own (a token that changes: `registry::login`).
+    pub async fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Body<'_>>,
+        authorization: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Response, Failure> {
         let target = match (self.path.trim_end_matches('/'), path) {
             ("", "") => "/".to_string(),
             (base, path) => format!("{base}{path}"),
         };
-        let authorization = self
-            .authorization
-            .as_ref()
-            .map_or_else(String::new, |value| format!("Authorization: {value}\r\n"));
-        let body = body.unwrap_or("");
+        let authorization =
+            authorization.map_or_else(String::new, |value| format!("Authorization: {value}\r\n"));
+        let (content_type, body) =
+            body.map_or(("application/json", ""), |b| (b.content_type, b.text));
         let content = if body.is_empty() && method == "GET" {
             String::new()
         } else {
             format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
                 body.len()
             )
         };

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use walrelay::config::{Cli, Command};
+use walrelay::postgres::state::recovery::describe;
 use walrelay::{check, completions, lifecycle, logging, migrate, redrive, relay, status};
 
 // jemalloc and its options (src/allocator.rs).
@@ -81,7 +82,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => match e.stop_cause() {
             Some(cause) => {
-                error!(cause = cause.name(), "{}", e.report());
+                match e.at_risk() {
+                    Some(risk) => error!(
+                        cause = cause.name(),
+                        at_risk = %describe(risk),
+                        "{}",
+                        e.report()
+                    ),
+                    None => error!(cause = cause.name(), "{}", e.report()),
+                }
                 ExitCode::from(cause.exit_code())
             }
             None => {

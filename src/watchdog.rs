@@ -12,20 +12,22 @@ use tracing::{error, info, warn};
 
 use crate::error::Error;
 use crate::metrics::{Metrics, SlotFigures};
-use crate::postgres::setup;
-use crate::postgres::slot::{self, SlotReport};
+use crate::postgres::slot::SlotReport;
 use crate::postgres::state::recovery::lost_slot_error;
 
+mod reading;
 mod source;
 mod webhook;
 
+use reading::Readings;
 pub use source::Watched;
 
 /// How often a watchdog that cannot reach Postgres says so again.
 const BLIND_REPEAT: Duration = Duration::from_secs(60);
 
-/// The longest one check may wait for Postgres: a frozen backend must not
-/// hold the watchdog (and its guard against loss) forever.
+/// The longest one check may wait for Postgres, connecting included: a
+/// frozen backend must not hold the watchdog (and its guard against loss)
+/// forever.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A check's result, or a transient error if Postgres did not answer in time
@@ -275,6 +277,17 @@ pub fn assess(slot: &SlotReport, relay: &RelayView, s: &WatchdogSettings) -> Ass
 /// its last reading succeeded (`Metrics::forget_slot`).
 pub async fn run(
     watched: Watched,
+    settings: WatchdogSettings,
+    metrics: Metrics,
+    fatal: mpsc::Sender<Error>,
+) {
+    watch(reading::Postgres::new(watched), settings, metrics, fatal).await
+}
+
+/// The watchdog's loop over any readings: Postgres's (`run`), or scripted
+/// ones on paused time in the timer tests.
+async fn watch(
+    mut readings: impl Readings,
     mut settings: WatchdogSettings,
     metrics: Metrics,
     fatal: mpsc::Sender<Error>,
@@ -289,52 +302,45 @@ pub async fn run(
         settings.interval,
     );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut client = None;
     let mut level = Level::Ok;
     let mut last_acked = metrics.acked_total();
     let mut last_lag = None;
-    let mut source = source::SourceWatch::default();
-    let mut last_blind_warning: Option<std::time::Instant> = None;
-    let slot_name = watched.slot.clone();
+    // tokio's clock, so that the throttle runs on paused time in tests.
+    let mut last_blind_warning: Option<tokio::time::Instant> = None;
     loop {
         tick.tick().await;
-        if client
-            .as_ref()
-            .is_none_or(|c: &tokio_postgres::Client| c.is_closed())
-        {
-            match setup::connect(&watched.pg).await {
-                Ok(c) => {
-                    if last_blind_warning.take().is_some() {
-                        info!("watchdog connected to Postgres again; its checks resume");
-                    }
-                    client = Some(c)
-                }
-                Err(e) => {
-                    metrics.forget_slot();
-                    // Its checks (the slot, the publication) guard against
-                    // loss: being blind must not go unsaid, nor flood the log
-                    // while the relay's own session says more.
-                    let now = std::time::Instant::now();
-                    if last_blind_warning.is_none_or(|at| now.duration_since(at) >= BLIND_REPEAT) {
-                        last_blind_warning = Some(now);
-                        warn!(
-                            error = %e.report(),
-                            "watchdog cannot connect to Postgres: the slot and publication \
-                             checks wait until it can"
-                        );
-                    }
-                    continue;
+        // Bounded like every reading: a server that accepts the connection
+        // but never answers its startup would hold the watchdog forever,
+        // with the slot's last figures still served.
+        match answered(readings.connect()).await {
+            Ok(()) => {
+                if last_blind_warning.take().is_some() {
+                    info!("watchdog connected to Postgres again; its checks resume");
                 }
             }
+            Err(e) => {
+                metrics.forget_slot();
+                // Its checks (the slot, the publication) guard against
+                // loss: being blind must not go unsaid, nor flood the log
+                // while the relay's own session says more.
+                let now = tokio::time::Instant::now();
+                if last_blind_warning.is_none_or(|at| now.duration_since(at) >= BLIND_REPEAT) {
+                    last_blind_warning = Some(now);
+                    warn!(
+                        error = %e.report(),
+                        "watchdog cannot connect to Postgres: the slot and publication \
+                         checks wait until it can"
+                    );
+                }
+                continue;
+            }
         }
-        let c = client.as_ref().expect("connected above");
-        match answered(source.check_source(c, &watched, &metrics, settings.webhook.as_ref())).await
-        {
+        match answered(readings.check_source(&metrics, settings.webhook.as_ref())).await {
             Ok(()) => {}
             Err(e) if e.is_transient() => {
                 warn!(error = %e.report(), "watchdog cannot read the publication");
                 metrics.forget_slot();
-                client = None;
+                readings.disconnect();
                 continue;
             }
             Err(e) => {
@@ -344,22 +350,30 @@ pub async fn run(
                 return;
             }
         }
-        let report = match answered(slot::read(c, &slot_name)).await {
+        let report = match answered(readings.slot()).await {
             Ok(Some(report)) => {
-                source.slot_present(&watched, &metrics);
+                readings.slot_present(&metrics);
                 report
             }
             Ok(None) => {
                 metrics.forget_slot();
-                source
-                    .slot_absent(c, &watched, &metrics, settings.webhook.as_ref())
-                    .await;
+                // What the state table remembers of the slot: bounded too.
+                let record = async {
+                    readings
+                        .slot_absent(&metrics, settings.webhook.as_ref())
+                        .await;
+                    Ok(())
+                };
+                if let Err(e) = answered(record).await {
+                    warn!(error = %e.report(), "watchdog cannot read the slot's record");
+                    readings.disconnect();
+                }
                 continue;
             }
             Err(e) => {
                 warn!(error = %e.report(), "watchdog cannot read the slot");
                 metrics.forget_slot();
-                client = None;
+                readings.disconnect();
                 continue;
             }
         };
@@ -389,7 +403,7 @@ pub async fn run(
             level = assessment.level;
         }
         if assessment.lost {
-            let lost = lost_slot_error(&slot_name, report.confirmed_flush);
+            let lost = lost_slot_error(&report.name, report.confirmed_flush);
             let _ = fatal.send(lost).await;
             return;
         }
@@ -465,178 +479,4 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_slot_is_never_described_as_unlimited() {
-        let mut slot = slot(0);
-        slot.safe_wal_size = None;
-        slot.wal_keep_limit = Some(48 * 1024 * 1024);
-        slot.wal_status = Some("lost".into());
-        assert_eq!(safe_wal_text(&slot), "none: the slot is lost");
-        slot.wal_status = Some("unreserved".into());
-        assert_eq!(
-            safe_wal_text(&slot),
-            "none (max_slot_wal_keep_size = 48.0 MiB)"
-        );
-        slot.wal_keep_limit = None;
-        slot.wal_status = Some("reserved".into());
-        assert_eq!(
-            safe_wal_text(&slot),
-            "unlimited (max_slot_wal_keep_size = -1)"
-        );
-    }
-    use crate::postgres::lsn::Lsn;
-
-    fn settings() -> WatchdogSettings {
-        WatchdogSettings {
-            interval: Duration::from_secs(10),
-            lag_warn_bytes: 1000,
-            lag_critical_bytes: 10_000,
-            safe_wal_warn_ratio: 0.2,
-            stall_timeout: Duration::from_secs(60),
-            webhook: None,
-        }
-    }
-
-    fn slot(lag: i64) -> SlotReport {
-        SlotReport {
-            name: "walrelay".into(),
-            plugin: Some("pgoutput".into()),
-            slot_type: "logical".into(),
-            database: Some("app".into()),
-            in_this_database: true,
-            active: true,
-            active_pid: Some(1),
-            confirmed_flush: Some(Lsn(1)),
-            restart: Some(Lsn(1)),
-            wal_status: Some("reserved".into()),
-            safe_wal_size: None,
-            current_wal: Lsn(1),
-            lag_bytes: lag,
-            retained_bytes: lag,
-            wal_keep_limit: None,
-        }
-    }
-
-    fn healthy() -> RelayView {
-        RelayView {
-            streaming: true,
-            inflight_events: 0,
-            acked_since_last_check: 10,
-            confirm_age: Duration::ZERO,
-            kafka_silent_for: None,
-            lag_grew: false,
-        }
-    }
-
-    #[test]
-    fn small_lag_is_ok() {
-        let a = assess(&slot(10), &healthy(), &settings());
-        assert_eq!((a.level, a.cause), (Level::Ok, Cause::None));
-    }
-
-    #[test]
-    fn lag_thresholds_raise_warning_then_critical() {
-        let s = settings();
-        assert_eq!(assess(&slot(5_000), &healthy(), &s).level, Level::Warning);
-        assert_eq!(assess(&slot(20_000), &healthy(), &s).level, Level::Critical);
-    }
-
-    #[test]
-    fn pending_events_with_no_acks_point_at_the_broker() {
-        let view = RelayView {
-            inflight_events: 50,
-            acked_since_last_check: 0,
-            ..healthy()
-        };
-        assert_eq!(
-            assess(&slot(5_000), &view, &settings()).cause,
-            Cause::BrokerDown
-        );
-    }
-
-    #[test]
-    fn brokers_silent_past_the_stall_timeout_are_broker_down_with_nothing_pending() {
-        let silent = |secs| RelayView {
-            inflight_events: 0,
-            kafka_silent_for: Some(Duration::from_secs(secs)),
-            ..healthy()
-        };
-        let s = settings();
-        let early = assess(&slot(10), &silent(s.stall_timeout.as_secs() - 1), &s);
-        assert_eq!((early.level, early.cause), (Level::Ok, Cause::None));
-        let away = assess(&slot(10), &silent(s.stall_timeout.as_secs()), &s);
-        assert_eq!(
-            (away.level, away.cause),
-            (Level::Critical, Cause::BrokerDown)
-        );
-        assert!(
-            away.reasons[0].contains("no Kafka broker"),
-            "{:?}",
-            away.reasons
-        );
-    }
-
-    #[test]
-    fn pending_events_that_never_confirm_are_a_stall() {
-        let view = RelayView {
-            inflight_events: 5,
-            acked_since_last_check: 100,
-            confirm_age: Duration::from_secs(61),
-            ..healthy()
-        };
-        let a = assess(&slot(10), &view, &settings());
-        assert_eq!(
-            (a.level, a.cause, a.stalled),
-            (Level::Critical, Cause::Stall, true)
-        );
-    }
-
-    #[test]
-    fn growing_lag_with_progress_is_a_slow_consumer() {
-        let view = RelayView {
-            lag_grew: true,
-            ..healthy()
-        };
-        assert_eq!(
-            assess(&slot(5_000), &view, &settings()).cause,
-            Cause::SlowConsumer
-        );
-    }
-
-    #[test]
-    fn little_safe_wal_left_warns_and_unreserved_is_critical_and_lost_is_fatal() {
-        let mut report = slot(10);
-        report.wal_keep_limit = Some(1_000_000);
-        report.safe_wal_size = Some(100_000);
-        let a = assess(&report, &healthy(), &settings());
-        assert_eq!((a.level, a.cause), (Level::Warning, Cause::WalRetention));
-        report.wal_status = Some("unreserved".into());
-        assert_eq!(
-            assess(&report, &healthy(), &settings()).level,
-            Level::Critical
-        );
-        report.wal_status = Some("lost".into());
-        assert!(assess(&report, &healthy(), &settings()).lost);
-    }
-
-    #[test]
-    fn a_relay_that_is_not_streaming_is_named() {
-        let view = RelayView {
-            streaming: false,
-            ..healthy()
-        };
-        assert_eq!(
-            assess(&slot(5_000), &view, &settings()).cause,
-            Cause::NotStreaming
-        );
-    }
-
-    #[test]
-    fn bytes_are_shown_in_binary_units() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
-    }
-}
+mod tests;

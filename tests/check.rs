@@ -11,11 +11,17 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use serde_json::Value;
-use support::pg::{drop_slot, slots_and_publications};
+use support::pg::{confirmed_flush_lsn, drop_slot, lsn_number, slots_and_publications};
 use support::{check_entry as entry, free_port, Broker, Postgres, Relay};
 
 /// `walrelay check --json` with `run`'s connection flags: (success, report).
 fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
+    let (code, doc) = check_exit(pg_url, brokers, extra);
+    (code == 0, doc)
+}
+
+/// The same, with check's exit code.
+fn check_exit(pg_url: &str, brokers: &str, extra: &[&str]) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_walrelay"))
         .args([
             "check",
@@ -48,7 +54,7 @@ fn check(pg_url: &str, brokers: &str, extra: &[&str]) -> (bool, Value) {
             );
         }
     }
-    (out.status.success(), doc)
+    (out.status.code().expect("check exited by a signal"), doc)
 }
 
 /// Asserts a check's status, and that a failure or warning names `fix`
@@ -383,15 +389,37 @@ async fn check_refuses_a_remembered_slot_that_is_gone_as_run_does() {
     let mut relay = Relay::start(&pg, &broker);
     relay.wait_ready(Duration::from_secs(60));
     assert!(relay.terminate(Duration::from_secs(30)).success());
+    let confirmed = confirmed_flush_lsn(&client, "walrelay").await;
     drop_slot(&client, "walrelay").await;
 
-    let (ok, doc) = check(&pg.url(), &broker.brokers(), &[]);
-    assert!(!ok, "{doc:#}");
+    // check names the stop run would make, with run's exit code and the
+    // range at risk: after the last position recorded delivered.
+    let (code, doc) = check_exit(&pg.url(), &broker.brokers(), &[]);
+    assert_eq!(
+        code, 3,
+        "a missing slot is exit code 3, as for run: {doc:#}"
+    );
     assert_check(&doc, "postgres.state", "fail", "is missing");
     assert_check(&doc, "postgres.slot", "fail", "would not create it");
+    let stop = &entry(&doc, "postgres.state")["stop"];
+    assert_eq!(stop["cause"], "slot_missing", "{doc:#}");
+    assert_eq!(stop["exit_code"], 3, "{doc:#}");
+    assert_eq!(stop["events_may_be_missing"], true, "{doc:#}");
+    assert!(stop["at_risk"]["through"].is_null(), "up to now: {doc:#}");
+    let after = stop["at_risk"]["after"].as_str().expect("a position");
+    let after_lsn = lsn_number(after);
+    assert!(
+        after_lsn > 0 && after_lsn <= confirmed,
+        "the range at risk begins at a delivered position, at most the slot's ({confirmed:X}): {doc:#}"
+    );
     let mut relay = Relay::start(&pg, &broker);
     let log = relay.wait_for_missing_slot_refusal(Duration::from_secs(60));
     assert!(log.contains("is missing"), "{log}");
+    // run's last log line says the same range.
+    assert!(
+        log.contains(&format!("at_risk=after {after} up to now")),
+        "run's stop names the range check named ({after}):\n{log}"
+    );
 
     // With the flag both say a new slot, and both name the gap.
     let (ok, doc) = check(&pg.url(), &broker.brokers(), &["--recreate-missing-slot"]);

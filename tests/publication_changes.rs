@@ -266,6 +266,12 @@ fn assert_range_covers(log: &str, gap_from: u64) {
         from <= gap_from,
         "the range at risk starts after the gap: {log}"
     );
+    // The stop's last line carries it as data too (cause=, at_risk=).
+    let typed = lsn_after(log, "at_risk=after ");
+    assert!(
+        typed <= gap_from,
+        "the stop's range at risk starts after the gap: {log}"
+    );
 }
 
 /// The LSN printed right after `marker` in a log.
@@ -275,8 +281,7 @@ fn lsn_after(log: &str, marker: &str) -> u64 {
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .unwrap_or_else(|| panic!("no {marker:?} in the log:\n{log}"));
-    let (hi, lo) = text.split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+    support::pg::lsn_number(text)
 }
 
 /// sql/walrelay_guard.sql, installed as a DBA would before walrelay starts.
@@ -326,6 +331,10 @@ async fn a_publication_switched_off_and_on_between_two_checks_stops_a_guarded_wa
         "{at:X} not in {switch_from:X}..{switch_to:X}: {log}"
     );
     assert!(confirmed_flush_lsn(client, "walrelay").await <= at);
+    assert!(
+        lsn_after(&log, "at_risk=after ") <= at,
+        "the stop's range at risk covers the switch: {log}"
+    );
 
     // A restart without the flag stops at the same place.
     let mut again = Relay::start(&stack.pg, &stack.broker);

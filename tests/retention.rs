@@ -597,6 +597,60 @@ async fn rows_written_while_inserts_were_switched_off_are_never_deleted_by_guard
     assert!(log.contains("no longer publishes inserts"), "{log}");
 }
 
+/// An operator who accepts the change before publishing the hidden rows
+/// again (the runbook says to replay first) must not lose them to
+/// retention: they never reached Kafka, and from then on only the outbox
+/// holds them. Acceptance moves retention's floor to its own time; rows
+/// written after it are deleted as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_written_while_inserts_were_switched_off_survive_a_change_accepted_without_replay() {
+    let pg = Postgres::start();
+    let broker = Broker::start();
+    let client = pg.client_with_outbox().await;
+    let relay = relay(&pg, &broker, &[]);
+    let delivered = insert(&client, "Seen", 3).await;
+    all_in_kafka(&broker, &relay, "outbox.event.Seen", &delivered);
+    let hidden = switch_inserts_off_and_on(&client, "Hidden", 5).await;
+    let mut relay = relay;
+    relay.wait_for_held_stop(WAIT, "walrelay_publication_broken");
+
+    let accepted = Relay::start_with(
+        &pg,
+        &broker,
+        &[
+            "--retention",
+            RETENTION,
+            "--retention-interval",
+            "300ms",
+            "--watchdog-interval",
+            "500ms",
+            "--replication-timeout",
+            "2s",
+            "--accept-outbox-change",
+        ],
+    );
+    accepted.wait_ready(WAIT);
+    let after = insert(&client, "After", 3).await;
+    all_in_kafka(&broker, &accepted, "outbox.event.After", &after);
+    eventually(
+        WAIT,
+        "rows written after the acceptance to be deleted",
+        || async { (present(&client, &after).await == 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        present(&client, &hidden).await,
+        hidden.len(),
+        "retention deleted rows whose events never reached Kafka:\n{}",
+        accepted.log()
+    );
+    assert_eq!(
+        present(&client, &delivered).await,
+        delivered.len(),
+        "rows from before the acceptance are kept as rows from before the slot are"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_written_while_inserts_were_switched_off_stay_when_the_guard_was_removed_meanwhile() {
     let pg = Postgres::start();

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::oidc::{IdentityProvider, ISSUER};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
 use support::registry::{read_with_confluent_kafka, SchemaRegistry};
@@ -588,5 +589,248 @@ async fn a_registry_over_tls_is_used_with_its_ca_file_and_refused_without_it() {
     assert_eq!(
         relay.metric("walrelay_schema_registry_reachable"),
         Some(1.0)
+    );
+}
+
+/// A URL that misses the registry's API path answers every request with a
+/// 404 of its web server's own, not a registry's "subject not found": that
+/// is no event's fault, so walrelay stops naming the URL instead of
+/// dead-lettering the whole stream, and the event waits in the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_without_the_registrys_api_path_stops_walrelay_rather_than_dead_letter_every_event() {
+    let registry = SchemaRegistry::start();
+    let root = registry.url().replace("/apis/ccompat/v7", "");
+    let stack = Stack::start(&[
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        &root,
+        "--on-poison",
+        "dead-letter",
+    ])
+    .await;
+    let lsn = events("AvroNowhere", 2).insert(&stack.client).await;
+    let mut relay = stack.relay;
+    let status = relay.wait(WAIT).expect("walrelay stops");
+    assert_eq!(status.code(), Some(1), "log:\n{}", relay.log());
+    let log = relay.log();
+    assert!(log.contains("--schema-registry-url"), "{log}");
+    assert!(log.contains("/apis/ccompat/v7"), "{log}");
+    let dead = stack.broker.consumer();
+    assert!(
+        !dead.has_topic("walrelay.dead-letter"),
+        "events were dead-lettered for the URL's fault"
+    );
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
+}
+
+/// Apicurio behind an identity provider (Quarkus OIDC checking every call's
+/// bearer token against the provider's key set): walrelay logs in with
+/// client credentials, asks for a token once and reuses it, and what it
+/// writes is read by confluent-kafka's own OAUTHBEARER client against the
+/// same provider. A wrong secret fails `walrelay check`'s login check and
+/// stops `run` before the slot moves, without the secret in any output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_behind_oidc_is_used_with_client_credentials_and_a_wrong_secret_is_refused() {
+    const SECRET: &str = "registry-client-s3cret";
+    let idp = IdentityProvider::start("walrelay-registry", SECRET);
+    let registry = SchemaRegistry::start_oidc(&idp.jwks_url(), ISSUER);
+    // The set-up is real: without a token the registry refuses.
+    let (status, body) = registry.get("/subjects");
+    assert_eq!(status, 401, "{body}");
+
+    let login = |secret: &str| -> Vec<String> {
+        [
+            "--schema-registry-oauth-token-url",
+            &idp.token_url(),
+            "--schema-registry-oauth-client-id",
+            "walrelay-registry",
+            "--schema-registry-oauth-client-secret",
+            secret,
+            "--schema-registry-oauth-scope",
+            "schema_registry",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let good = login(SECRET);
+    let good: Vec<&str> = good.iter().map(String::as_str).collect();
+    let stack = stack_with(&registry, &good).await;
+    events("AvroOidc", 3)
+        .payload(r#"{"signed": true}"#)
+        .insert(&stack.client)
+        .await;
+    // confluent-kafka's SchemaRegistryClient fetches its own token from the
+    // same provider (bearer.auth.credentials.source=OAUTHBEARER).
+    let reader = json!({
+        "url": registry.url(),
+        "bearer.auth.credentials.source": "OAUTHBEARER",
+        "bearer.auth.issuer.endpoint.url": idp.token_url(),
+        "bearer.auth.client.id": "walrelay-registry",
+        "bearer.auth.client.secret": SECRET,
+        "bearer.auth.scope": "schema_registry",
+        "bearer.auth.logical.cluster": "lsrc-test",
+    });
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &reader.to_string(),
+        "outbox.event.AvroOidc",
+        3,
+        true,
+    );
+    assert_eq!(read.as_array().unwrap().len(), 3, "{read}");
+    assert!(read
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["value"] == json!({"signed": true})));
+    // RFC 6749 section 4.4 with section 2.3.1's Basic credentials; one
+    // token for walrelay's three events, its key and value subjects.
+    let asked: Vec<_> = idp
+        .requests()
+        .into_iter()
+        .filter(|r| r.form.get("scope").map(String::as_str) == Some("schema_registry"))
+        .collect();
+    assert!(!asked.is_empty());
+    for request in &asked {
+        assert_eq!(
+            request.credentials,
+            Some(("walrelay-registry".to_string(), SECRET.to_string()))
+        );
+        assert_eq!(request.form["grant_type"], "client_credentials");
+    }
+    let log = stack.relay.log();
+    assert!(!log.contains(SECRET), "{log}");
+    for token in idp.issued() {
+        assert!(!log.contains(&token), "a token in the log");
+    }
+    // Two readers asked (walrelay and the Python one): walrelay once.
+    assert!(asked.len() <= 2, "{} token requests", asked.len());
+
+    // A wrong secret: check names the login flags; run stops before the
+    // slot moves past an event it cannot write.
+    let mut args = vec![
+        "--pg-url".to_string(),
+        stack.pg.url(),
+        "--kafka-brokers".to_string(),
+        stack.broker.brokers(),
+        "--value-format".to_string(),
+        "avro".to_string(),
+        "--schema-registry-url".to_string(),
+        registry.url(),
+    ];
+    args.extend(login("not-the-secret"));
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let credentials = support::check_entry(&doc, "registry.credentials");
+    assert_eq!(credentials["status"], "fail", "{out}");
+    let detail = credentials["detail"].as_str().unwrap();
+    assert!(detail.contains("invalid_client"), "{out}");
+    assert!(
+        credentials["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--schema-registry-oauth"),
+        "{out}"
+    );
+    assert!(!out.contains("not-the-secret"), "{out}");
+    // A bearer token the registry itself refuses (HTTP 401) fails the
+    // same check, without the token in the output.
+    let mut refused = args[..8].to_vec();
+    refused.extend([
+        "--schema-registry-bearer-token".to_string(),
+        "not-a-token".to_string(),
+    ]);
+    let (ok, doc, out) = support::check_json(&refused);
+    assert!(!ok, "{out}");
+    let credentials = support::check_entry(&doc, "registry.credentials");
+    assert_eq!(credentials["status"], "fail", "{out}");
+    assert!(
+        credentials["detail"].as_str().unwrap().contains("401"),
+        "{out}"
+    );
+    assert!(!out.contains("not-a-token"), "{out}");
+
+    let mut relay = stack.relay;
+    assert!(relay.terminate(WAIT).success());
+    let lsn = events("AvroRefused", 1).insert(&stack.client).await;
+    let mut wrong = vec!["--value-format", "avro", "--schema-registry-url"];
+    let url = registry.url();
+    wrong.push(&url);
+    let bad = login("not-the-secret");
+    wrong.extend(bad.iter().map(String::as_str));
+    let mut relay = support::Relay::start_with(&stack.pg, &stack.broker, &wrong);
+    let status = relay.wait(WAIT).expect("walrelay stops");
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(log.contains("invalid_client"), "{log}");
+    assert!(!log.contains("not-the-secret"), "{log}");
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
+}
+
+/// Columns placed in the envelope keep their Postgres values through Avro
+/// as a consumer in use decodes them: a numeric(10,2) as Avro's decimal
+/// logical type (confluent-kafka gives a Decimal), a timestamptz as
+/// Debezium's ZonedTimestamp string, a uuid as Debezium's Uuid string, a
+/// NULL as the union's null. The expected values are the rows' own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro() {
+    let registry = SchemaRegistry::start();
+    let sql = format!(
+        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
+         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
+        support::OUTBOX_SQL
+    );
+    let mut flags = avro_flags(&registry);
+    flags.extend(
+        [
+            "--fields-additional-placement",
+            "amount:envelope,placed_at:envelope,ref:envelope",
+            "--schema-topic-prefix",
+            "shop",
+        ]
+        .map(String::from),
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let stack = Stack::start_on(&sql, &flags).await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
+               placed_at, ref) VALUES \
+             ('00000000-0000-0000-0000-00000000d001', 'order', 'o-1', 'AvroTypes', '{\"n\": 1}', \
+              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
+             ('00000000-0000-0000-0000-00000000d002', 'order', 'o-2', 'AvroTypes', '{\"n\": 2}', \
+              -0.05, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    let read = read_with_confluent_kafka(
+        &stack.broker.brokers(),
+        &registry.url(),
+        "outbox.event.AvroTypes",
+        2,
+        true,
+    );
+    let rows = read.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{read}");
+    let (first, second) = (&rows[0]["value"], &rows[1]["value"]);
+    assert_eq!(first["payload"], json!({"n": 1}), "{read}");
+    assert_eq!(first["amount"], "12.34", "a Decimal of scale 2: {read}");
+    assert_eq!(second["amount"], "-0.05", "{read}");
+    assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+    let placed = first["placed_at"].as_str().expect("a string");
+    let expected = humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap();
+    assert_eq!(
+        humantime::parse_rfc3339(placed).ok(),
+        Some(expected),
+        "the same instant, in UTC: {placed}"
+    );
+    assert!(
+        second["placed_at"].is_null() && second["ref"].is_null(),
+        "{read}"
     );
 }

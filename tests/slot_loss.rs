@@ -13,11 +13,6 @@ use support::{eventually, promtool, webhook, Broker, Postgres, Relay, Stack};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_flag() {
     let mut stack = Stack::start(&[]).await;
@@ -51,11 +46,21 @@ async fn a_slot_dropped_while_walrelay_was_down_is_not_recreated_without_the_fla
         .split("Events committed after LSN ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
-        .map(parse_lsn)
+        .map(support::pg::lsn_number)
         .unwrap_or_else(|| panic!("no LSN in the error; log:\n{log}"));
     assert!(
         delivered <= recorded && recorded <= stopped_at,
         "recorded {recorded:x} is not between {delivered:x} and {stopped_at:x}"
+    );
+    // The stop's last line carries the same range as data.
+    assert!(
+        log.contains("cause=\"slot_missing\"")
+            && log.contains(&format!(
+                "at_risk=after {:X}/{:X} up to now",
+                recorded >> 32,
+                recorded & 0xFFFF_FFFF
+            )),
+        "log:\n{log}"
     );
     let slot_exists = client
         .query_opt(

@@ -16,6 +16,7 @@ use rdkafka::types::RDKafkaRespErr;
 use super::Check;
 use crate::config::{OnPoison, Settings};
 use crate::kafka::client::LoginWatch;
+use crate::kafka::factory;
 use crate::kafka::login::LoginFailure;
 use crate::kafka::secrets;
 
@@ -26,7 +27,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     let mut config = settings.kafka.clone();
     // A metadata request for a topic must never create it.
     config.set("allow.auto.create.topics", "false");
-    let admin = match crate::kafka::factory::admin(&config) {
+    let admin = match factory::admin(&config) {
         Ok(admin) => admin,
         Err(e) => {
             out.push(Check::fail(
@@ -159,7 +160,7 @@ fn token_endpoint(config: &ClientConfig) -> Option<String> {
 /// errors reach no context) logs in at once to get its producer id.
 fn login_refusal(config: &ClientConfig) -> Option<(String, LoginFailure)> {
     let producer: BaseProducer<LoginWatch> =
-        config.create_with_context(LoginWatch::new(config)).ok()?;
+        factory::probe_producer(config, LoginWatch::new(config)).ok()?;
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         producer.poll(Duration::from_millis(100));
@@ -406,7 +407,7 @@ fn idempotent_write(config: &ClientConfig) -> Check {
     let mut config = config.clone();
     config.set("statistics.interval.ms", "100");
     let producer: BaseProducer<IdempotenceWatch> =
-        match config.create_with_context(IdempotenceWatch::default()) {
+        match factory::probe_producer(&config, IdempotenceWatch::default()) {
             Ok(p) => p,
             Err(e) => {
                 return Check::fail(

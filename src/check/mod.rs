@@ -14,8 +14,10 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::config::{CheckArgs, Command, Settings};
-use crate::error::{Error, Result};
+use crate::error::{AtRisk, Error, Result, StopCause};
 use crate::logging::Redactor;
+use crate::postgres::lsn::Lsn;
+use crate::postgres::state::recovery::describe;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -47,6 +49,9 @@ pub struct Check {
     pub detail: String,
     /// What to do about a failure or warning.
     pub fix: Option<String>,
+    /// The stop `run` would make on this failure, where events are at
+    /// stake: its cause (and so its exit code) and the range at risk.
+    pub stop: Option<(StopCause, Option<AtRisk>)>,
 }
 
 impl Check {
@@ -56,6 +61,7 @@ impl Check {
             status: Status::Pass,
             detail: detail.into(),
             fix: None,
+            stop: None,
         }
     }
 
@@ -65,6 +71,7 @@ impl Check {
             status: Status::Warn,
             detail: detail.into(),
             fix: Some(fix.into()),
+            stop: None,
         }
     }
 
@@ -74,6 +81,7 @@ impl Check {
             status: Status::Fail,
             detail: detail.into(),
             fix: Some(fix.into()),
+            stop: None,
         }
     }
 
@@ -83,6 +91,7 @@ impl Check {
             status: Status::Skip,
             detail: detail.into(),
             fix: None,
+            stop: None,
         }
     }
 
@@ -102,6 +111,7 @@ impl Check {
                         .to_string()
                 })
             }),
+            stop: error.stop_cause().map(|cause| (cause, error.at_risk())),
         }
     }
 }
@@ -128,6 +138,15 @@ pub async fn run(args: CheckArgs) -> Result<()> {
                 "status": c.status.name(),
                 "detail": c.detail,
                 "fix": c.fix,
+                "stop": c.stop.map(|(cause, risk)| json!({
+                    "cause": cause.name(),
+                    "exit_code": cause.exit_code(),
+                    "events_may_be_missing": cause.may_lose_events(),
+                    "at_risk": risk.map(|r| json!({
+                        "after": Lsn(r.after).to_string(),
+                        "through": r.through.map(|l| Lsn(l).to_string()),
+                    })),
+                })),
             })).collect::<Vec<_>>(),
         });
         crate::outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
@@ -135,9 +154,15 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         crate::output::write(format_args!("{}", render(&checks)));
     }
     if failed > 0 {
-        return Err(Error::permanent(format!(
+        let error = Error::permanent(format!(
             "{failed} pre-flight check(s) failed; each names its fix above"
-        )));
+        ));
+        // The first stop run would make decides the exit code, as it
+        // would decide run's.
+        return Err(match checks.iter().find_map(|c| c.stop) {
+            Some((cause, _)) => error.with_cause(cause),
+            None => error,
+        });
     }
     Ok(())
 }
@@ -154,6 +179,20 @@ fn render(checks: &[Check]) -> String {
         let _ = writeln!(out, "{mark}  {:<34} {}", c.name, c.detail);
         if let Some(fix) = &c.fix {
             let _ = writeln!(out, "      {:<34} fix: {fix}", "");
+        }
+        if let Some((cause, risk)) = c.stop {
+            let risk = match risk {
+                Some(r) => format!("events at risk: {}", describe(r)),
+                None if cause.may_lose_events() => "events at risk: range unknown".to_string(),
+                None => "no events at risk: the slot keeps them".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "      {:<34} run stops: cause {} (exit code {}); {risk}",
+                "",
+                cause.name(),
+                cause.exit_code()
+            );
         }
     }
     let count = |s| checks.iter().filter(|c| c.status == s).count();
@@ -186,5 +225,27 @@ mod tests {
         assert!(text.contains("FAIL  postgres.role"), "{text}");
         assert!(text.contains("fix: ALTER ROLE x REPLICATION;"), "{text}");
         assert!(text.contains("1 ok, 1 failing, 0 warnings, 0 skipped"));
+    }
+
+    #[test]
+    fn a_failure_run_would_stop_on_names_the_cause_its_exit_code_and_the_range_at_risk() {
+        let missing = Error::permanent("slot is missing")
+            .with_fix("recreate it")
+            .with_cause(StopCause::SlotMissing)
+            .with_at_risk(0x2000, None);
+        let lost = Error::permanent("slot is lost").with_cause(StopCause::SlotLost);
+        let poison = Error::permanent("cannot publish").with_cause(StopCause::Poison);
+        let text = render(&[
+            Check::from_error("postgres.state", &missing),
+            Check::from_error("postgres.slot", &lost),
+            Check::from_error("kafka.event", &poison),
+        ]);
+        for part in [
+            "run stops: cause slot_missing (exit code 3); events at risk: after 0/2000 up to now",
+            "run stops: cause slot_lost (exit code 3); events at risk: range unknown",
+            "run stops: cause poison (exit code 6); no events at risk: the slot keeps them",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from:\n{text}");
+        }
     }
 }

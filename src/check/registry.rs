@@ -8,7 +8,7 @@ use super::Check;
 use crate::config::Settings;
 use crate::outbox::schema::ConnectSchema;
 use crate::postgres::setup;
-use crate::registry::client::Trouble;
+use crate::registry::trouble::Trouble;
 use crate::registry::{Side, Unwritten};
 
 const NAMES: [&str; 4] = [
@@ -37,7 +37,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             out.push(Check::fail(
                 NAMES[1],
                 m,
-                "check --schema-registry-basic-auth-user-info or --schema-registry-bearer-token",
+                crate::registry::client::CREDENTIALS_FIX,
             ));
             out.extend(NAMES[2..].iter().map(|n| Check::skip(n, "needs a login")));
             return out;
@@ -46,8 +46,13 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             out.push(Check::fail(
                 NAMES[0],
                 e.to_string(),
-                "check --schema-registry-url (Apicurio serves the Confluent API at \
-                 .../apis/ccompat/v7), the network and --schema-registry-ca-file",
+                match e {
+                    Trouble::NotARegistry(_) => crate::registry::client::URL_FIX,
+                    _ => {
+                        "check --schema-registry-url (Apicurio serves the Confluent API at \
+                         .../apis/ccompat/v7), the network and --schema-registry-ca-file"
+                    }
+                },
             ));
             out.extend(
                 NAMES[1..]

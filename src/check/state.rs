@@ -55,10 +55,7 @@ pub async fn check(client: &Client, settings: &Settings) -> (Check, Option<SlotP
         settings.allowed,
     );
     match verdict {
-        Err(e) => (
-            Check::fail(NAME, e.to_string(), "follow the steps in the message above"),
-            None,
-        ),
+        Err(e) => (Check::from_error(NAME, &e), None),
         Ok(verdict) => {
             let mut detail = match &stored {
                 Some(s) if s.created.is_some() => format!(

@@ -38,6 +38,39 @@ pub struct SchemaRegistryArgs {
     )]
     pub schema_registry_bearer_token: Option<String>,
 
+    /// Log in with OAuth 2.0 client credentials: the identity provider's token endpoint (bearer.auth.issuer.endpoint.url with bearer.auth.credentials.source=OAUTHBEARER; Apicurio's apicurio.auth.service.token.endpoint). walrelay asks it for tokens and renews them before they expire.
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_OAUTH_TOKEN_URL",
+        value_name = "URL"
+    )]
+    pub schema_registry_oauth_token_url: Option<String>,
+
+    /// The client id for --schema-registry-oauth-token-url (bearer.auth.client.id).
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_OAUTH_CLIENT_ID",
+        value_name = "ID"
+    )]
+    pub schema_registry_oauth_client_id: Option<String>,
+
+    /// The client secret for --schema-registry-oauth-token-url (bearer.auth.client.secret).
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_OAUTH_CLIENT_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub schema_registry_oauth_client_secret: Option<String>,
+
+    /// The scope to ask the token endpoint for (bearer.auth.scope), if the identity provider needs one.
+    #[arg(
+        long,
+        env = "WALRELAY_SCHEMA_REGISTRY_OAUTH_SCOPE",
+        value_name = "SCOPE"
+    )]
+    pub schema_registry_oauth_scope: Option<String>,
+
     /// A PEM file of the certificate authorities to trust for an https:// registry (schema.registry.ssl.truststore); the system's otherwise.
     #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
     pub schema_registry_ca_file: Option<String>,
@@ -91,19 +124,7 @@ impl SchemaRegistryArgs {
                  registry: set --schema-registry-url (WALRELAY_SCHEMA_REGISTRY_URL)",
             ));
         };
-        let auth =
-            match (
-                &self.schema_registry_basic_auth_user_info,
-                &self.schema_registry_bearer_token,
-            ) {
-                (Some(_), Some(_)) => return Err(Error::permanent(
-                    "--schema-registry-basic-auth-user-info and --schema-registry-bearer-token \
-                     are two ways to log in: give one",
-                )),
-                (Some(info), None) => Auth::Basic(info.clone()),
-                (None, Some(token)) => Auth::Bearer(token.clone()),
-                (None, None) => Auth::None,
-            };
+        let auth = self.auth()?;
         if self.schema_registry_use_latest_version && self.schema_registry_auto_register {
             return Err(Error::permanent(
                 "--schema-registry-use-latest-version applies when walrelay registers \
@@ -121,6 +142,85 @@ impl SchemaRegistryArgs {
         }))
     }
 
+    /// How walrelay logs in: at most one of basic auth, a static token
+    /// and client credentials.
+    fn auth(&self) -> Result<Auth> {
+        let oauth = self.client_credentials()?;
+        let given = [
+            self.schema_registry_basic_auth_user_info
+                .as_ref()
+                .map(|_| "--schema-registry-basic-auth-user-info"),
+            self.schema_registry_bearer_token
+                .as_ref()
+                .map(|_| "--schema-registry-bearer-token"),
+            oauth.as_ref().map(|_| "--schema-registry-oauth-token-url"),
+        ];
+        let given: Vec<&str> = given.into_iter().flatten().collect();
+        if given.len() > 1 {
+            return Err(Error::permanent(format!(
+                "{} are {} ways to log in to the schema registry: give one",
+                given.join(" and "),
+                given.len()
+            )));
+        }
+        Ok(
+            match (
+                &self.schema_registry_basic_auth_user_info,
+                &self.schema_registry_bearer_token,
+                oauth,
+            ) {
+                (Some(info), _, _) => Auth::Basic(info.clone()),
+                (_, Some(token), _) => Auth::Bearer(token.clone()),
+                (_, _, Some(oauth)) => oauth,
+                (None, None, None) => Auth::None,
+            },
+        )
+    }
+
+    /// Client credentials, when the token URL is given with its client.
+    fn client_credentials(&self) -> Result<Option<Auth>> {
+        let Some(token_url) = self.schema_registry_oauth_token_url.clone() else {
+            let stray = [
+                (
+                    &self.schema_registry_oauth_client_id,
+                    "--schema-registry-oauth-client-id",
+                ),
+                (
+                    &self.schema_registry_oauth_client_secret,
+                    "--schema-registry-oauth-client-secret",
+                ),
+                (
+                    &self.schema_registry_oauth_scope,
+                    "--schema-registry-oauth-scope",
+                ),
+            ];
+            return match stray.iter().find(|(value, _)| value.is_some()) {
+                Some((_, flag)) => Err(Error::permanent(format!(
+                    "{flag} is used with --schema-registry-oauth-token-url, the identity \
+                     provider's token endpoint: set it too"
+                ))),
+                None => Ok(None),
+            };
+        };
+        let (Some(client_id), Some(client_secret)) = (
+            self.schema_registry_oauth_client_id.clone(),
+            self.schema_registry_oauth_client_secret.clone(),
+        ) else {
+            return Err(Error::permanent(
+                "--schema-registry-oauth-token-url needs the client to log in as: set \
+                 --schema-registry-oauth-client-id and --schema-registry-oauth-client-secret \
+                 (WALRELAY_SCHEMA_REGISTRY_OAUTH_CLIENT_SECRET keeps the secret out of the \
+                 command line)",
+            ));
+        };
+        Ok(Some(Auth::ClientCredentials {
+            token_url,
+            client_id,
+            client_secret,
+            scope: self.schema_registry_oauth_scope.clone(),
+        }))
+    }
+
     /// The secrets among these flags, for the logs to mask.
     pub fn secrets(&self) -> Vec<String> {
         let mut found = Vec::new();
@@ -129,7 +229,14 @@ impl SchemaRegistryArgs {
             found.push(password.to_string());
         }
         found.extend(self.schema_registry_bearer_token.clone());
-        if let Some(url) = &self.schema_registry_url {
+        found.extend(self.schema_registry_oauth_client_secret.clone());
+        for url in [
+            &self.schema_registry_url,
+            &self.schema_registry_oauth_token_url,
+        ]
+        .into_iter()
+        .flatten()
+        {
             found.extend(crate::percent::url_password(url));
         }
         found

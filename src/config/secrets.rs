@@ -145,8 +145,17 @@ mod tests {
             "svc:reg-s3cret",
             "--schema-registry-bearer-token",
             "tok-123",
+            "--schema-registry-oauth-client-secret",
+            "client-s3cret",
         ]);
-        assert_eq!(found, vec!["reg-s3cret".to_string(), "tok-123".to_string()]);
+        assert_eq!(
+            found,
+            vec![
+                "reg-s3cret".to_string(),
+                "tok-123".to_string(),
+                "client-s3cret".to_string()
+            ]
+        );
     }
 
     #[test]

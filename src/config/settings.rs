@@ -340,11 +340,16 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         .iter()
         .any(|p| matches!(p.target, Target::Envelope(_)));
     if with_schema(m.value_format) && envelope && !prefix_set {
-        return Err(Error::permanent(
-            "--value-format json-with-schema with an envelope placement names the envelope's \
+        let format = if m.value_format == Format::Avro {
+            "avro"
+        } else {
+            "json-with-schema"
+        };
+        return Err(Error::permanent(format!(
+            "--value-format {format} with an envelope placement names the envelope's \
              schema after Debezium's topic.prefix: set --schema-topic-prefix to the \
              connector's topic.prefix (database.server.name before Debezium 2.0)",
-        ));
+        )));
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Where every Kafka client walrelay makes comes from: the producers of
 //! `run`, `replay`, `redrive` and the snapshot, the consumers of the
 //! position topic, of `redrive` and of `audit`, and the admin clients of
-//! `run` and `check`. Each gets its properties the same way (`client` for
+//! `run` and `check`, and `check`'s probe producers. Each gets its properties the same way (`client` for
 //! a producer's, `consumer_config` for a consumer's), its login the same
 //! way (SASL, OIDC and Kerberos through librdkafka's properties; the MSK
 //! IAM token through `TokenContext` or `keep_admin_token`), and, when
@@ -14,7 +14,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaResult;
-use rdkafka::producer::ProducerContext;
+use rdkafka::producer::{BaseProducer, ProducerContext};
 
 use super::msk_iam::{keep_admin_token, TokenContext};
 use super::polled::{self, Polled};
@@ -62,6 +62,18 @@ pub fn producer<C: ProducerContext + 'static>(
     context: C,
 ) -> Result<Polled<C>> {
     polled::create(config, context).map_err(|e| client_refused("the Kafka producer", &e, config))
+}
+
+/// A producer its caller polls, or librdkafka's own error, for a probe
+/// that words it in a report (`check`'s login and idempotence probes).
+/// `context` watches what the probe looks for; it must answer the MSK IAM
+/// token hook as `TokenContext` does (`msk_iam::oauth_token_hook!`), or
+/// the probe would not log in as `run` does.
+pub fn probe_producer<C: ProducerContext>(
+    config: &ClientConfig,
+    context: C,
+) -> KafkaResult<BaseProducer<C>> {
+    config.create_with_context(context)
 }
 
 /// An admin client with walrelay's properties and login, or librdkafka's

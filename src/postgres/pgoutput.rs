@@ -127,29 +127,7 @@ pub fn decode(data: Bytes) -> Result<LogicalMessage> {
             commit_lsn: r.lsn()?,
             name: r.string("origin name")?,
         },
-        b'R' => {
-            let oid = r.u32("relation oid")?;
-            let namespace = r.string("namespace")?;
-            let name = r.string("relation name")?;
-            let replica_identity = r.u8("replica identity")?;
-            let count = r.count("column count", 10)?;
-            let mut columns = Vec::with_capacity(count);
-            for _ in 0..count {
-                columns.push(Column {
-                    is_key: r.u8("column flags")? & 1 == 1,
-                    name: r.string("column name")?,
-                    type_oid: r.u32("column type")?,
-                    type_modifier: r.u32("column type modifier")? as i32,
-                });
-            }
-            LogicalMessage::Relation(Relation {
-                oid,
-                namespace,
-                name,
-                replica_identity,
-                columns,
-            })
-        }
+        b'R' => LogicalMessage::Relation(r.relation()?),
         b'Y' => LogicalMessage::Type {
             oid: r.u32("type oid")?,
             namespace: r.string("type namespace")?,
@@ -199,18 +177,7 @@ pub fn decode(data: Bytes) -> Result<LogicalMessage> {
                 .collect::<Result<_>>()?;
             LogicalMessage::Truncate { relations }
         }
-        b'M' => {
-            let transactional = r.u8("message flags")? & 1 == 1;
-            let lsn = r.lsn()?;
-            let prefix = r.string("message prefix")?;
-            let len = r.len32("message content length")?;
-            LogicalMessage::Message(EmittedMessage {
-                transactional,
-                lsn,
-                prefix,
-                content: r.take(len, "message content")?,
-            })
-        }
+        b'M' => LogicalMessage::Message(r.emitted_message()?),
         other => {
             // Streaming and two-phase messages only appear with protocol 2 and
             // later, which walrelay never asks for. Skipping an unknown message
@@ -323,6 +290,45 @@ impl Reader {
         let raw = self.0.split_to(end);
         self.0.advance(1);
         String::from_utf8(raw.to_vec()).map_err(|_| DecodeError(format!("{what} is not UTF-8")))
+    }
+
+    /// A Relation message after its tag: the table and its columns.
+    fn relation(&mut self) -> Result<Relation> {
+        let oid = self.u32("relation oid")?;
+        let namespace = self.string("namespace")?;
+        let name = self.string("relation name")?;
+        let replica_identity = self.u8("replica identity")?;
+        let count = self.count("column count", 10)?;
+        let mut columns = Vec::with_capacity(count);
+        for _ in 0..count {
+            columns.push(Column {
+                is_key: self.u8("column flags")? & 1 == 1,
+                name: self.string("column name")?,
+                type_oid: self.u32("column type")?,
+                type_modifier: self.u32("column type modifier")? as i32,
+            });
+        }
+        Ok(Relation {
+            oid,
+            namespace,
+            name,
+            replica_identity,
+            columns,
+        })
+    }
+
+    /// A Message message (`pg_logical_emit_message`) after its tag.
+    fn emitted_message(&mut self) -> Result<EmittedMessage> {
+        let transactional = self.u8("message flags")? & 1 == 1;
+        let lsn = self.lsn()?;
+        let prefix = self.string("message prefix")?;
+        let len = self.len32("message content length")?;
+        Ok(EmittedMessage {
+            transactional,
+            lsn,
+            prefix,
+            content: self.take(len, "message content")?,
+        })
     }
 
     fn tuple(&mut self) -> Result<Tuple> {

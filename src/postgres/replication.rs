@@ -167,11 +167,11 @@ pub struct SystemInfo {
     pub flushed: Lsn,
 }
 
-/// Opens a replication connection to the server `--pg-url` picks.
+/// Opens a replication connection to the server `--pg-url` picks, within
+/// the same start-up limit as an SQL connection (`setup::startup_timeout`).
 pub async fn connect(target: &PgTarget) -> Result<ReplicationConnection> {
-    Ok(ReplicationConnection {
-        conn: WireConnection::connect(target).await?,
-    })
+    let conn = super::setup::within_startup(target, WireConnection::connect(target)).await?;
+    Ok(ReplicationConnection { conn })
 }
 
 impl ReplicationConnection {

@@ -3,6 +3,8 @@
 //! The order matters: the publication must exist before the slot, because
 //! pgoutput reads publication membership as of each decoded WAL position.
 
+use std::time::Duration;
+
 use tokio_postgres::{Client, NoTls};
 use tracing::{error, info, warn};
 
@@ -14,11 +16,48 @@ use super::{describe_target, server_version, sql_error, PgTarget};
 use crate::error::{Error, Result};
 
 /// How long dropping a slot a failed start created may take.
-const DROP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const DROP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long opening a connection may take in all: each host's TCP connect
+/// (`connect_timeout`, 10 s by default, as `socket::open` waits), then 30 s
+/// for TLS, the login and the server's start-up. tokio-postgres bounds the
+/// TCP connect only: a server (or a proxy) that takes the connection and
+/// never answers would hold the caller forever, without a word.
+pub fn startup_timeout(target: &PgTarget) -> Duration {
+    let per_host = target
+        .config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(Duration::from_secs(10));
+    let hosts = target.config.get_hosts().len().max(1) as u32;
+    per_host * hosts + Duration::from_secs(30)
+}
+
+/// `opening` (a connection to `target`), or a transient error once it has
+/// taken longer than `startup_timeout`.
+pub async fn within_startup<T>(
+    target: &PgTarget,
+    opening: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let limit = startup_timeout(target);
+    tokio::time::timeout(limit, opening)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::transient(format!(
+                "Postgres at {} took the connection but did not finish its start-up within \
+                 {limit:?}",
+                describe_target(&target.config)
+            )))
+        })
+}
 
 /// An ordinary SQL connection, logged in as `--pg-auth` says (a fresh IAM
-/// token for each connection).
+/// token for each connection), within `startup_timeout`.
 pub async fn connect(target: &PgTarget) -> Result<Client> {
+    within_startup(target, open(target)).await
+}
+
+async fn open(target: &PgTarget) -> Result<Client> {
     let config = super::auth::login_config(target).await?;
     let failed = |e: tokio_postgres::Error| {
         // tokio-postgres says so in the error's source.
@@ -353,4 +392,49 @@ pub async fn existing_slot(client: &Client, slot: &str) -> Result<Option<Lsn>> {
     }
     info!(slot, confirmed_flush_lsn = %confirmed, "reusing replication slot");
     Ok(Some(confirmed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port that takes connections and never says a word.
+    async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut sockets = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                sockets.push(socket);
+            }
+        });
+        (port, held)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_takes_the_connection_and_never_answers_is_given_up_on() {
+        let (port, held) = silent_server().await;
+        let target = PgTarget::parse(&format!(
+            "postgres://walrelay@127.0.0.1:{port}/shop?sslmode=disable&connect_timeout=5"
+        ))
+        .unwrap();
+        assert_eq!(startup_timeout(&target), Duration::from_secs(35));
+        let started = tokio::time::Instant::now();
+        let error = connect(&target).await.unwrap_err();
+        assert!(error.is_transient(), "{error:?}");
+        assert!(
+            error.to_string().contains("did not finish its start-up"),
+            "{error}"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(35));
+        // The replication connection has the same limit.
+        let started = tokio::time::Instant::now();
+        let error = crate::postgres::replication::connect(&target)
+            .await
+            .err()
+            .expect("no connection");
+        assert!(error.is_transient(), "{error:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(35));
+        held.abort();
+    }
 }

@@ -1,14 +1,18 @@
 //! The Confluent Schema Registry REST API, as Confluent's registry and
 //! Apicurio's `/apis/ccompat/v7` serve it: register, look up, the latest
 //! version, the compatibility check and level. Over `http`'s one client;
-//! the answer's status decides what kind of failure it is.
+//! the answer's status decides what kind of failure it is. Logged in with
+//! basic auth, a static bearer token, or client credentials (`login`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openssl::ssl::{SslConnector, SslMethod};
 use serde_json::{json, Value};
 
-use crate::http::{basic, Endpoint, Failure, Response};
+use super::login::ClientCredentials;
+use super::trouble::Trouble;
+use crate::http::{basic, Body, Endpoint, Failure, Response};
 
 /// One request's limit: a registry slower than this holds the events as
 /// one that does not answer.
@@ -24,6 +28,15 @@ pub enum Auth {
     /// `bearer.auth.token`: a static token (Confluent Cloud API keys go as
     /// Basic; OIDC tokens as Bearer).
     Bearer(String),
+    /// OAuth 2.0 client credentials (`bearer.auth.credentials.source=
+    /// OAUTHBEARER`): tokens from `token_url`, renewed as they expire
+    /// (`login`).
+    ClientCredentials {
+        token_url: String,
+        client_id: String,
+        client_secret: String,
+        scope: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for Auth {
@@ -32,36 +45,20 @@ impl std::fmt::Debug for Auth {
             Auth::None => "None",
             Auth::Basic(_) => "Basic(<redacted>)",
             Auth::Bearer(_) => "Bearer(<redacted>)",
+            Auth::ClientCredentials { .. } => "ClientCredentials(<redacted>)",
         })
     }
 }
 
-/// What went wrong with a registry request.
-#[derive(Debug)]
-pub enum Trouble {
-    /// No answer, or a 5xx: hold the events and try again.
-    Unreachable(String),
-    /// 401/403: the credentials are refused.
-    Refused(String),
-    /// 409: the schema is incompatible with the subject's versions.
-    Incompatible(String),
-    /// 404: no such subject or version.
-    NotFound(String),
-    /// Any other answer (422, an unexpected body).
-    Rejected(String),
-}
+/// What fixes credentials the registry refuses.
+pub const CREDENTIALS_FIX: &str = "check --schema-registry-basic-auth-user-info, \
+                                   --schema-registry-bearer-token or the \
+                                   --schema-registry-oauth-* flags, and the rights on the subject";
 
-impl std::fmt::Display for Trouble {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Trouble::Unreachable(m)
-            | Trouble::Refused(m)
-            | Trouble::Incompatible(m)
-            | Trouble::NotFound(m)
-            | Trouble::Rejected(m) => f.write_str(m),
-        }
-    }
-}
+/// What fixes a URL that answers as no schema registry does.
+pub const URL_FIX: &str = "check --schema-registry-url: it must name the Confluent-compatible \
+                           API (Apicurio serves it at .../apis/ccompat/v7), and nothing between \
+                           walrelay and the registry may answer in its place";
 
 /// A schema registry at one URL.
 #[derive(Debug, Clone)]
@@ -69,6 +66,9 @@ pub struct Client {
     endpoint: Endpoint,
     /// The URL without credentials, for messages.
     shown: String,
+    /// Where its bearer tokens come from, with client credentials; every
+    /// clone shares the token.
+    login: Option<Arc<ClientCredentials>>,
 }
 
 impl Client {
@@ -81,7 +81,9 @@ impl Client {
                 format!("--schema-registry-ca-file {ca:?} is not a readable PEM file: {e}")
             })?;
         }
-        let mut endpoint = Endpoint::parse(url, "--schema-registry-url", Some(tls.build()))?;
+        let tls = tls.build();
+        let mut endpoint = Endpoint::parse(url, "--schema-registry-url", Some(tls.clone()))?;
+        let mut login = None;
         endpoint = match auth {
             Auth::None => endpoint,
             Auth::Basic(info) => {
@@ -89,15 +91,32 @@ impl Client {
                 endpoint.with_authorization(basic(user, password))
             }
             Auth::Bearer(token) => endpoint.with_authorization(format!("Bearer {token}")),
+            Auth::ClientCredentials {
+                token_url,
+                client_id,
+                client_secret,
+                scope,
+            } => {
+                // The token endpoint trusts what the registry trusts.
+                let flag = "--schema-registry-oauth-token-url";
+                let token = Endpoint::parse(token_url, flag, Some(tls))?;
+                let shown = shown_url(token_url, &token);
+                login = Some(Arc::new(ClientCredentials::new(
+                    token,
+                    shown,
+                    client_id,
+                    client_secret,
+                    scope.clone(),
+                )));
+                endpoint
+            }
         };
-        let scheme = url.split_once("://").map_or("http", |(s, _)| s);
-        let shown = format!(
-            "{scheme}://{}:{}{}",
-            endpoint.host(),
-            endpoint.port(),
-            endpoint.path().trim_end_matches('/')
-        );
-        Ok(Client { endpoint, shown })
+        let shown = shown_url(url, &endpoint);
+        Ok(Client {
+            endpoint,
+            shown,
+            login,
+        })
     }
 
     /// The URL, without credentials.
@@ -175,10 +194,39 @@ impl Client {
             .unwrap_or_default())
     }
 
+    /// One request, logged in; with client credentials a token the
+    /// registry refuses is renewed once before the refusal counts.
     async fn call(&self, method: &str, path: &str, body: Option<&str>) -> Result<Value, Trouble> {
+        let Some(login) = &self.login else {
+            let authorization = self.endpoint.authorization();
+            return self.call_as(method, path, body, authorization).await;
+        };
+        let token = login.token().await?;
+        let bearer = format!("Bearer {token}");
+        match self.call_as(method, path, body, Some(&bearer)).await {
+            Err(Trouble::Refused(_)) => {
+                login.forget(&token).await;
+                let bearer = format!("Bearer {}", login.token().await?);
+                self.call_as(method, path, body, Some(&bearer)).await
+            }
+            answer => answer,
+        }
+    }
+
+    async fn call_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Result<Value, Trouble> {
+        let body = body.map(|text| Body {
+            content_type: "application/json",
+            text,
+        });
         let response = self
             .endpoint
-            .request(method, path, body, TIMEOUT)
+            .exchange(method, path, body, authorization, TIMEOUT)
             .await
             .map_err(|e| {
                 Trouble::Unreachable(match e {
@@ -195,11 +243,17 @@ impl Client {
     }
 }
 
-/// The answer's JSON, or the kind of failure its status says.
+/// The answer's JSON, or the kind of failure its status and the
+/// registry's `error_code` say. The codes are Confluent's API reference's
+/// (docs.confluent.io, "Lookup schema under subject": "Error code 40401
+/// indicates subject not found. Error code 40403 indicates schema not
+/// found"; "Register schema under a subject": "Error code 42201 indicates
+/// an invalid schema"); Apicurio's ccompat API answers with the same.
 fn classify(url: &str, method: &str, path: &str, response: Response) -> Result<Value, Trouble> {
     let text = response.text();
+    let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let code = body["error_code"].as_i64();
     let said = || {
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         body["message"]
             .as_str()
             .map_or_else(|| text.chars().take(300).collect(), str::to_string)
@@ -211,21 +265,43 @@ fn classify(url: &str, method: &str, path: &str, response: Response) -> Result<V
         )
     };
     match response.status {
-        200..=299 => serde_json::from_str(&text)
-            .map_err(|_| Trouble::Rejected(format!("{url} answered {method} {path} with no JSON"))),
+        200..=299 => serde_json::from_str(&text).map_err(|_| {
+            Trouble::NotARegistry(format!(
+                "{url} answered {method} {path} with no JSON, as no schema registry does: {}",
+                said()
+            ))
+        }),
         401 | 403 => Err(Trouble::Refused(what(response.status))),
-        404 => Err(Trouble::NotFound(what(404))),
+        404 if matches!(code, Some(40401..=40403)) => Err(Trouble::NotFound(what(404))),
         409 => Err(Trouble::Incompatible(what(409))),
-        500..=599 => Err(Trouble::Unreachable(what(response.status))),
-        status => Err(Trouble::Rejected(what(status))),
+        422 if code.is_some_and(|c| c / 100 == 422) => Err(Trouble::Rejected(what(422))),
+        429 | 500..=599 => Err(Trouble::Unreachable(what(response.status))),
+        status => Err(Trouble::NotARegistry(format!(
+            "{}, without a schema registry's error code",
+            what(status)
+        ))),
     }
+}
+
+/// A URL as messages show it: scheme, host, port and path, without the
+/// user info a URL may carry.
+fn shown_url(url: &str, endpoint: &Endpoint) -> String {
+    let scheme = url.split_once("://").map_or("http", |(s, _)| s);
+    format!(
+        "{scheme}://{}:{}{}",
+        endpoint.host(),
+        endpoint.port(),
+        endpoint.path().trim_end_matches('/')
+    )
 }
 
 fn id_of(answer: &Value) -> Result<i32, Trouble> {
     answer["id"]
         .as_i64()
         .and_then(|id| i32::try_from(id).ok())
-        .ok_or_else(|| Trouble::Rejected(format!("the registry answered without an id: {answer}")))
+        .ok_or_else(|| {
+            Trouble::NotARegistry(format!("the registry answered without an id: {answer}"))
+        })
 }
 
 /// A subject as one URL path segment (RFC 3986 unreserved kept).
@@ -272,18 +348,56 @@ mod tests {
         assert!(missing.unwrap_err().contains("--schema-registry-ca-file"));
     }
 
+    /// What `classify` makes of an answer with this status and body.
+    fn kind(status: u16, body: &str) -> Trouble {
+        classify("u", "POST", "/p", answer(status, body)).unwrap_err()
+    }
+
+    fn answer(status: u16, body: &str) -> Response {
+        Response {
+            status,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
     #[test]
     fn statuses_sort_failures_into_what_walrelay_does_about_them() {
-        let answer = |status| Response {
-            status,
-            body: br#"{"error_code":409,"message":"incompatible"}"#.to_vec(),
-        };
-        let kind = |status| classify("u", "POST", "/p", answer(status)).unwrap_err();
-        assert!(matches!(kind(409), Trouble::Incompatible(m) if m.contains("incompatible")));
-        assert!(matches!(kind(503), Trouble::Unreachable(_)));
-        assert!(matches!(kind(401), Trouble::Refused(_)));
-        assert!(matches!(kind(404), Trouble::NotFound(_)));
+        let conflict = r#"{"error_code":409,"message":"incompatible"}"#;
+        assert!(
+            matches!(kind(409, conflict), Trouble::Incompatible(m) if m.contains("incompatible"))
+        );
+        assert!(matches!(kind(503, conflict), Trouble::Unreachable(_)));
+        assert!(matches!(kind(429, ""), Trouble::Unreachable(_)));
+        assert!(matches!(kind(401, conflict), Trouble::Refused(_)));
+        // Apicurio 3.3.3's answers, as it gave them to curl: a subject it
+        // lacks, a schema it lacks, an invalid schema.
+        let subject = r#"{"message":"Subject 'nope' not found.","error_code":40401}"#;
+        let schema = r#"{"message":"The given schema does not match any schema under the subject s1","error_code":40403}"#;
+        let invalid =
+            r#"{"message":"Failed to discover artifact type from content.","error_code":42201}"#;
+        assert!(matches!(kind(404, subject), Trouble::NotFound(_)));
+        assert!(matches!(kind(404, schema), Trouble::NotFound(_)));
+        assert!(matches!(kind(422, invalid), Trouble::Rejected(_)));
         assert_eq!(segment("orders-value"), "orders-value");
         assert_eq!(segment("a/b"), "a%2Fb");
+    }
+
+    #[test]
+    fn a_url_that_answers_as_no_registry_does_is_told_apart_from_a_missing_schema() {
+        // Apicurio 3.3.3 asked without /apis/ccompat/v7 (curl, as above).
+        let resteasy = r#"{"detail":"NotFoundException: RESTEASY003210: Could not find resource for full path: http://127.0.0.1:18181/subjects/s1/versions","title":"RESTEASY003210: Could not find resource for full path","status":404,"name":"NotFoundException"}"#;
+        assert!(matches!(kind(404, resteasy), Trouble::NotARegistry(_)));
+        assert!(matches!(
+            kind(404, "<html>Not Found</html>"),
+            Trouble::NotARegistry(_)
+        ));
+        assert!(matches!(kind(405, ""), Trouble::NotARegistry(_)));
+        assert!(matches!(kind(422, "<html/>"), Trouble::NotARegistry(_)));
+        let html = classify("u", "POST", "/p", answer(200, "<html>a login page</html>"));
+        assert!(matches!(html, Err(Trouble::NotARegistry(_))));
+        assert!(matches!(
+            id_of(&json!({"ok": true})),
+            Err(Trouble::NotARegistry(_))
+        ));
     }
 }

@@ -15,7 +15,9 @@
 pub mod avro;
 pub mod client;
 pub mod connect_schema;
+pub mod login;
 pub mod names;
+pub mod trouble;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,9 +29,10 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::outbox::mapping::OutboxEvent;
-use client::{Auth, Client, Trouble};
+use client::{Auth, Client};
 use connect_schema::Connect;
 use names::NameAdjustment;
+use trouble::Trouble;
 
 /// How a subject is named (Confluent's `key.subject.name.strategy` /
 /// `value.subject.name.strategy`, io.confluent.kafka.serializers.subject).
@@ -292,11 +295,11 @@ impl Serializer {
             Trouble::Unreachable(m) => Unwritten::Stop(Error::transient(format!(
                 "{m}; the events wait in the slot and walrelay tries again with backoff"
             ))),
-            Trouble::Refused(m) => {
-                let fix = "check --schema-registry-basic-auth-user-info or \
-                           --schema-registry-bearer-token, and the rights on the subject";
-                Unwritten::Stop(Error::permanent(format!("{m}; {fix}")).with_fix(fix))
-            }
+            Trouble::Refused(m) => Unwritten::Stop(
+                Error::permanent(format!("{m}; {}", client::CREDENTIALS_FIX))
+                    .with_fix(client::CREDENTIALS_FIX),
+            ),
+            Trouble::NotARegistry(m) => Unwritten::Stop(Error::refusal(m, client::URL_FIX)),
             Trouble::Incompatible(m) => Unwritten::Poison(format!(
                 "the schema registry refuses the schema for subject {subject:?} as \
                  incompatible: {m}"

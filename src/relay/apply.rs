@@ -465,6 +465,9 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
                 self.progress.confirmed()
             ),
             to: "the position where it was published again".to_string(),
+            // As positions: after the slot's, which stays before the
+            // change's own transaction (its rows may be missing too).
+            range: Some((self.progress.confirmed(), None)),
         };
         error!(level = "critical", cause = "publication_changed", "{what}");
         Err(outbox_changed_error(
@@ -583,6 +586,7 @@ impl<'a, U: Upstream, S: Sink<Ticket>> ApplyLoop<'a, U, S> {
         let risk = AtRisk {
             from: since.to_string(),
             to,
+            range: Some((since, self.open_txn.map(|txn| txn.commit_lsn))),
         };
         let what = format!(
             "the outbox table {table} was dropped and recreated: the stream carries rows of \

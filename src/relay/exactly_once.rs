@@ -179,6 +179,7 @@ fn kafka_lost(slot: &str, position_topic: &str, from: Lsn, to: Lsn) -> Error {
          (kafka-transactions.sh find-hanging), then start walrelay again"
     ))
     .with_cause(StopCause::KafkaLostCommit)
+    .with_at_risk(from.0, Some(to.0))
 }
 
 /// The recorded position, if it belongs to this server history and its WAL.
@@ -314,5 +315,7 @@ mod tests {
         assert_eq!(error.stop_cause(), Some(StopCause::KafkaLostCommit));
         let text = error.to_string();
         assert!(text.contains("between 0/1F4 and 0/2BC"), "{text}");
+        let risk = error.at_risk().expect("a range at risk");
+        assert_eq!((risk.after, risk.through), (500, Some(700)));
     }
 }

@@ -739,6 +739,15 @@ async fn record_start(
             .await?;
     }
     if accepting {
+        // Rows written while the outbox was not published are the only
+        // copy of their events until they are published again, which
+        // nothing here can see: retention keeps every row from before now.
+        if stored.is_some() {
+            settings
+                .state_table
+                .record_outbox_accepted(state, &settings.slot)
+                .await?;
+        }
         shared.change_accepted.store(true, Ordering::Relaxed);
     }
     Ok(verdict)

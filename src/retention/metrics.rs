@@ -6,6 +6,7 @@ use prometheus::{Gauge, IntCounter};
 
 use crate::metrics::Metrics;
 
+#[derive(Clone)]
 pub struct RetentionMetrics {
     pub rows_deleted: IntCounter,
     pub partitions_dropped: IntCounter,

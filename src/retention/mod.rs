@@ -21,7 +21,9 @@
 //!   past L0,
 //!
 //! and only rows whose `created_at` is at or after the time walrelay
-//! recorded the slot's creation in its state table (the *floor*).
+//! recorded the slot's creation in its state table, or, later, the time a
+//! start last accepted an outbox change (`--accept-outbox-change`): the
+//! *floor*.
 //!
 //! Claim: every row visible in `S` that passes the floor has its event
 //! acknowledged by Kafka once (a) and (b) hold. Let the row's inserting
@@ -43,7 +45,11 @@
 //!    or after that time, so T inserted it after the consistent point and
 //!    committed after it. Rows from before the slot — a previous relay's,
 //!    the gap of a lost slot, the rows a first start's snapshot published —
-//!    are walrelay's to keep: it cannot know they were delivered.
+//!    are walrelay's to keep: it cannot know they were delivered. So are
+//!    the rows from before an accepted outbox change: those written while
+//!    the outbox was not published never reached the slot (step 3 fails
+//!    for them), and whether they were published again before the
+//!    acceptance, as the runbook says, nothing can tell.
 //! 3. *pgoutput sent the row.* By (b) the outbox was in the publication, as
 //!    accepted, at the session's start and at a position past L0; and the
 //!    guard, which retention requires (`guard_problem`), writes every change
@@ -116,22 +122,23 @@ mod catalog;
 mod metrics;
 mod partitions;
 mod rows;
+mod tables;
 
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_postgres::Client;
-use tracing::{error, info, warn};
+use tracing::{error, warn};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::postgres::lsn::Lsn;
 use crate::postgres::names::TableName;
 use crate::postgres::state::StateTable;
-use crate::postgres::{setup, sql_error, PgTarget};
-use catalog::Outbox;
+use crate::postgres::PgTarget;
 use metrics::RetentionMetrics;
+use tables::Tables;
 
 /// What `--retention` and its flags ask for.
 #[derive(Debug, Clone)]
@@ -171,8 +178,8 @@ impl Books<'_> {
             .peek(client, self.publication, self.slot)
             .await
         {
-            Ok(state) => match state.and_then(|s| s.created) {
-                Some((_, since)) => catalog::Floor::Since(since),
+            Ok(state) => match state.and_then(|s| s.retention_floor()) {
+                Some(since) => catalog::Floor::Since(since),
                 None => catalog::Floor::FirstStart,
             },
             Err(_) => catalog::Floor::Unknown,
@@ -180,18 +187,8 @@ impl Books<'_> {
     }
 }
 
-/// Rows picked in one snapshot at most, per table: the keys stay in memory
-/// until the rows' events are confirmed.
-const BATCHES_PER_PLAN: usize = 100;
 /// How often a plan waiting for confirmation looks again.
 const POLL: Duration = Duration::from_secs(1);
-/// Every statement of retention ends within this.
-const STATEMENT_TIMEOUT: &str = "30s";
-/// A statement of retention waits at most this for a lock, so it never
-/// queues the outbox's writers behind it for long (a CREATE or DETACH of a
-/// partition, which needs the outbox to itself, waits far less:
-/// `ahead::PARTITION_LOCK_TIMEOUT`).
-const LOCK_TIMEOUT: &str = "1s";
 
 /// What one snapshot picked, waiting for its rows' events to be confirmed.
 struct Plan {
@@ -215,24 +212,33 @@ pub async fn run(
     fatal: mpsc::Sender<Error>,
 ) {
     let m = RetentionMetrics::register(&metrics);
+    let tables = tables::Postgres::new(target, settings.clone(), m.clone());
+    retain(tables, settings, metrics, m, fatal).await
+}
+
+/// Retention's task over any tables: Postgres's (`run`), or scripted ones
+/// on paused time in the timer tests.
+async fn retain(
+    tables: impl Tables,
+    settings: RetentionSettings,
+    metrics: Metrics,
+    m: RetentionMetrics,
+    fatal: mpsc::Sender<Error>,
+) {
     let mut task = Task {
-        target,
+        tables,
         settings,
         metrics,
         m,
-        client: None,
-        outboxes: Vec::new(),
         plan: None,
         next_pass: Instant::now(),
-        floor_told: false,
-        ahead_blocked_told: false,
     };
     let mut checked = false;
     loop {
         let result = if checked {
             task.tick().await
         } else {
-            task.start().await
+            task.tables.start().await
         };
         match result {
             Ok(()) if !checked => {
@@ -248,7 +254,7 @@ pub async fn run(
             }
             Err(e) => {
                 task.m.errors.inc();
-                task.client = None;
+                task.tables.disconnect();
                 if checked {
                     error!(error = %e.report(), "outbox retention pass failed; trying again at the next one");
                 } else {
@@ -262,20 +268,14 @@ pub async fn run(
     }
 }
 
-struct Task {
-    target: Retained,
+/// When passes run and plans are looked at again; what they do is `T`'s.
+struct Task<T> {
+    tables: T,
     settings: RetentionSettings,
     metrics: Metrics,
     m: RetentionMetrics,
-    client: Option<Client>,
-    outboxes: Vec<Outbox>,
     plan: Option<Plan>,
     next_pass: Instant,
-    /// Rows from before the slot were reported once.
-    floor_told: bool,
-    /// A partition ahead left for a later pass was reported (until one is
-    /// made again).
-    ahead_blocked_told: bool,
 }
 
 /// What `walrelay check` says of retention: the checks its start makes
@@ -355,7 +355,7 @@ pub fn guard_problem(settings: &RetentionSettings, guard_installed: bool) -> Opt
 /// A partition a DBA made that walrelay does not own is refused here
 /// rather than skipped: skipped, it would stay forever while the table
 /// grows. One made while walrelay runs, which no start could see, is
-/// reported by the pass that cannot drop it (`Task::drop_partitions`).
+/// reported by the pass that cannot drop it (`tables::Postgres::drop_partitions`).
 pub async fn check_before_start(
     client: &Client,
     tables: &[TableName],
@@ -394,54 +394,7 @@ pub async fn time_column_problem(
     catalog::time_columns(client, tables, settings).await
 }
 
-/// Retention's connection, opened (and set up) when there is none.
-async fn connection<'a>(client: &'a mut Option<Client>, pg: &PgTarget) -> Result<&'a Client> {
-    if client.is_none() {
-        let new = setup::connect(pg).await?;
-        new.batch_execute(&format!(
-            "SET application_name = 'walrelay retention'; \
-             SET statement_timeout = '{STATEMENT_TIMEOUT}'; \
-             SET lock_timeout = '{LOCK_TIMEOUT}'; \
-             SET idle_in_transaction_session_timeout = '60s'"
-        ))
-        .await
-        .map_err(|e| sql_error("cannot set up retention's connection", e))?;
-        *client = Some(new);
-    }
-    Ok(client.as_ref().expect("connected above"))
-}
-
-impl Task {
-    /// The first pass: what the tables are, and whether retention may do
-    /// what it is asked to there.
-    async fn start(&mut self) -> Result<()> {
-        let settings = self.settings.clone();
-        let tables = self.target.tables.clone();
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        // The same refusal as `run`'s before it created anything, whichever
-        // of the two comes first.
-        let books = Books {
-            publication: &self.target.publication,
-            slot: &self.target.slot,
-            state_table: &self.target.state_table,
-        };
-        check_before_start(client, &tables, &books, &settings).await?;
-        self.outboxes = catalog::inspect(client, &tables, &settings).await?;
-        if settings.partitions_ahead > 0 {
-            for outbox in &self.outboxes {
-                ahead::scheme(client, outbox).await?;
-            }
-        }
-        info!(
-            retention = ?settings.keep,
-            interval = ?settings.interval,
-            partitions_ahead = settings.partitions_ahead,
-            tables = %tables.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
-            "outbox retention started"
-        );
-        Ok(())
-    }
-
+impl<T: Tables> Task<T> {
     /// How long to wait before the next tick.
     fn pause(&self) -> Duration {
         let until_pass = self.next_pass.saturating_duration_since(Instant::now());
@@ -462,125 +415,19 @@ impl Task {
         }
         self.next_pass = Instant::now() + self.settings.interval;
         if self.settings.partitions_ahead > 0 {
-            self.make_ahead().await?;
+            self.tables.make_ahead().await?;
         }
         if let (None, Some(keep)) = (&self.plan, self.settings.keep) {
-            self.plan = self.pick(keep).await?;
+            self.plan = self.tables.pick(keep).await?;
             if self.plan.is_none() {
                 // Nothing past the retention: nothing stuck either.
                 self.m.partitions_stuck.set(0.0);
             }
             self.settle().await?;
         }
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let age = catalog::oldest_row_age(client, &self.outboxes).await?;
+        let age = self.tables.oldest_row_age().await?;
         self.m.oldest_row_age.set(age);
         Ok(())
-    }
-
-    /// Partitions ahead. One that another session's lock keeps from being
-    /// made is left for the next pass: said once, and loudly when the
-    /// outbox would run out of partitions before then.
-    async fn make_ahead(&mut self) -> Result<()> {
-        let (ahead, soon) = (self.settings.partitions_ahead, self.settings.interval);
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let mut blocked = false;
-        for outbox in &self.outboxes {
-            let made = ahead::make(client, outbox, ahead, soon).await?;
-            self.m.partitions_created.inc_by(made.made);
-            let Some(b) = made.blocked else {
-                continue;
-            };
-            blocked = true;
-            self.m.partitions_ahead_blocked.inc();
-            if b.running_out {
-                warn!(
-                    table = %outbox.table,
-                    partition = %b.partition,
-                    from = %b.from,
-                    "--partitions-ahead cannot create the next partition: a transaction holds \
-                     a lock on the outbox (see pg_locks); from this time on its rows go to \
-                     the DEFAULT partition, or fail without one, until that transaction ends"
-                );
-            } else if !self.ahead_blocked_told {
-                info!(
-                    table = %outbox.table,
-                    partition = %b.partition,
-                    lock_timeout = ahead::PARTITION_LOCK_TIMEOUT,
-                    "a transaction holds a lock on the outbox: creating the next partition \
-                     would queue the application's writes behind it, so the next pass tries \
-                     again"
-                );
-            }
-        }
-        self.ahead_blocked_told = blocked;
-        Ok(())
-    }
-
-    /// A plan from one snapshot, or None when nothing may go yet.
-    async fn pick(&mut self, keep: Duration) -> Result<Option<Plan>> {
-        let floor = self.floor().await?;
-        let Some(floor) = floor else {
-            return Ok(None);
-        };
-        let limit = self.settings.batch_size * BATCHES_PER_PLAN;
-        let outboxes = self.outboxes.clone();
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let blockers = partitions::blockers(client, &outboxes).await?;
-        let snapshot = catalog::Snapshot::take(client).await?;
-        let mut plan = Plan {
-            l0: snapshot.l0,
-            made: Instant::now(),
-            rows: Vec::new(),
-            partitions: Vec::new(),
-            full: false,
-        };
-        for outbox in &outboxes {
-            for leaf in outbox.row_leaves() {
-                let picked = rows::pick(client, leaf, outbox, keep, &floor, limit).await?;
-                plan.full |= picked.keys.len() >= limit;
-                if !picked.keys.is_empty() {
-                    plan.rows.push(picked);
-                }
-            }
-            plan.partitions
-                .extend(partitions::droppable(client, outbox, keep, &floor, &blockers).await?);
-        }
-        snapshot.end(client).await?;
-        if plan.rows.is_empty() && plan.partitions.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(plan))
-    }
-
-    /// The floor: rows from before walrelay created (or first used) the
-    /// slot are not retention's to delete. None until it is recorded.
-    async fn floor(&mut self) -> Result<Option<String>> {
-        let (state_table, publication, slot) = (
-            self.target.state_table.clone(),
-            self.target.publication.clone(),
-            self.target.slot.clone(),
-        );
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let state = state_table.peek(client, &publication, &slot).await?;
-        let Some((_, created_at)) = state.and_then(|s| s.created) else {
-            return Ok(None);
-        };
-        if !self.floor_told {
-            let outboxes = self.outboxes.clone();
-            let client = connection(&mut self.client, &self.target.pg).await?;
-            if catalog::any_before(client, &outboxes, &created_at).await? {
-                info!(
-                    slot = %slot,
-                    since = %created_at,
-                    "outbox retention keeps the rows from before walrelay first used the slot: \
-                     it cannot know their events were delivered; delete them yourself once \
-                     you know (docs/operations.md, \"Outbox retention\")"
-                );
-            }
-            self.floor_told = true;
-        }
-        Ok(Some(created_at))
     }
 
     /// Carries out the plan once its rows' events are confirmed.
@@ -589,10 +436,8 @@ impl Task {
             return Ok(());
         };
         let l0 = plan.l0;
-        let slot = self.target.slot.clone();
         let verified = Lsn(self.metrics.outbox_verified());
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let confirmed = catalog::slot_confirmed(client, &slot).await?;
+        let confirmed = self.tables.confirmed().await?;
         if confirmed.is_none_or(|c| c < l0) || verified < l0 {
             let waited = self
                 .plan
@@ -602,7 +447,7 @@ impl Task {
             return Ok(());
         }
         // Dropped since start-up: no proof, nothing deleted (the plan waits).
-        let installed = crate::postgres::guard::installed(client).await?;
+        let installed = self.tables.guard_installed().await?;
         if let Some(problem) = guard_problem(&self.settings, installed) {
             return Err(Error::permanent(format!(
                 "the guard was removed: {problem}"
@@ -610,60 +455,14 @@ impl Task {
         }
         let plan = self.plan.take().expect("checked above");
         self.m.waiting.set(0.0);
-        let batch = self.settings.batch_size;
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let mut deleted = 0;
-        for picked in &plan.rows {
-            deleted += rows::delete(client, picked, batch, &self.m.rows_deleted).await?;
-        }
-        let dropped = self.drop_partitions(&plan.partitions).await?;
-        if deleted > 0 || dropped > 0 {
-            info!(
-                rows = deleted,
-                partitions = dropped,
-                confirmed = %l0,
-                "outbox retention deleted rows whose events are confirmed"
-            );
-        }
+        self.tables.carry_out(&plan).await?;
         if plan.full {
             // More old rows wait: the next plan at once.
             self.next_pass = Instant::now();
         }
         Ok(())
     }
-
-    /// Drops the plan's partitions. One that cannot be dropped (a DBA made
-    /// it, or changed its owner, while walrelay ran) is logged with its fix
-    /// and counted as stuck, and the others still go: it must not keep
-    /// walrelay's own partitions from being dropped.
-    async fn drop_partitions(&mut self, droppable: &[partitions::Droppable]) -> Result<u64> {
-        let client = connection(&mut self.client, &self.target.pg).await?;
-        let (mut dropped, mut stuck) = (0, 0);
-        for partition in droppable {
-            match partitions::drop(client, partition).await {
-                Ok(true) => {
-                    self.m.partitions_dropped.inc();
-                    dropped += 1;
-                }
-                Ok(false) => {}
-                // The connection is gone: no partition can go; a new one next pass.
-                Err(e) if client.is_closed() => return Err(e),
-                Err(e) => {
-                    stuck += 1;
-                    let fix = partitions::owner_fix(client, partition).await;
-                    error!(
-                        partition = %partition.partition,
-                        table = %partition.root,
-                        error = %e.report(),
-                        fix = %fix.as_deref().unwrap_or("see the error"),
-                        "outbox retention cannot drop a partition past the retention, so it \
-                         stays and the outbox grows (walrelay_retention_partitions_stuck); the \
-                         other partitions still go"
-                    );
-                }
-            }
-        }
-        self.m.partitions_stuck.set(stuck as f64);
-        Ok(dropped)
-    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,10 +6,11 @@
 //! settings for the slot takes it over. A slot that existed and is gone is
 //! reported too.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_postgres::Client;
 use tracing::{debug, error, info, warn};
 
@@ -98,7 +99,8 @@ impl SourceWatch {
                  restart walrelay (with --accept-outbox-change if the table is published again)",
                 problem.fix
             ))
-            .with_cause(StopCause::OutboxChanged));
+            .with_cause(StopCause::OutboxChanged)
+            .with_at_risk(from.0, Some(wal_now.0)));
         }
         metrics.set_publication_broken(false);
         if !accepted.outbox.is_empty() {

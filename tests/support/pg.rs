@@ -292,6 +292,14 @@ pub(super) fn run(cmd: &mut Command) {
     );
 }
 
+/// An LSN as Postgres prints it (`16/B374D848`), as a number.
+pub fn lsn_number(text: &str) -> u64 {
+    let (hi, lo) = text
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not an LSN: {text:?}"));
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
 /// The slot's confirmed_flush_lsn as a number (0 when absent).
 pub async fn confirmed_flush_lsn(client: &Client, slot: &str) -> u64 {
     let row = client

@@ -14,6 +14,8 @@ pub struct SchemaRegistry {
     management: u16,
     /// With TLS: the CA that signed its certificate (for localhost).
     pub ca: Option<PathBuf>,
+    /// With OIDC: the JWKS URL and the issuer its tokens must name.
+    oidc: Option<(String, String)>,
     child: Option<Child>,
     dir: TempDir,
 }
@@ -36,28 +38,32 @@ impl SchemaRegistry {
     /// Fetched once (scripts/apicurio.sh fetch), then started and waited
     /// for until its health says ready.
     pub fn start() -> Self {
-        script_output("fetch");
-        let mut registry = SchemaRegistry {
-            port: free_port(),
-            management: free_port(),
-            ca: None,
-            child: None,
-            dir: TempDir::new("apicurio"),
-        };
-        registry.restart();
-        registry
+        Self::started(TempDir::new("apicurio"), None, None)
     }
 
     /// `start`, serving HTTPS with a certificate for localhost from a CA
     /// of its own (`ca`).
     pub fn start_tls() -> Self {
-        script_output("fetch");
         let dir = TempDir::new("apicurio");
         super::localhost_certificates(&dir.0);
+        let ca = dir.0.join("ca.pem");
+        Self::started(dir, Some(ca), None)
+    }
+
+    /// `start`, with every API call needing a bearer token that `jwks`
+    /// (an identity provider's key set URL) signed for `issuer`.
+    pub fn start_oidc(jwks: &str, issuer: &str) -> Self {
+        let oidc = (jwks.to_string(), issuer.to_string());
+        Self::started(TempDir::new("apicurio"), None, Some(oidc))
+    }
+
+    fn started(dir: TempDir, ca: Option<PathBuf>, oidc: Option<(String, String)>) -> Self {
+        script_output("fetch");
         let mut registry = SchemaRegistry {
             port: free_port(),
             management: free_port(),
-            ca: Some(dir.0.join("ca.pem")),
+            ca,
+            oidc,
             child: None,
             dir,
         };
@@ -78,6 +84,11 @@ impl SchemaRegistry {
             command
                 .env("WALRELAY_APICURIO_TLS_CERT", self.dir.0.join("server.crt"))
                 .env("WALRELAY_APICURIO_TLS_KEY", self.dir.0.join("server.key"));
+        }
+        if let Some((jwks, issuer)) = &self.oidc {
+            command
+                .env("WALRELAY_APICURIO_OIDC_JWKS", jwks)
+                .env("WALRELAY_APICURIO_OIDC_ISSUER", issuer);
         }
         let child = command
             .args(["run", &self.port.to_string(), &self.management.to_string()])
@@ -123,6 +134,12 @@ impl SchemaRegistry {
         http_get(self.port, &format!("/apis/ccompat/v7{path}")).expect("the registry answers")
     }
 
+    /// GET with an `Authorization` header, for a registry behind OIDC.
+    pub fn get_as(&self, path: &str, authorization: &str) -> (u16, String) {
+        let path = format!("/apis/ccompat/v7{path}");
+        http(self.port, "GET", &path, None, Some(authorization)).expect("the registry answers")
+    }
+
     /// A request with a JSON body on the Confluent-compatible API.
     pub fn send(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         http(
@@ -130,6 +147,7 @@ impl SchemaRegistry {
             method,
             &format!("/apis/ccompat/v7{path}"),
             Some(body),
+            None,
         )
         .expect("the registry answers")
     }
@@ -151,20 +169,28 @@ impl Drop for SchemaRegistry {
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    http(port, "GET", path, None)
+    http(port, "GET", path, None, None)
 }
 
-fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    authorization: Option<&str>,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .ok()?;
     let body = body.unwrap_or("");
+    let authorization =
+        authorization.map_or_else(String::new, |a| format!("Authorization: {a}\r\n"));
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+         {authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .ok()?;
@@ -182,10 +208,12 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16,
 /// Reads `count` records of `topic` from the beginning with Python
 /// confluent-kafka's AvroDeserializer for keys and values, and returns
 /// them as JSON, ordered by key then offset: `[{"key":…,"value":…}, …]`
-/// (Avro bytes as Base64, decimals as strings).
+/// (Avro bytes as Base64, decimals as strings). `registry` is the
+/// registry's URL, or the SchemaRegistryClient's whole configuration as a
+/// JSON object (`{"url": …, "bearer.auth.credentials.source": …}`).
 pub fn read_with_confluent_kafka(
     brokers: &str,
-    registry_url: &str,
+    registry: &str,
     topic: &str,
     count: usize,
     avro_keys: bool,
@@ -201,7 +229,9 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import SerializationContext, MessageField
 
 brokers, url, topic, count, avro_keys = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
-registry = SchemaRegistryClient({"url": url, "timeout": 10})
+conf = json.loads(url) if url.startswith("{") else {"url": url}
+conf.setdefault("timeout", 10)
+registry = SchemaRegistryClient(conf)
 deserialize = AvroDeserializer(registry)
 consumer = Consumer({"bootstrap.servers": brokers, "group.id": "avro-reader",
                      "enable.auto.commit": False})
@@ -254,7 +284,7 @@ os._exit(0)
             "-c",
             program,
             brokers,
-            registry_url,
+            registry,
             topic,
             &count.to_string(),
             if avro_keys { "1" } else { "0" },

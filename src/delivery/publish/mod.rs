@@ -58,11 +58,69 @@ pub enum Outcome {
     Closed(Result<()>),
 }
 
+/// What a step of the per-event path leaves: the event's next form, or
+/// why it is poison (boxed: the rare case should not size the common one).
+type Step<T> = std::result::Result<T, Box<Poisoned>>;
+
 /// What the sink did with a record.
 enum Handed {
     /// Taken at this instant.
     Taken(std::time::Instant),
     Refused(Refusal),
+}
+
+/// The ticket a record travels with through the sink.
+fn ticket(
+    txn: TxnRef,
+    event: &OutboxEvent,
+    record: &Record<'_>,
+    published: Published,
+    alone: bool,
+) -> Ticket {
+    Ticket {
+        txn: txn.seq,
+        commit_lsn: txn.commit_lsn,
+        commit_time_us: txn.commit_time_us,
+        bytes: record.size(),
+        // A copy: a slice would keep the whole replication read buffer
+        // (64 KiB or more) while the record is in flight, memory that
+        // --max-inflight-bytes does not count.
+        event_id: event.id.as_deref().map(Bytes::copy_from_slice),
+        published,
+        timestamp_ms: record.timestamp_ms,
+        dead_letter: false,
+        alone,
+    }
+}
+
+/// --key-format/--value-format avro: the event registered and encoded
+/// for its topic; as it is otherwise. Not a method: a `&Publisher` is not
+/// Send (its timings are per-thread), and this future holds what it
+/// borrows across the registry's await.
+async fn encoded(
+    settings: &Settings,
+    metrics: &Metrics,
+    txn: TxnRef,
+    topic: &str,
+    event: OutboxEvent,
+) -> Result<Step<OutboxEvent>> {
+    let Some(registry) = &settings.registry else {
+        return Ok(Ok(event));
+    };
+    let (key, value) = (settings.avro_key, settings.avro_value);
+    match registry
+        .encode_event(metrics, topic, event, key, value)
+        .await
+    {
+        Ok(event) => Ok(Ok(event)),
+        Err((event, Unwritten::Poison(reason))) => Ok(Err(Box::new(Poisoned::new(
+            txn,
+            &event,
+            Some(topic),
+            reason,
+        )))),
+        Err((_, Unwritten::Stop(e))) => Err(e),
+    }
 }
 
 pub struct Publisher<'a, S> {
@@ -153,7 +211,7 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         }
     }
 
-    /// The per-event path: route, check the size, hand to the sink.
+    /// The per-event path: route, encode, check the size, hand to the sink.
     pub async fn publish(
         &mut self,
         progress: &mut Progress,
@@ -164,58 +222,83 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         if self.skips(txn.commit_lsn) {
             return Ok(());
         }
-        let Some(route_value) = &event.route_value else {
-            let reason = format!(
-                "its route-by column {:?} is NULL",
-                self.settings.mapping.route_by
-            );
-            return self
-                .reject(progress, Poisoned::new(txn, &event, None, reason))
-                .await;
+        let routed = match self.routed(progress, txn, &event).await? {
+            Ok(routed) => routed,
+            Err(poisoned) => return self.reject(progress, *poisoned).await,
+        };
+        let event = match encoded(self.settings, &self.metrics, txn, &routed.topic, event).await? {
+            Ok(event) => event,
+            Err(poisoned) => return self.reject(progress, *poisoned).await,
         };
         let Routed {
             topic,
             info,
             published,
-        } = match self.route(progress, route_value).await? {
-            Route::To(routed) => routed,
-            Route::Nowhere(topic, reason) => {
-                return self
-                    .reject(
-                        progress,
-                        Poisoned::new(txn, &event, topic.as_deref(), reason),
-                    )
-                    .await
-            }
-        };
-        // --key-format/--value-format avro: registered and encoded for its topic.
-        let event = match &self.settings.registry {
-            None => event,
-            Some(registry) => {
-                let (key, value) = (self.settings.avro_key, self.settings.avro_value);
-                match registry
-                    .encode_event(&self.metrics, &topic, event, key, value)
-                    .await
-                {
-                    Ok(event) => event,
-                    Err((event, Unwritten::Poison(reason))) => {
-                        let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
-                        return self.reject(progress, poisoned).await;
-                    }
-                    Err((_, Unwritten::Stop(e))) => return Err(e),
-                }
-            }
-        };
+        } = routed;
         let record = event.record(&topic, txn.commit_time_us / 1000);
+        let alone = match self.sends_alone(txn, &event, &topic, &info, record.wire_size()) {
+            Ok(alone) => alone,
+            Err(poisoned) => return self.reject(progress, *poisoned).await,
+        };
+        let ticket = ticket(txn, &event, &record, published, alone);
+        if alone {
+            self.until_only_held_in_flight(progress).await?;
+        }
+        match self.hand(progress, &record, ticket).await? {
+            Handed::Taken(at) => {
+                self.alone_in_flight |= alone;
+                self.timings
+                    .produced(at.saturating_duration_since(received_at.into_std()));
+                Ok(())
+            }
+            Handed::Refused(refusal) => self.refused(progress, txn, &event, &topic, refusal).await,
+        }
+    }
+
+    /// The topic of an event's route-by value, or why it has none.
+    async fn routed(
+        &mut self,
+        progress: &mut Progress,
+        txn: TxnRef,
+        event: &OutboxEvent,
+    ) -> Result<Step<Routed>> {
+        let Some(route_value) = &event.route_value else {
+            let reason = format!(
+                "its route-by column {:?} is NULL",
+                self.settings.mapping.route_by
+            );
+            return Ok(Err(Box::new(Poisoned::new(txn, event, None, reason))));
+        };
+        Ok(match self.route(progress, route_value).await? {
+            Route::To(routed) => Ok(routed),
+            Route::Nowhere(topic, reason) => Err(Box::new(Poisoned::new(
+                txn,
+                event,
+                topic.as_deref(),
+                reason,
+            ))),
+        })
+    }
+
+    /// Whether the record goes alone in its batch, or why it is poison:
+    /// its size against the topic's limit, then what Kafka said of it in
+    /// an aborted transaction.
+    fn sends_alone(
+        &self,
+        txn: TxnRef,
+        event: &OutboxEvent,
+        topic: &str,
+        info: &TopicInfo,
+        wire_size: usize,
+    ) -> Step<bool> {
         // The broker enforces the topic's max.message.bytes, and refuses the
         // whole batch of a record over it; librdkafka only its own limit.
-        let mut alone = match info.refuse_size(&topic, record.wire_size()) {
+        let mut alone = match info.refuse_size(topic, wire_size) {
             None => false,
             // Over the limit for certain: poison now, before it can take
             // its neighbours with it.
             Some(reason) if !info.assumed && !self.settings.topics.compressed => {
-                let poisoned = Poisoned::new(txn, &event, Some(&topic), reason);
-                return self.reject(progress, poisoned).await;
+                return Err(Box::new(Poisoned::new(txn, event, Some(topic), reason)));
             }
             // Compressed, or against an assumed limit: it may fit, and
             // sent alone the broker's verdict is its own.
@@ -226,49 +309,33 @@ impl<'a, S: Sink<Ticket>> Publisher<'a, S> {
         alone |= info.send_alone;
         // What Kafka said of it inside an aborted transaction.
         match self.remembered(txn.commit_lsn, event.id.as_ref()) {
-            Some(Remembered::Alone) => alone = true,
+            Some(Remembered::Alone) => Ok(true),
             Some(Remembered::Refused(refusal)) => {
-                let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
-                return self.reject(progress, poisoned).await;
+                Err(Box::new(Poisoned::refused(txn, event, topic, &refusal)))
             }
-            None => {}
+            None => Ok(alone),
         }
-        let ticket = Ticket {
-            txn: txn.seq,
-            commit_lsn: txn.commit_lsn,
-            commit_time_us: txn.commit_time_us,
-            bytes: record.size(),
-            // A copy: a slice would keep the whole replication read buffer
-            // (64 KiB or more) while the record is in flight, memory that
-            // --max-inflight-bytes does not count.
-            event_id: event.id.as_deref().map(Bytes::copy_from_slice),
-            published,
-            timestamp_ms: record.timestamp_ms,
-            dead_letter: false,
-            alone,
-        };
-        if alone {
-            self.until_only_held_in_flight(progress).await?;
-        }
-        let handed = self.hand(progress, &record, ticket).await?;
-        self.alone_in_flight |= alone && matches!(handed, Handed::Taken(_));
-        let refusal = match handed {
-            Handed::Taken(at) => {
-                self.timings
-                    .produced(at.saturating_duration_since(received_at.into_std()));
-                return Ok(());
-            }
-            Handed::Refused(refusal) => refusal,
-        };
+    }
+
+    /// A record the sink refused as it was handed over: poison, a stop
+    /// for the operator's configuration, or a transient error.
+    async fn refused(
+        &mut self,
+        progress: &mut Progress,
+        txn: TxnRef,
+        event: &OutboxEvent,
+        topic: &str,
+        refusal: Refusal,
+    ) -> Result<()> {
         match refusal.rejection {
             // Refused before it left (librdkafka's own limit): by itself.
             Rejection::Poison | Rejection::UnknownPartition(_) | Rejection::Oversized => {
-                let poisoned = Poisoned::refused(txn, &event, &topic, &refusal);
+                let poisoned = Poisoned::refused(txn, event, topic, &refusal);
                 self.reject(progress, poisoned).await
             }
             Rejection::Configuration => Err(configuration_error(
                 event.id.as_ref(),
-                &topic,
+                topic,
                 &refusal,
                 &crate::kafka::principal(&self.settings.kafka),
             )),

@@ -61,6 +61,9 @@ pub fn decide(seen: &Observed<'_>, allowed: Allowed) -> Result<Verdict, Error> {
                 let risk = AtRisk {
                     from: stored.last_verified(),
                     to: seen.wal_now.to_string(),
+                    range: stored
+                        .verified_lsn()
+                        .map(|after| (after, Some(seen.wal_now))),
                 };
                 return Err(outbox_changed_error(&what, &risk));
             }
@@ -175,6 +178,7 @@ mod tests {
             verified: Some((Lsn(0x200), "t1".into())),
             outbox,
             settings: Some(json!({"tables": ["public.outbox"], "route_by_field": "event_type"})),
+            kept_before: None,
         }
     }
 

@@ -56,6 +56,7 @@ fn parse(line: &str) -> Option<SlotState> {
         verified: None,
         outbox: Vec::new(),
         settings: None,
+        kept_before: None,
     })
 }
 

@@ -31,6 +31,7 @@
 //! Older walrelays kept the slot's history in the publication's comment;
 //! `legacy` reads it once when the table has no row.
 
+mod accepted;
 mod committed;
 pub mod decide;
 mod legacy;
@@ -145,6 +146,9 @@ pub struct SlotState {
     pub outbox: Vec<OutboxIdentity>,
     /// The settings that decide what is published, as last accepted.
     pub settings: Option<serde_json::Value>,
+    /// Retention's floor: rows dated before it are walrelay's to keep. The
+    /// slot's creation, or a later accepted outbox change (`accepted`).
+    pub kept_before: Option<String>,
 }
 
 impl SlotState {
@@ -154,6 +158,34 @@ impl SlotState {
             (Some(d), _) => format!("{} (recorded at {})", d.lsn, d.at),
             (None, Some((lsn, at))) => format!("{lsn} (the slot's creation at {at})"),
             (None, None) => "unknown".to_string(),
+        }
+    }
+
+    /// Retention's floor (rows dated before it are walrelay's to keep):
+    /// a later accepted outbox change, else the slot's creation; None
+    /// before walrelay created the slot.
+    pub fn retention_floor(&self) -> Option<String> {
+        let (_, created_at) = self.created.as_ref()?;
+        Some(
+            self.kept_before
+                .clone()
+                .unwrap_or_else(|| created_at.clone()),
+        )
+    }
+
+    /// The position of [`Self::last_delivered`], when there is one.
+    pub fn delivered_lsn(&self) -> Option<Lsn> {
+        match (&self.delivered, &self.created) {
+            (Some(d), _) => Some(d.lsn),
+            (None, created) => created.as_ref().map(|(lsn, _)| *lsn),
+        }
+    }
+
+    /// The position of [`Self::last_verified`], when there is one.
+    pub fn verified_lsn(&self) -> Option<Lsn> {
+        match (&self.verified, &self.created) {
+            (Some((lsn, _)), _) => Some(*lsn),
+            (None, created) => created.as_ref().map(|(lsn, _)| *lsn),
         }
     }
 
@@ -179,7 +211,8 @@ pub struct StateTable(pub TableName);
 
 const COLUMNS: &str = "slot, created_lsn::text, created_at::text, delivered_lsn::text, \
                        delivered_system_id, delivered_timeline, delivered_at::text, \
-                       outbox::text, settings::text, verified_lsn::text, verified_at::text";
+                       outbox::text, settings::text, verified_lsn::text, verified_at::text, \
+                       GREATEST(created_at, {accepted})::text";
 
 impl StateTable {
     /// The statement that creates the table, for walrelay and for the DBA.
@@ -198,7 +231,8 @@ impl StateTable {
              \x20   outbox jsonb,\n\
              \x20   settings jsonb,\n\
              \x20   snapshot jsonb,\n\
-             \x20   kafka_committed jsonb\n\
+             \x20   kafka_committed jsonb,\n\
+             \x20   outbox_accepted_at timestamptz\n\
              )",
             self.0.quoted()
         )
@@ -261,7 +295,11 @@ impl StateTable {
         client: &Client,
         slot: &str,
     ) -> std::result::Result<Option<SlotState>, tokio_postgres::Error> {
-        let sql = format!("SELECT {COLUMNS} FROM {} WHERE slot = $1", self.0.quoted());
+        let columns = COLUMNS.replace("{accepted}", accepted::SELECTED);
+        let sql = format!(
+            "SELECT {columns} FROM {} s WHERE slot = $1",
+            self.0.quoted()
+        );
         let Some(row) = client.query_opt(&sql, &[&slot]).await? else {
             return Ok(None);
         };
@@ -296,6 +334,7 @@ impl StateTable {
             verified,
             outbox,
             settings,
+            kept_before: row.get(11),
         }))
     }
 
@@ -560,6 +599,7 @@ mod tests {
             verified: None,
             outbox: Vec::new(),
             settings: None,
+            kept_before: None,
         };
         assert_eq!(state.resume_point(&server(1)), Some(Lsn(0x2000)));
         assert_eq!(state.resume_point(&server(2)), None, "a promoted standby");
