@@ -230,6 +230,11 @@ group.initial.rebalance.delay.ms=0
 # has expired its old session: 3 s instead of 9 s.
 broker.session.timeout.ms=3000
 broker.heartbeat.interval.ms=750
+# Tests write fixed timestamps (2026-11-29, 1970-01-01) as record times.
+# Time-based retention deletes a segment once its newest record is older
+# than log.retention.ms (7 days by default), so those records would vanish
+# a week after the date was written, mid-test. Nothing here is kept that long.
+log.retention.ms=-1
 # walrelay creates its topics through the admin API, as the tests expect.
 auto.create.topics.enable=false
 EOF
