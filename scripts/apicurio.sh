@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Apicurio Registry 3.3.3 (Apache-2.0), a schema registry with the
-# Confluent-compatible API at /apis/ccompat/v7, for walrelay's Avro tests;
-# its ready Quarkus distribution from Maven Central
+# Confluent-compatible API at /apis/ccompat/v7, for walrelay's Avro and
+# JSON Schema tests; its ready Quarkus distribution from Maven Central
 # (io.apicurio:apicurio-registry-app:3.3.3:tar.gz:all, checksum-checked by
-# mvn), and Python confluent-kafka's AvroDeserializer, a consumer Avro
-# users already run, to read what walrelay writes.
+# mvn), and Python confluent-kafka's AvroDeserializer and JSONDeserializer,
+# consumers registry users already run, to read what walrelay writes.
 #
 #   scripts/apicurio.sh fetch            fetch and unpack it once; prints its folder
-#   scripts/apicurio.sh python           install confluent-kafka[avro,schemaregistry]
+#   scripts/apicurio.sh python           install confluent-kafka[avro,json,schemaregistry]
 #                                        into a venv once; prints its python
 #   scripts/apicurio.sh converter        Debezium's worker (scripts/debezium.sh fetch)
 #                                        with Apicurio's AvroConverter 2.6.13.Final
@@ -34,7 +34,7 @@ version=3.3.3
 confluent_kafka=2.16.2
 cache="${WALRELAY_CACHE:-$HOME/.cache/walrelay}"
 home="$cache/apicurio-$version"
-venv="$cache/avro-oracle-confluent-kafka-$confluent_kafka"
+venv="$cache/registry-oracle-confluent-kafka-$confluent_kafka"
 
 usage() {
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
@@ -70,12 +70,12 @@ fetch() {
 
 python() {
   if [ ! -f "$venv/.installed" ]; then
-    echo "installing confluent-kafka[avro,schemaregistry]==$confluent_kafka into $venv" >&2
+    echo "installing confluent-kafka[avro,json,schemaregistry]==$confluent_kafka into $venv" >&2
     rm -rf "$venv"
     mkdir -p "$cache"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check \
-      "confluent-kafka[avro,schemaregistry]==$confluent_kafka" >&2
+      "confluent-kafka[avro,json,schemaregistry]==$confluent_kafka" >&2
     touch "$venv/.installed"
   fi
   echo "$venv/bin/python"

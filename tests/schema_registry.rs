@@ -1,7 +1,8 @@
-//! Avro with a schema registry (`--value-format avro`), beside the real
-//! thing: Postgres, a Kafka-protocol broker and Apicurio Registry 3.3.3's
-//! Confluent-compatible API, read back by Python confluent-kafka's
-//! AvroDeserializer, a consumer Avro users already run.
+//! Avro and JSON Schema with a schema registry (`--value-format avro`,
+//! `json-schema`), beside the real thing: Postgres, a Kafka-protocol broker
+//! and Apicurio Registry 3.3.3's Confluent-compatible API, read back by
+//! Python confluent-kafka's AvroDeserializer and JSONDeserializer, consumers
+//! registry users already run.
 
 mod support;
 
@@ -11,7 +12,9 @@ use serde_json::{json, Value};
 use support::oidc::{IdentityProvider, ISSUER};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
-use support::registry::{read_with_confluent_kafka, SchemaRegistry};
+use support::registry::{
+    read_json_schema_with_confluent_kafka, read_with_confluent_kafka, SchemaRegistry,
+};
 use support::{eventually, promtool, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -89,6 +92,151 @@ async fn confluent_kafkas_avro_deserializer_reads_every_record_walrelay_writes()
         stack.relay.metric("walrelay_schema_registry_reachable"),
         Some(1.0)
     );
+}
+
+/// `--value-format json-schema` as Confluent's JSONDeserializer, a
+/// consumer in use, reads it: the writer's schema fetched by the id in
+/// each record and every value validated against it. The columns are
+/// placed in the envelope, a struct whose schema has `properties`:
+/// Apicurio's Confluent-compatible API takes a JSON Schema only with
+/// `$schema` or `properties` (its JsonSchemaContentAccepter), so the
+/// top-level `oneOf` that JsonSchemaData gives an optional payload, or the
+/// `{"type":"string"}` of a text key, is refused there (the next test pins
+/// that this stops walrelay). Keys are written as StringConverter does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_as_json_schema() {
+    let registry = SchemaRegistry::start();
+    let url = registry.url();
+    let sql = format!(
+        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
+         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
+        support::OUTBOX_SQL
+    );
+    let flags = [
+        "--value-format",
+        "json-schema",
+        "--expand-json-payload",
+        "--schema-registry-url",
+        &url,
+        "--fields-additional-placement",
+        "amount:envelope,placed_at:envelope,ref:envelope",
+        "--schema-topic-prefix",
+        "shop",
+    ];
+    let stack = Stack::start_on(&sql, &flags).await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
+               placed_at, ref) VALUES \
+             ('00000000-0000-0000-0000-00000000e001', 'order', 'o-1', 'JsonSchemaPlaced', \
+              '{\"order_id\": \"o-1\", \"total_cents\": 1999, \"tags\": [\"new\", \"gift\"], \
+                \"customer\": {\"id\": \"c-42\", \"vip\": true}, \"ratio\": 0.5}', \
+              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
+             ('00000000-0000-0000-0000-00000000e002', 'order', 'o-2', 'JsonSchemaPlaced', \
+              '{\"order_id\": \"o-2\", \"total_cents\": 5, \"tags\": [\"new\"], \
+                \"customer\": {\"id\": \"c-7\", \"vip\": false}, \"ratio\": 1.25}', \
+              -0.05, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = "outbox.event.JsonSchemaPlaced";
+    let read =
+        read_json_schema_with_confluent_kafka(&stack.broker.brokers(), &url, topic, 2, false);
+    let rows = read.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{read:?}\nlog:\n{}", stack.relay.log());
+    let (first, second) = (&rows[0], &rows[1]);
+    assert_eq!(first["key"], "o-1", "{read}");
+    assert_eq!(second["key"], "o-2", "{read}");
+    let (first, second) = (&first["value"], &second["value"]);
+    assert_eq!(
+        first["payload"],
+        json!({"order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
+        "{read}"
+    );
+    assert_eq!(second["payload"]["total_cents"], 5, "{read}");
+    // A Decimal is JsonConverter's Base64 of the unscaled two's-complement
+    // value (decimal.format BASE64, the default): 1234 is 0x04D2, -5 0xFB.
+    assert_eq!(first["amount"], "BNI=", "{read}");
+    assert_eq!(second["amount"], "+w==", "{read}");
+    assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+    let placed = first["placed_at"].as_str().expect("a string");
+    let expected = humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap();
+    assert_eq!(
+        humantime::parse_rfc3339(placed).ok(),
+        Some(expected),
+        "{placed}"
+    );
+    assert!(
+        second["placed_at"].is_null() && second["ref"].is_null(),
+        "{read}"
+    );
+
+    // Registered as JSON (schemaType): an object whose fields carry their
+    // connect.index, an optional one as a oneOf with null, a named one its
+    // Connect name as title, as JsonSchemaData writes them.
+    let (status, latest) = registry.get(&format!("/subjects/{topic}-value/versions/latest"));
+    assert_eq!(status, 200, "{latest}");
+    let latest: Value = serde_json::from_str(&latest).unwrap();
+    assert_eq!(latest["schemaType"], "JSON", "{latest}");
+    let schema: Value = serde_json::from_str(latest["schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["type"], "object", "{schema}");
+    let amount = &schema["properties"]["amount"]["oneOf"];
+    assert_eq!(amount[0]["type"], "null", "{schema}");
+    assert_eq!(amount[1]["connect.type"], "bytes", "{schema}");
+    assert_eq!(
+        amount[1]["title"], "org.apache.kafka.connect.data.Decimal",
+        "{schema}"
+    );
+    let payload = &schema["properties"]["payload"]["oneOf"][1];
+    assert_eq!(
+        payload["properties"]["total_cents"]["oneOf"][1]["connect.type"], "int32",
+        "{schema}"
+    );
+
+    // The wire format: magic byte 0, the id, then the value's JSON text.
+    let reader = stack.broker.consumer();
+    reader.subscribe(&[topic]);
+    let raw = reader.read(2, WAIT);
+    let id = latest["id"].as_i64().unwrap() as i32;
+    for record in &raw {
+        let value = record.raw_value.as_ref().unwrap();
+        assert_eq!(value[0], 0, "the magic byte");
+        assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), id);
+        let body: Value = serde_json::from_slice(&value[5..]).expect("JSON text after the id");
+        assert!(body["payload"].is_object(), "{body}");
+    }
+    let (_, versions) = registry.get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions.trim(), "[1]");
+}
+
+/// JsonSchemaData gives a text key `{"type":"string"}`, which Apicurio's
+/// Confluent-compatible API refuses (it takes a JSON Schema only with
+/// `$schema` or `properties`). That refusal stops walrelay before the
+/// event, with the registry's words, and the slot stays before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_schema_the_registry_refuses_stops_walrelay_before_the_event() {
+    let registry = SchemaRegistry::start();
+    let stack = Stack::start(&[
+        "--value-format",
+        "json-schema",
+        "--key-format",
+        "json-schema",
+        "--expand-json-payload",
+        "--schema-registry-url",
+        &registry.url(),
+    ])
+    .await;
+    let lsn = events("JsonSchemaKeyed", 1).insert(&stack.client).await;
+    let mut relay = stack.relay;
+    let status = relay.wait(WAIT).expect("walrelay stops");
+    assert!(!status.success(), "log:\n{}", relay.log());
+    let log = relay.log();
+    assert!(log.contains("not from type: JSON"), "{log}");
+    assert!(log.contains("JsonSchemaKeyed-key"), "{log}");
+    let confirmed = confirmed_flush_lsn(&stack.client, "walrelay").await;
+    assert!(confirmed < lsn, "confirmed {confirmed} past {lsn}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

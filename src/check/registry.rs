@@ -1,8 +1,8 @@
 //! The schema registry's part of `walrelay check`, with `--key-format` or
-//! `--value-format avro`: the registry answers, the credentials work, the
-//! subject's compatibility level is readable, and the schema walrelay would
-//! register for the payload column passes the registry's compatibility
-//! check (a dry run: nothing is registered).
+//! `--value-format` avro or json-schema: the registry answers, the
+//! credentials work, the subject's compatibility level is readable, and the
+//! schema walrelay would register for the payload column passes the
+//! registry's compatibility check (a dry run: nothing is registered).
 
 use super::Check;
 use crate::config::Settings;
@@ -74,8 +74,11 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             return out;
         }
     };
-    let (subject, schema) = match registry.subject_and_schema(&topic, Side::Value, &document) {
-        Ok(found) => found,
+    let encoding = settings
+        .registry_value
+        .expect("payload_document needs a value format");
+    let planned = match registry.plan(&topic, Side::Value, encoding, &document) {
+        Ok(planned) => planned,
         Err(Unwritten::Poison(why)) => {
             out.push(Check::skip(NAMES[2], "needs a schema"));
             out.push(Check::fail(
@@ -90,7 +93,8 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             return out;
         }
     };
-    out.push(match client.compatibility_level(&subject).await {
+    let (subject, schema) = (&planned.subject, &planned.schema);
+    out.push(match client.compatibility_level(subject).await {
         Ok(level) => Check::pass(NAMES[2], format!("subject {subject:?}: {level}")),
         Err(e) => Check::fail(
             NAMES[2],
@@ -98,28 +102,33 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             "give walrelay's login the right to read the subject's configuration",
         ),
     });
-    out.push(match client.compatible(&subject, &schema).await {
-        Ok(true) => Check::pass(
-            NAMES[3],
-            format!("the payload column's schema may be registered under {subject:?}"),
-        ),
-        Ok(false) => Check::fail(
-            NAMES[3],
-            format!("subject {subject:?} refuses the schema walrelay would register: {schema}"),
-            "change the subject's compatibility level, or the payload column back, \
+    out.push(
+        match client
+            .compatible(subject, schema, planned.schema_type)
+            .await
+        {
+            Ok(true) => Check::pass(
+                NAMES[3],
+                format!("the payload column's schema may be registered under {subject:?}"),
+            ),
+            Ok(false) => Check::fail(
+                NAMES[3],
+                format!("subject {subject:?} refuses the schema walrelay would register: {schema}"),
+                "change the subject's compatibility level, or the payload column back, \
              or use another subject strategy",
-        ),
-        Err(e) => Check::fail(NAMES[3], e.to_string(), "see the registry's answer"),
-    });
+            ),
+            Err(e) => Check::fail(NAMES[3], e.to_string(), "see the registry's answer"),
+        },
+    );
     out
 }
 
-/// The value as `--value-format avro` would start from for a payload
+/// The value as `--value-format avro|json-schema` would start from for a payload
 /// column whose schema is its type's (no expansion, no envelope), with an
 /// empty payload: only its schema matters here.
 async fn payload_document(settings: &Settings) -> Result<Vec<u8>, String> {
-    if !settings.avro_value {
-        return Err("only --key-format is avro".into());
+    if settings.registry_value.is_none() {
+        return Err("only --key-format is a registry's".into());
     }
     let m = &settings.mapping;
     let envelope = m

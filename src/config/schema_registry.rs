@@ -1,5 +1,5 @@
-//! The flags of the schema registry (`--key-format avro`, `--value-format
-//! avro`), a group of their own in `--help`, and the settings built from
+//! The flags of the schema registry (`--key-format`/`--value-format` avro
+//! or json-schema), a group of their own in `--help`, and the settings built from
 //! them. The names follow Confluent's serializer settings, which Debezium
 //! users set as `value.converter.*`.
 
@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::outbox::format::Format;
 use crate::registry::client::Auth;
 use crate::registry::names::NameAdjustment;
-use crate::registry::{RegistrySettings, SubjectStrategy};
+use crate::registry::{Encoding, RegistrySettings, SubjectStrategy};
 
-/// Schema registry: where Avro schemas are registered, and how.
+/// Schema registry: where Avro and JSON Schema schemas are registered, and how.
 #[derive(Args, Clone)]
 #[command(next_help_heading = "Schema registry")]
 pub struct SchemaRegistryArgs {
@@ -102,27 +102,28 @@ impl SchemaRegistryArgs {
         header: Format,
         source: Source,
     ) -> Result<Option<RegistrySettings>> {
-        if header == Format::Avro {
-            return Err(Error::permanent(
-                "--header-format avro: walrelay writes headers as SimpleHeaderConverter \
+        if let Some(encoding) = Encoding::of(header) {
+            return Err(Error::permanent(format!(
+                "--header-format {}: walrelay writes headers as SimpleHeaderConverter \
                  (string) or JsonConverter (json, json-with-schema) do; use one of those",
-            ));
+                encoding.name()
+            )));
         }
-        let avro = key == Format::Avro || value == Format::Avro;
-        if !avro {
+        let Some(encoding) = Encoding::of(value).or(Encoding::of(key)) else {
             return Ok(None);
-        }
+        };
+        let format = encoding.name();
         if source == Source::Messages {
-            return Err(Error::permanent(
-                "--key-format/--value-format avro needs the outbox table's column types, \
-                 which --source messages does not have; use json or string",
-            ));
+            return Err(Error::permanent(format!(
+                "--key-format/--value-format {format} needs the outbox table's column \
+                 types, which --source messages does not have; use json or string",
+            )));
         }
         let Some(url) = self.schema_registry_url.clone() else {
-            return Err(Error::permanent(
-                "--key-format/--value-format avro registers its schemas in a schema \
+            return Err(Error::permanent(format!(
+                "--key-format/--value-format {format} registers its schemas in a schema \
                  registry: set --schema-registry-url (WALRELAY_SCHEMA_REGISTRY_URL)",
-            ));
+            )));
         };
         let auth = self.auth()?;
         if self.schema_registry_use_latest_version && self.schema_registry_auto_register {

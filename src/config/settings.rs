@@ -24,7 +24,7 @@ use crate::postgres::names::TableName;
 use crate::postgres::state::decide::Allowed;
 use crate::postgres::state::{StateRoute, StateTable};
 use crate::postgres::{PgAuth, PgTarget};
-use crate::registry::Serializer;
+use crate::registry::{Encoding, Serializer};
 use crate::retention::RetentionSettings;
 use crate::watchdog::{WatchdogSettings, Webhook};
 
@@ -69,11 +69,12 @@ pub struct Settings {
     pub retention: Option<RetentionSettings>,
     /// `--snapshot-where`: rows to publish on the start that creates the slot.
     pub snapshot: Option<SnapshotPlan>,
-    /// `--key-format`/`--value-format avro`: the registry's serializer,
-    /// shared by every session so its ids stay cached; and which sides.
+    /// `--key-format`/`--value-format avro|json-schema`: the registry's
+    /// serializer, shared by every session so its ids stay cached; and
+    /// which format each side is written in, if a registry's.
     pub registry: Option<Arc<Serializer>>,
-    pub avro_key: bool,
-    pub avro_value: bool,
+    pub registry_key: Option<Encoding>,
+    pub registry_value: Option<Encoding>,
 }
 
 /// The first start's snapshot (`--snapshot-where`, `--snapshot-order-by`).
@@ -270,8 +271,8 @@ impl Settings {
             retention: args.retention.settings(source.source)?,
             snapshot,
             registry,
-            avro_key: m.key_format == Format::Avro,
-            avro_value: m.value_format == Format::Avro,
+            registry_key: Encoding::of(m.key_format),
+            registry_value: Encoding::of(m.value_format),
         })
     }
 
@@ -340,10 +341,10 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         .iter()
         .any(|p| matches!(p.target, Target::Envelope(_)));
     if with_schema(m.value_format) && envelope && !prefix_set {
-        let format = if m.value_format == Format::Avro {
-            "avro"
-        } else {
-            "json-with-schema"
+        let format = match m.value_format {
+            Format::Avro => "avro",
+            Format::JsonSchema => "json-schema",
+            _ => "json-with-schema",
         };
         return Err(Error::permanent(format!(
             "--value-format {format} with an envelope placement names the envelope's \

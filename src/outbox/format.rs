@@ -28,6 +28,11 @@ pub enum Format {
     /// writes, as Avro registered in --schema-registry-url, and the record
     /// in the Confluent wire format (see `registry`).
     Avro,
+    /// Confluent's JsonSchemaConverter: the same Connect schema as JSON
+    /// Schema registered in --schema-registry-url, and the record's JSON in
+    /// the Confluent wire format (see `registry::json_schema`).
+    #[value(name = "json-schema")]
+    JsonSchema,
 }
 
 /// Kafka Connect's schema of a plain string (`Schema.STRING_SCHEMA`), as
@@ -40,11 +45,12 @@ impl Format {
         matches!(self, Format::Json | Format::JsonWithSchema)
     }
 
-    /// What the mapping writes for this format: Avro starts from
-    /// JsonConverter's schema and payload, which `registry` turns into Avro.
+    /// What the mapping writes for this format: the registry's formats
+    /// start from JsonConverter's schema and payload, which `registry`
+    /// turns into Avro or JSON Schema.
     pub fn mapped(self) -> Self {
         match self {
-            Format::Avro => Format::JsonWithSchema,
+            Format::Avro | Format::JsonSchema => Format::JsonWithSchema,
             other => other,
         }
     }
@@ -61,11 +67,10 @@ impl Format {
         match self {
             Format::String | Format::CloudEvents => text,
             Format::Json => Some(Bytes::from(json())),
-            // --header-format avro is refused at start-up.
-            Format::JsonWithSchema | Format::Avro => Some(Bytes::from(format!(
-                "{{\"schema\":{schema},\"payload\":{}}}",
-                json()
-            ))),
+            // --header-format avro/json-schema is refused at start-up.
+            Format::JsonWithSchema | Format::Avro | Format::JsonSchema => Some(Bytes::from(
+                format!("{{\"schema\":{schema},\"payload\":{}}}", json()),
+            )),
         }
     }
 

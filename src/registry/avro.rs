@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use base64::Engine;
 use serde_json::Value;
 
-use super::connect_schema::{Connect, Json, Kind};
+use super::connect_schema::{place, Connect, Json, Kind};
 use super::names::{adjust, NameAdjustment};
 
 /// AvroData.NAMESPACE and DEFAULT_SCHEMA_NAME: an unnamed struct's record.
@@ -357,10 +357,10 @@ fn encode_at(schema: &Connect, value: &Value, out: &mut Vec<u8>, at: &str) -> Re
     } else if value.is_null() {
         return Err(format!(
             "{} is null but its schema is not optional",
-            where_(at)
+            place(at)
         ));
     }
-    let wrong = |what: &str| format!("{} is not {what}: {value}", where_(at));
+    let wrong = |what: &str| format!("{} is not {what}: {value}", place(at));
     match &schema.kind {
         Kind::Int8 | Kind::Int16 | Kind::Int32 => {
             let n = value.as_i64().ok_or_else(|| wrong("an integer"))?;
@@ -420,14 +420,6 @@ fn encode_at(schema: &Connect, value: &Value, out: &mut Vec<u8>, at: &str) -> Re
         }
     }
     Ok(())
-}
-
-fn where_(at: &str) -> String {
-    if at.is_empty() {
-        "the value".into()
-    } else {
-        format!("the field {:?}", at.trim_start_matches('.'))
-    }
 }
 
 /// A JSON number, or the strings Jackson writes for non-finite ones.

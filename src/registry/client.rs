@@ -125,16 +125,27 @@ impl Client {
     }
 
     /// POST /subjects/{subject}/versions: the schema's id, registered if new.
-    pub async fn register(&self, subject: &str, schema: &str) -> Result<i32, Trouble> {
-        let body = json!({ "schema": schema }).to_string();
+    /// `schema_type` is the registry's schemaType (None: Avro).
+    pub async fn register(
+        &self,
+        subject: &str,
+        schema: &str,
+        schema_type: Option<&str>,
+    ) -> Result<i32, Trouble> {
+        let body = schema_body(schema, schema_type);
         let path = format!("/subjects/{}/versions", segment(subject));
         let answer = self.call("POST", &path, Some(&body)).await?;
         id_of(&answer)
     }
 
     /// POST /subjects/{subject}: the id of this schema if the subject has it.
-    pub async fn lookup(&self, subject: &str, schema: &str) -> Result<i32, Trouble> {
-        let body = json!({ "schema": schema }).to_string();
+    pub async fn lookup(
+        &self,
+        subject: &str,
+        schema: &str,
+        schema_type: Option<&str>,
+    ) -> Result<i32, Trouble> {
+        let body = schema_body(schema, schema_type);
         let path = format!("/subjects/{}", segment(subject));
         let answer = self.call("POST", &path, Some(&body)).await?;
         id_of(&answer)
@@ -150,8 +161,13 @@ impl Client {
 
     /// POST /compatibility/subjects/{subject}/versions/latest: whether the
     /// schema may be registered; a subject with no version takes any.
-    pub async fn compatible(&self, subject: &str, schema: &str) -> Result<bool, Trouble> {
-        let body = json!({ "schema": schema }).to_string();
+    pub async fn compatible(
+        &self,
+        subject: &str,
+        schema: &str,
+        schema_type: Option<&str>,
+    ) -> Result<bool, Trouble> {
+        let body = schema_body(schema, schema_type);
         let path = format!(
             "/compatibility/subjects/{}/versions/latest",
             segment(subject)
@@ -305,6 +321,15 @@ fn id_of(answer: &Value) -> Result<i32, Trouble> {
 }
 
 /// A subject as one URL path segment (RFC 3986 unreserved kept).
+/// A request's body naming a schema: Avro's has no schemaType (the
+/// registry's default), any other format says its own.
+fn schema_body(schema: &str, schema_type: Option<&str>) -> String {
+    match schema_type {
+        None => json!({ "schema": schema }).to_string(),
+        Some(t) => json!({ "schema": schema, "schemaType": t }).to_string(),
+    }
+}
+
 fn segment(subject: &str) -> String {
     let mut out = String::with_capacity(subject.len());
     for b in subject.bytes() {

@@ -215,6 +215,16 @@ impl Connect {
     }
 }
 
+/// Where in a value a field is, for an error: "the value" or "the field
+/// \"a.b\"" (`at` is the path the encoders build, ".a.b").
+pub fn place(at: &str) -> String {
+    if at.is_empty() {
+        "the value".into()
+    } else {
+        format!("the field {:?}", at.trim_start_matches('.'))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

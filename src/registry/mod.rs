@@ -1,20 +1,22 @@
-//! Formats that live in a schema registry (`--key-format avro`,
-//! `--value-format avro`): what Confluent's `AvroConverter` writes after
-//! Debezium's outbox router, in the Confluent wire format (a zero magic
-//! byte, the schema's id as a big-endian i32, then the Avro binary datum).
+//! Formats that live in a schema registry (`--key-format`/`--value-format`
+//! `avro` or `json-schema`): what Confluent's `AvroConverter` and
+//! `JsonSchemaConverter` write after Debezium's outbox router, in the
+//! Confluent wire format (a zero magic byte, the schema's id as a
+//! big-endian i32, then the Avro binary datum or the JSON text).
 //!
 //! The seam: the mapping writes the record as JsonConverter with
 //! schemas.enable=true would (`outbox::schema`), the Connect schema and
 //! value walrelay already derives; this module reads that document back
-//! (`connect_schema`), converts the schema as `AvroData` does (`avro`),
-//! registers it under the subject the strategy names (`client`), and
-//! encodes the value. Another registry format (Protobuf, JSON Schema)
-//! would add a converter beside `avro` and keep the client, the subject
-//! strategies and the id cache.
+//! (`connect_schema`), converts the schema as `AvroData` (`avro`) or
+//! `JsonSchemaData` (`json_schema`) does, registers it under the subject
+//! the strategy names (`client`), and encodes the value. The formats share
+//! the client, the subject strategies and the id cache; another one
+//! (Protobuf) would add a converter beside these two.
 
 pub mod avro;
 pub mod client;
 pub mod connect_schema;
+pub mod json_schema;
 pub mod login;
 pub mod names;
 pub mod trouble;
@@ -28,6 +30,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::outbox::format::Format;
 use crate::outbox::mapping::OutboxEvent;
 use client::{Auth, Client};
 use connect_schema::Connect;
@@ -72,6 +75,58 @@ pub enum Side {
     Value,
 }
 
+/// A format whose schemas live in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Confluent's AvroConverter.
+    Avro,
+    /// Confluent's JsonSchemaConverter.
+    JsonSchema,
+}
+
+impl Encoding {
+    /// The registry format `--key-format`/`--value-format` names, if any.
+    pub fn of(format: Format) -> Option<Self> {
+        match format {
+            Format::Avro => Some(Encoding::Avro),
+            Format::JsonSchema => Some(Encoding::JsonSchema),
+            _ => None,
+        }
+    }
+
+    /// The registry's `schemaType`: none for Avro, its default.
+    fn schema_type(self) -> Option<&'static str> {
+        match self {
+            Encoding::Avro => None,
+            Encoding::JsonSchema => Some("JSON"),
+        }
+    }
+
+    /// The format's name in `--key-format`/`--value-format`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Avro => "avro",
+            Encoding::JsonSchema => "json-schema",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Encoding::Avro => 0,
+            Encoding::JsonSchema => 1,
+        }
+    }
+}
+
+/// What walrelay would register for a record's side (`walrelay check`).
+#[derive(Debug)]
+pub struct Planned {
+    pub subject: String,
+    pub schema: String,
+    /// The registry's schemaType; None for Avro.
+    pub schema_type: Option<&'static str>,
+}
+
 /// Why an event's bytes could not be made.
 #[derive(Debug)]
 pub enum Unwritten {
@@ -84,12 +139,15 @@ pub enum Unwritten {
     Stop(Error),
 }
 
-/// A Connect schema ready to write: its Avro text and how to encode.
+/// A Connect schema ready to write: its registry text and how to encode.
 struct Compiled {
     connect: Connect,
-    avro: String,
-    /// The name RecordNameStrategy uses.
-    record_name: String,
+    encoding: Encoding,
+    /// The Avro or JSON Schema text that is registered.
+    text: String,
+    /// The name RecordNameStrategy uses; a JSON Schema without a title
+    /// has none.
+    record_name: Option<String>,
     /// Its id under each subject it was written to.
     ids: Mutex<HashMap<String, i32>>,
 }
@@ -99,8 +157,8 @@ struct Compiled {
 pub struct Serializer {
     client: Client,
     settings: RegistrySettings,
-    /// By the JsonConverter schema text.
-    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// By the JsonConverter schema text, one map per `Encoding::index`.
+    compiled: [Mutex<HashMap<String, Arc<Compiled>>>; 2],
     /// With use.latest.version: each subject's latest id, whatever the schema.
     latest: Mutex<HashMap<String, i32>>,
 }
@@ -119,7 +177,7 @@ impl Serializer {
         Ok(Serializer {
             client,
             settings,
-            compiled: Mutex::new(HashMap::new()),
+            compiled: Default::default(),
             latest: Mutex::new(HashMap::new()),
         })
     }
@@ -130,64 +188,82 @@ impl Serializer {
 
     /// The wire-format bytes of one side of a record, from the document
     /// the mapping wrote (`{"schema":…,"payload":…}`). A null payload
-    /// stays a null (AvroConverter writes no bytes for it).
+    /// stays a null (the converters write no bytes for it).
     pub async fn encode(
         &self,
         metrics: &Metrics,
         topic: &str,
         side: Side,
+        encoding: Encoding,
         document: &[u8],
     ) -> Result<Option<Bytes>, Unwritten> {
-        let (compiled, payload) = self.read(document)?;
+        let (compiled, payload, payload_text) = self.read(document, encoding)?;
         if payload.is_null() {
             return Ok(None);
         }
-        let subject = self.subject(topic, side, &compiled.record_name);
+        let subject = self.subject(topic, side, &compiled)?;
         let id = self.id(metrics, &subject, &compiled).await?;
         let mut out = Vec::with_capacity(document.len());
         out.push(0);
         out.extend_from_slice(&id.to_be_bytes());
-        avro::encode(&compiled.connect, &payload, &mut out)
-            .map_err(|e| Unwritten::Poison(format!("{}: {e}", self.what(side))))?;
+        let refused = |e: String| Unwritten::Poison(format!("{}: {e}", what(side, encoding)));
+        match encoding {
+            Encoding::Avro => {
+                avro::encode(&compiled.connect, &payload, &mut out).map_err(refused)?
+            }
+            Encoding::JsonSchema => match json_schema::value(&compiled.connect, &payload) {
+                Ok(None) => out.extend_from_slice(payload_text.as_bytes()),
+                Ok(Some(rewritten)) => out.extend_from_slice(rewritten.to_string().as_bytes()),
+                Err(e) => return Err(refused(e)),
+            },
+        }
         Ok(Some(Bytes::from(out)))
     }
 
-    /// The subject and Avro schema walrelay would register for a document
+    /// The subject and schema walrelay would register for a document
     /// (`walrelay check`'s dry run).
-    pub fn subject_and_schema(
+    pub fn plan(
         &self,
         topic: &str,
         side: Side,
+        encoding: Encoding,
         document: &[u8],
-    ) -> Result<(String, String), Unwritten> {
-        let (compiled, _) = self.read(document)?;
-        Ok((
-            self.subject(topic, side, &compiled.record_name),
-            compiled.avro.clone(),
-        ))
+    ) -> Result<Planned, Unwritten> {
+        let (compiled, _, _) = self.read(document, encoding)?;
+        Ok(Planned {
+            subject: self.subject(topic, side, &compiled)?,
+            schema: compiled.text.clone(),
+            schema_type: encoding.schema_type(),
+        })
     }
 
-    /// The event with its key and value (as `avro_key`/`avro_value` ask)
-    /// in the wire format; on a refusal, the event as it came, for the
-    /// poison policy's dead-letter copy.
+    /// The event with its key and value (in the registry format each
+    /// names, if any) in the wire format; on a refusal, the event as it
+    /// came, for the poison policy's dead-letter copy.
     pub async fn encode_event(
         &self,
         metrics: &Metrics,
         topic: &str,
         mut event: OutboxEvent,
-        avro_key: bool,
-        avro_value: bool,
+        key: Option<Encoding>,
+        value: Option<Encoding>,
     ) -> Result<OutboxEvent, (OutboxEvent, Unwritten)> {
-        let key = match (&event.key, avro_key) {
-            (Some(document), true) => self.encode(metrics, topic, Side::Key, document).await,
+        let key = match (&event.key, key) {
+            (Some(document), Some(encoding)) => {
+                self.encode(metrics, topic, Side::Key, encoding, document)
+                    .await
+            }
             _ => Ok(event.key.clone()),
         };
         let key = match key {
             Ok(key) => key,
             Err(refusal) => return Err((event, refusal)),
         };
-        let value = match (&event.payload, avro_value) {
-            (Some(document), true) => self.encode(metrics, topic, Side::Value, document).await,
+        let value = match (&event.payload, value) {
+            (Some(document), Some(encoding)) => {
+                self.encode(metrics, topic, Side::Value, encoding, document)
+                    .await
+            }
             _ => Ok(event.payload.clone()),
         };
         match value {
@@ -200,64 +276,87 @@ impl Serializer {
         }
     }
 
-    fn what(&self, side: Side) -> &'static str {
-        match side {
-            Side::Key => "--key-format avro",
-            Side::Value => "--value-format avro",
-        }
-    }
-
-    /// The document's compiled schema (cached by its text) and its payload.
-    fn read(&self, document: &[u8]) -> Result<(Arc<Compiled>, Value), Unwritten> {
-        let poison = |why: String| Unwritten::Poison(format!("the Avro format: {why}"));
+    /// The document's compiled schema (cached by its text), its payload
+    /// and the payload's text as the mapping wrote it.
+    fn read<'d>(
+        &self,
+        document: &'d [u8],
+        encoding: Encoding,
+    ) -> Result<(Arc<Compiled>, Value, &'d str), Unwritten> {
+        let poison =
+            |why: String| Unwritten::Poison(format!("the {} format: {why}", encoding.name()));
         let parts: HashMap<&str, &RawValue> =
             serde_json::from_slice(document).map_err(|e| poison(e.to_string()))?;
         let schema = parts
             .get("schema")
             .map(|raw| raw.get())
             .ok_or_else(|| poison("the record has no Connect schema".into()))?;
-        let payload: Value = match parts.get("payload") {
-            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| poison(e.to_string()))?,
-            None => Value::Null,
+        let (payload, payload_text): (Value, &str) = match parts.get("payload") {
+            Some(raw) => (
+                serde_json::from_str(raw.get()).map_err(|e| poison(e.to_string()))?,
+                raw.get(),
+            ),
+            None => (Value::Null, "null"),
         };
-        if let Some(hit) = self.compiled.lock().expect("not poisoned").get(schema) {
-            return Ok((hit.clone(), payload));
+        let cache = &self.compiled[encoding.index()];
+        if let Some(hit) = cache.lock().expect("not poisoned").get(schema) {
+            return Ok((hit.clone(), payload, payload_text));
         }
         if schema == "null" {
             return Err(poison(
-                "the payload has no schema (a top-level empty array), which AvroData cannot \
-                 write as a record"
+                "the payload has no schema (a top-level empty array), which the converter \
+                 cannot write"
                     .into(),
             ));
         }
         let connect = Connect::parse(schema).map_err(poison)?;
-        let avro = avro::schema_text(&connect, self.settings.names).map_err(poison)?;
-        let record_name = avro::record_name(&connect, self.settings.names)
-            .map_err(poison)?
-            .unwrap_or_else(|| avro_type_name(&avro));
+        let (text, record_name) = match encoding {
+            Encoding::Avro => {
+                let avro = avro::schema_text(&connect, self.settings.names).map_err(poison)?;
+                let name = avro::record_name(&connect, self.settings.names)
+                    .map_err(poison)?
+                    .unwrap_or_else(|| avro_type_name(&avro));
+                (avro, Some(name))
+            }
+            Encoding::JsonSchema => (
+                json_schema::schema_text(&connect),
+                json_schema::record_name(&connect),
+            ),
+        };
         let compiled = Arc::new(Compiled {
             connect,
-            avro,
+            encoding,
+            text,
             record_name,
             ids: Mutex::new(HashMap::new()),
         });
-        self.compiled
+        cache
             .lock()
             .expect("not poisoned")
             .insert(schema.to_string(), compiled.clone());
-        Ok((compiled, payload))
+        Ok((compiled, payload, payload_text))
     }
 
-    fn subject(&self, topic: &str, side: Side, record: &str) -> String {
+    fn subject(&self, topic: &str, side: Side, compiled: &Compiled) -> Result<String, Unwritten> {
         let suffix = match side {
             Side::Key => "key",
             Side::Value => "value",
         };
-        match self.settings.strategy {
+        let record = || {
+            compiled.record_name.as_deref().ok_or_else(|| {
+                Unwritten::Poison(format!(
+                    "{}: the {suffix}'s schema has no name (a JSON Schema title) for \
+                     --schema-registry-subject-strategy {:?} to name its subject by; use topic",
+                    what(side, compiled.encoding),
+                    self.settings.strategy
+                ))
+            })
+        };
+        Ok(match self.settings.strategy {
             SubjectStrategy::Topic => format!("{topic}-{suffix}"),
-            SubjectStrategy::Record => record.to_string(),
-            SubjectStrategy::TopicRecord => format!("{topic}-{record}"),
-        }
+            SubjectStrategy::Record => record()?.to_string(),
+            SubjectStrategy::TopicRecord => format!("{topic}-{}", record()?),
+        })
     }
 
     /// The schema's id under `subject`: cached, or asked once.
@@ -272,13 +371,13 @@ impl Serializer {
         if let Some(id) = cache.lock().expect("not poisoned").get(subject) {
             return Ok(*id);
         }
-        let avro = &compiled.avro;
+        let (text, schema_type) = (&compiled.text, compiled.encoding.schema_type());
         let answer = if self.settings.auto_register {
-            self.client.register(subject, avro).await
+            self.client.register(subject, text, schema_type).await
         } else if latest {
             self.client.latest(subject).await.map(|(id, _)| id)
         } else {
-            self.client.lookup(subject, avro).await
+            self.client.lookup(subject, text, schema_type).await
         };
         let reachable = !matches!(answer, Err(Trouble::Unreachable(_)));
         metrics.set_schema_registry_reachable(reachable);
@@ -313,6 +412,14 @@ impl Serializer {
                 "the schema registry refuses subject {subject:?}: {m}"
             )),
         }
+    }
+}
+
+/// The flag that asked for this side's format, for messages.
+fn what(side: Side, encoding: Encoding) -> String {
+    match side {
+        Side::Key => format!("--key-format {}", encoding.name()),
+        Side::Value => format!("--value-format {}", encoding.name()),
     }
 }
 
@@ -352,9 +459,9 @@ mod tests {
         let document = br#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.order.Value"},"payload":{}}"#;
         let subject = |strategy| {
             serializer(strategy)
-                .subject_and_schema("outbox.event.order", Side::Value, document)
+                .plan("outbox.event.order", Side::Value, Encoding::Avro, document)
                 .unwrap()
-                .0
+                .subject
         };
         assert_eq!(subject(SubjectStrategy::Topic), "outbox.event.order-value");
         assert_eq!(
@@ -366,9 +473,31 @@ mod tests {
             "outbox.event.order-p.public.outbox.order.Value"
         );
         let key = br#"{"schema":{"type":"string","optional":false},"payload":"k"}"#;
-        let (subject, schema) = serializer(SubjectStrategy::Topic)
-            .subject_and_schema("t", Side::Key, key)
+        let planned = serializer(SubjectStrategy::Topic)
+            .plan("t", Side::Key, Encoding::Avro, key)
             .unwrap();
-        assert_eq!((subject.as_str(), schema.as_str()), ("t-key", "\"string\""));
+        assert_eq!(
+            (planned.subject.as_str(), planned.schema.as_str()),
+            ("t-key", "\"string\"")
+        );
+    }
+
+    #[test]
+    fn a_json_schema_is_registered_as_json_under_the_subject_its_title_names() {
+        // JsonSchema.name() is the schema's title (confluentinc/schema-registry
+        // json-schema-provider/.../JsonSchema.java), and its schemaType "JSON".
+        let document = br#"{"schema":{"type":"struct","fields":[],"optional":false,"name":"p.public.outbox.order.Value"},"payload":{}}"#;
+        let planned = serializer(SubjectStrategy::Record)
+            .plan("t", Side::Value, Encoding::JsonSchema, document)
+            .unwrap();
+        assert_eq!(planned.subject, "p.public.outbox.order.Value");
+        assert_eq!(planned.schema_type, Some("JSON"));
+        let key = br#"{"schema":{"type":"string","optional":false},"payload":"k"}"#;
+        let Err(Unwritten::Poison(why)) =
+            serializer(SubjectStrategy::Record).plan("t", Side::Key, Encoding::JsonSchema, key)
+        else {
+            panic!("a string key has no title to name a subject by");
+        };
+        assert!(why.contains("--key-format json-schema"), "{why}");
     }
 }

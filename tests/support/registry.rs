@@ -218,6 +218,30 @@ pub fn read_with_confluent_kafka(
     count: usize,
     avro_keys: bool,
 ) -> serde_json::Value {
+    read_with_deserializer("avro", brokers, registry, topic, count, avro_keys)
+}
+
+/// As `read_with_confluent_kafka`, with confluent-kafka's JSONDeserializer
+/// (which takes the writer's schema from the registry and validates each
+/// value against it) instead of the AvroDeserializer.
+pub fn read_json_schema_with_confluent_kafka(
+    brokers: &str,
+    registry: &str,
+    topic: &str,
+    count: usize,
+    registry_keys: bool,
+) -> serde_json::Value {
+    read_with_deserializer("json", brokers, registry, topic, count, registry_keys)
+}
+
+fn read_with_deserializer(
+    format: &str,
+    brokers: &str,
+    registry: &str,
+    topic: &str,
+    count: usize,
+    registry_keys: bool,
+) -> serde_json::Value {
     let python = script_output("python");
     // Partitions assigned, not subscribed: no consumer group to join or
     // leave, which some brokers answer slowly.
@@ -226,13 +250,15 @@ import base64, decimal, json, os, sys, time
 from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import SerializationContext, MessageField
 
-brokers, url, topic, count, avro_keys = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+brokers, url, topic, count, registry_keys, fmt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1", sys.argv[6]
 conf = json.loads(url) if url.startswith("{") else {"url": url}
 conf.setdefault("timeout", 10)
 registry = SchemaRegistryClient(conf)
-deserialize = AvroDeserializer(registry)
+# The JSON one with no schema of its own reads the writer's from the registry.
+deserialize = AvroDeserializer(registry) if fmt == "avro" else JSONDeserializer(None, schema_registry_client=registry)
 consumer = Consumer({"bootstrap.servers": brokers, "group.id": "avro-reader",
                      "enable.auto.commit": False})
 deadline = time.time() + 60
@@ -266,7 +292,7 @@ while len(out) < count and time.time() < deadline:
     if msg.error():
         raise SystemExit(str(msg.error()))
     key = msg.key()
-    if avro_keys and key is not None:
+    if registry_keys and key is not None:
         key = deserialize(key, SerializationContext(topic, MessageField.KEY))
     elif key is not None:
         key = key.decode()
@@ -287,13 +313,14 @@ os._exit(0)
             registry,
             topic,
             &count.to_string(),
-            if avro_keys { "1" } else { "0" },
+            if registry_keys { "1" } else { "0" },
+            format,
         ])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "confluent-kafka's AvroDeserializer failed: {}",
+        "confluent-kafka's {format} deserializer failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()

@@ -93,7 +93,7 @@ fn ticket(
     }
 }
 
-/// --key-format/--value-format avro: the event registered and encoded
+/// --key-format/--value-format avro or json-schema: the event registered and encoded
 /// for its topic; as it is otherwise. Not a method: a `&Publisher` is not
 /// Send (its timings are per-thread), and this future holds what it
 /// borrows across the registry's await.
@@ -107,7 +107,7 @@ async fn encoded(
     let Some(registry) = &settings.registry else {
         return Ok(Ok(event));
     };
-    let (key, value) = (settings.avro_key, settings.avro_value);
+    let (key, value) = (settings.registry_key, settings.registry_value);
     match registry
         .encode_event(metrics, topic, event, key, value)
         .await
