@@ -469,13 +469,13 @@ impl<'c> Draft<'c> {
                 self.get(&format!("{side}.converter.schemas.enable")),
             );
             self.notes.extend(note);
-            if side == "value" && matches!(format, "json-with-schema" | "avro") {
+            if side == "value" && matches!(format, "json-with-schema" | "avro" | "json-schema") {
                 // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
                 needs_topic_prefix = true;
             }
             self.flag(flag_name, Some(format.into()));
         }
-        // Confluent's or Apicurio's AvroConverter: the registry and its settings.
+        // Confluent's or Apicurio's registry converters: the registry and its settings.
         let mut avro = registry::flags(self.config)?;
         self.args.append(&mut avro.args);
         self.used.append(&mut avro.used);

@@ -58,6 +58,11 @@ pub fn converter_format(
             )),
         );
     };
+    // Confluent's and Apicurio's: the registry flags come from
+    // migrate::registry.
+    if let Some(format) = super::registry::format_of(converter) {
+        return (format, None);
+    }
     let class = converter.rsplit('.').next().unwrap_or(converter);
     match class {
         "StringConverter" | "BinaryDataConverter" | "ByteArrayConverter" => ("string", None),
@@ -82,9 +87,6 @@ pub fn converter_format(
                  that parse CloudEvents must change before the switch"
             )),
         ),
-        // Confluent's and Apicurio's: the registry flags come from
-        // migrate::registry.
-        _ if super::registry::is_avro(converter) => ("avro", None),
         // Other Avro converters (AWS Glue's, Karapace's) have settings
         // walrelay does not carry.
         class if class.contains("Avro") => (
@@ -276,6 +278,14 @@ mod tests {
         ] {
             assert_eq!(converter_format("value", Some(avro), None), ("avro", None));
         }
+        assert_eq!(
+            converter_format(
+                "value",
+                Some("io.confluent.connect.json.JsonSchemaConverter"),
+                None
+            ),
+            ("json-schema", None)
+        );
         let (format, note) = converter_format(
             "value",
             Some("com.amazonaws.services.schemaregistry.kafkaconnect.AWSKafkaAvroConverter"),

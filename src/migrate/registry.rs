@@ -1,5 +1,6 @@
-//! A connector's Avro converters as walrelay flags: Confluent's
-//! `io.confluent.connect.avro.AvroConverter` and Apicurio's
+//! A connector's registry converters as walrelay flags: Confluent's
+//! `io.confluent.connect.avro.AvroConverter` and
+//! `io.confluent.connect.json.JsonSchemaConverter`, and Apicurio's
 //! `io.apicurio.registry.utils.converter.AvroConverter`, each configured
 //! under the `key.converter.` / `value.converter.` prefix. Secrets
 //! (`basic.auth.user.info`, tokens, passwords) are never printed: the note
@@ -25,6 +26,7 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 
 const CONFLUENT: &str = "io.confluent.connect.avro.AvroConverter";
+const CONFLUENT_JSON_SCHEMA: &str = "io.confluent.connect.json.JsonSchemaConverter";
 const APICURIO: &str = "io.apicurio.registry.utils.converter.AvroConverter";
 
 /// What the converters become: walrelay flags (a value or none), the
@@ -35,12 +37,17 @@ pub struct Carried {
     pub notes: Vec<String>,
 }
 
-/// Whether `converter` is an Avro converter walrelay carries.
-pub fn is_avro(converter: &str) -> bool {
-    matches!(converter.trim(), CONFLUENT | APICURIO)
+/// The `--key-format`/`--value-format` of a registry converter walrelay
+/// carries; None for any other converter.
+pub fn format_of(converter: &str) -> Option<&'static str> {
+    match converter.trim() {
+        CONFLUENT | APICURIO => Some("avro"),
+        CONFLUENT_JSON_SCHEMA => Some("json-schema"),
+        _ => None,
+    }
 }
 
-/// The registry flags for the sides whose converter is Avro, the keys
+/// The registry flags for the sides whose converter is a registry's, the keys
 /// read, and notes; an error when the two sides cannot share one registry.
 pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
     let mut found: Vec<Side> = Vec::new();
@@ -48,7 +55,7 @@ pub fn flags(config: &BTreeMap<String, String>) -> Result<Carried> {
         let converter = config
             .get(&format!("{side}.converter"))
             .map(|c| c.trim().to_string());
-        if let Some(converter) = converter.filter(|c| is_avro(c)) {
+        if let Some(converter) = converter.filter(|c| format_of(c).is_some()) {
             found.push(read_side(config, side, &converter));
         }
     }
@@ -149,10 +156,16 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
         used: Vec::new(),
         notes: Vec::new(),
     };
-    if converter == CONFLUENT {
-        confluent(&mut r, &mut out);
-    } else {
-        apicurio(&mut r, &mut out);
+    match converter {
+        APICURIO => apicurio(&mut r, &mut out),
+        CONFLUENT_JSON_SCHEMA => {
+            confluent(&mut r, &mut out);
+            json_schema_data(&mut r);
+        }
+        _ => {
+            confluent(&mut r, &mut out);
+            avro_data(&mut r);
+        }
     }
     out.used = r.used;
     out.notes = r.notes;
@@ -222,6 +235,11 @@ fn confluent(r: &mut Reader<'_>, out: &mut Side) {
             &mut r.notes,
         );
     }
+}
+
+/// AvroData's options walrelay does not vary.
+fn avro_data(r: &mut Reader<'_>) {
+    let prefix = r.prefix.clone();
     for (key, default) in [
         ("enhanced.avro.schema.support", false),
         ("connect.meta.data", true),
@@ -233,6 +251,25 @@ fn confluent(r: &mut Reader<'_>, out: &mut Side) {
                  ({key}={default}); the registered schemas differ",
                 value.unwrap_or_default()
             ));
+        }
+    }
+}
+
+/// JsonSchemaData's options walrelay does not vary (JsonSchemaDataConfig:
+/// decimal.format BASE64, object.additional.properties true).
+fn json_schema_data(r: &mut Reader<'_>) {
+    let prefix = r.prefix.clone();
+    for (key, default) in [
+        ("decimal.format", "BASE64"),
+        ("object.additional.properties", "true"),
+    ] {
+        if let Some(value) = r.get(key) {
+            if !value.eq_ignore_ascii_case(default) {
+                r.notes.push(format!(
+                    "{prefix}{key}={value}: walrelay writes JSON Schema with \
+                     JsonSchemaData's default ({key}={default}); the registered schemas differ"
+                ));
+            }
         }
     }
 }
@@ -502,6 +539,30 @@ mod tests {
             .iter()
             .any(|n| n.contains("WALRELAY_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO")));
         assert!(used.contains(&"value.converter.basic.auth.user.info".to_string()));
+    }
+
+    #[test]
+    fn confluents_json_schema_converter_carries_the_same_registry_settings() {
+        // JsonSchemaConverter reads AbstractKafkaSchemaSerDeConfig's keys as
+        // AvroConverter does, and JsonSchemaDataConfig's decimal.format
+        // (default BASE64), which walrelay does not vary.
+        let Carried { args, notes, .. } = flags(&config(
+            "value.converter=io.confluent.connect.json.JsonSchemaConverter\n\
+             value.converter.schema.registry.url=http://sr:8081\n\
+             value.converter.decimal.format=NUMERIC\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            args,
+            [(
+                "--schema-registry-url".to_string(),
+                Some("http://sr:8081".to_string())
+            )]
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("decimal.format=NUMERIC")),
+            "{notes:?}"
+        );
     }
 
     #[test]
