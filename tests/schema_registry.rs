@@ -12,9 +12,7 @@ use serde_json::{json, Value};
 use support::oidc::{IdentityProvider, ISSUER};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
-use support::registry::{
-    read_json_schema_with_confluent_kafka, read_with_confluent_kafka, SchemaRegistry,
-};
+use support::registry::{read_with_confluent_kafka, read_with_deserializer, SchemaRegistry};
 use support::{eventually, promtool, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -107,23 +105,14 @@ async fn confluent_kafkas_avro_deserializer_reads_every_record_walrelay_writes()
 async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_as_json_schema() {
     let registry = SchemaRegistry::start();
     let url = registry.url();
-    let sql = format!(
-        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
-         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
-        support::OUTBOX_SQL
-    );
-    let flags = [
+    let stack = stack_with_odd_envelope_columns(&[
         "--value-format",
         "json-schema",
         "--expand-json-payload",
         "--schema-registry-url",
         &url,
-        "--fields-additional-placement",
-        "amount:envelope,placed_at:envelope,ref:envelope",
-        "--schema-topic-prefix",
-        "shop",
-    ];
-    let stack = Stack::start_on(&sql, &flags).await;
+    ])
+    .await;
     stack
         .client
         .batch_execute(
@@ -141,8 +130,7 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
         .await
         .unwrap();
     let topic = "outbox.event.JsonSchemaPlaced";
-    let read =
-        read_json_schema_with_confluent_kafka(&stack.broker.brokers(), &url, topic, 2, false);
+    let read = read_with_deserializer("json", &stack.broker.brokers(), &url, topic, 2, false);
     let rows = read.as_array().unwrap();
     assert_eq!(rows.len(), 2, "{read:?}\nlog:\n{}", stack.relay.log());
     let (first, second) = (&rows[0], &rows[1]);
@@ -160,18 +148,7 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
     // value (decimal.format BASE64, the default): 1234 is 0x04D2, -5 0xFB.
     assert_eq!(first["amount"], "BNI=", "{read}");
     assert_eq!(second["amount"], "+w==", "{read}");
-    assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
-    let placed = first["placed_at"].as_str().expect("a string");
-    let expected = humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap();
-    assert_eq!(
-        humantime::parse_rfc3339(placed).ok(),
-        Some(expected),
-        "{placed}"
-    );
-    assert!(
-        second["placed_at"].is_null() && second["ref"].is_null(),
-        "{read}"
-    );
+    assert_uuid_and_instant_read_back(first, second, &read);
 
     // Registered as JSON (schemaType): an object whose fields carry their
     // connect.index, an optional one as a oneOf with null, a named one its
@@ -927,23 +904,9 @@ async fn a_registry_behind_oidc_is_used_with_client_credentials_and_a_wrong_secr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro() {
     let registry = SchemaRegistry::start();
-    let sql = format!(
-        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
-         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
-        support::OUTBOX_SQL
-    );
-    let mut flags = avro_flags(&registry);
-    flags.extend(
-        [
-            "--fields-additional-placement",
-            "amount:envelope,placed_at:envelope,ref:envelope",
-            "--schema-topic-prefix",
-            "shop",
-        ]
-        .map(String::from),
-    );
+    let flags = avro_flags(&registry);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let stack = Stack::start_on(&sql, &flags).await;
+    let stack = stack_with_odd_envelope_columns(&flags).await;
     stack
         .client
         .batch_execute(
@@ -969,6 +932,32 @@ async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro()
     assert_eq!(first["payload"], json!({"n": 1}), "{read}");
     assert_eq!(first["amount"], "12.34", "a Decimal of scale 2: {read}");
     assert_eq!(second["amount"], "-0.05", "{read}");
+    assert_uuid_and_instant_read_back(first, second, &read);
+}
+
+/// A stack beside `flags` whose outbox has a numeric(10,2), a timestamptz
+/// and a uuid column, placed in the envelope (named under the prefix
+/// `shop`).
+async fn stack_with_odd_envelope_columns(flags: &[&str]) -> Stack {
+    let sql = format!(
+        "{}\nALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), \
+         ADD COLUMN placed_at timestamptz, ADD COLUMN ref uuid;",
+        support::OUTBOX_SQL
+    );
+    let mut flags = flags.to_vec();
+    flags.extend([
+        "--fields-additional-placement",
+        "amount:envelope,placed_at:envelope,ref:envelope",
+        "--schema-topic-prefix",
+        "shop",
+    ]);
+    Stack::start_on(&sql, &flags).await
+}
+
+/// The envelope's uuid and timestamptz of the two rows those tests insert
+/// (the second's NULL), as a consumer reads them: Debezium's Uuid string
+/// and the same instant as a ZonedTimestamp string.
+fn assert_uuid_and_instant_read_back(first: &Value, second: &Value, read: &Value) {
     assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
     let placed = first["placed_at"].as_str().expect("a string");
     let expected = humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap();

@@ -132,10 +132,8 @@ impl Client {
         schema: &str,
         schema_type: Option<&str>,
     ) -> Result<i32, Trouble> {
-        let body = schema_body(schema, schema_type);
         let path = format!("/subjects/{}/versions", segment(subject));
-        let answer = self.call("POST", &path, Some(&body)).await?;
-        id_of(&answer)
+        self.post_schema(&path, schema, schema_type).await
     }
 
     /// POST /subjects/{subject}: the id of this schema if the subject has it.
@@ -145,9 +143,19 @@ impl Client {
         schema: &str,
         schema_type: Option<&str>,
     ) -> Result<i32, Trouble> {
-        let body = schema_body(schema, schema_type);
         let path = format!("/subjects/{}", segment(subject));
-        let answer = self.call("POST", &path, Some(&body)).await?;
+        self.post_schema(&path, schema, schema_type).await
+    }
+
+    /// POSTs a schema and reads the id the registry answers with.
+    async fn post_schema(
+        &self,
+        path: &str,
+        schema: &str,
+        schema_type: Option<&str>,
+    ) -> Result<i32, Trouble> {
+        let body = schema_body(schema, schema_type);
+        let answer = self.call("POST", path, Some(&body)).await?;
         id_of(&answer)
     }
 

@@ -262,11 +262,7 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
                     out.push(item);
                 }
             }
-            Ok(if rewrite {
-                Value::Array(out)
-            } else {
-                Value::Null
-            })
+            Ok(kept(rewrite, Value::Array(out)))
         }
         Kind::Map(keys, values) if keys.kind == Kind::String && !keys.optional => {
             let map = value.as_object().ok_or_else(|| wrong("an object"))?;
@@ -277,11 +273,7 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
                     out.insert(key.clone(), item);
                 }
             }
-            Ok(if rewrite {
-                Value::Object(out)
-            } else {
-                Value::Null
-            })
+            Ok(kept(rewrite, Value::Object(out)))
         }
         Kind::Map(keys, values) => {
             // JsonConverter writes such a map as [key, value] pairs.
@@ -309,14 +301,19 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
                     out.insert(name.clone(), item);
                 }
             }
-            Ok(if rewrite {
-                Value::Object(out)
-            } else {
-                Value::Null
-            })
+            Ok(kept(rewrite, Value::Object(out)))
         }
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The rebuilt value when rewriting, else Null (the text is written as is).
+fn kept(rewrite: bool, rebuilt: Value) -> Value {
+    if rewrite {
+        rebuilt
+    } else {
+        Value::Null
+    }
+}

@@ -221,20 +221,11 @@ pub fn read_with_confluent_kafka(
     read_with_deserializer("avro", brokers, registry, topic, count, avro_keys)
 }
 
-/// As `read_with_confluent_kafka`, with confluent-kafka's JSONDeserializer
-/// (which takes the writer's schema from the registry and validates each
-/// value against it) instead of the AvroDeserializer.
-pub fn read_json_schema_with_confluent_kafka(
-    brokers: &str,
-    registry: &str,
-    topic: &str,
-    count: usize,
-    registry_keys: bool,
-) -> serde_json::Value {
-    read_with_deserializer("json", brokers, registry, topic, count, registry_keys)
-}
-
-fn read_with_deserializer(
+/// What confluent-kafka's deserializer for `format` reads from `topic`:
+/// "avro" (AvroDeserializer) or "json" (JSONDeserializer, which takes the
+/// writer's schema from the registry and validates each value against
+/// it).
+pub fn read_with_deserializer(
     format: &str,
     brokers: &str,
     registry: &str,
