@@ -24,7 +24,7 @@ cargo clippy --no-default-features --bin walrelay -- -D warnings
 # On Apache Kafka whatever the broker setting: tests/apache_kafka.rs (the core
 # guarantees), tests/kafka_security.rs (SASL/SCRAM and ACLs on one secure
 # broker), tests/kafka_oidc.rs (OAUTHBEARER with OIDC, a token endpoint of
-# its own), tests/exactly_once.rs (--delivery exactly-once; tansu has no
+# its own), tests/exactly_once.rs (--delivery exactly-once; tansu has no isolating
 # transactions) and tests/debezium_oracle.rs (walrelay beside Debezium in
 # Kafka Connect, record for record; about 40 s); the rest on tansu.
 cargo test -- --test-threads="${WALRELAY_TEST_THREADS:-2}"

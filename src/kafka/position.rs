@@ -23,7 +23,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -189,6 +189,70 @@ pub fn read(
     sync: &[u8],
     deadline: Instant,
 ) -> Result<Option<Position>> {
+    let mut last = None;
+    let read = scan_to(config, topic, sync_key, sync, deadline, |message| {
+        refuse_aborted(message, sync_key, topic)?;
+        if message.key() != Some(key.as_bytes()) {
+            return Ok(());
+        }
+        match message.payload().map(Position::decode) {
+            Some(Ok(position)) => last = Some(position),
+            // A tombstone (an operator forgetting the slot's position) or a
+            // record walrelay cannot read: what stood before no longer holds.
+            Some(Err(e)) => {
+                warn!(topic, offset = message.offset(), error = %e, "a position record walrelay cannot read; ignoring the ones before it");
+                last = None;
+            }
+            None => last = None,
+        }
+        Ok(())
+    })?;
+    info!(
+        topic,
+        records = read,
+        "read the position topic back to this session's sync record"
+    );
+    Ok(last)
+}
+
+/// The value of the record each session writes under its sync key in a
+/// transaction it aborts (closing what an older producer left open), and
+/// the start-up probe under its own key: no read_committed reader may ever
+/// see it.
+pub const ABORTED: &[u8] = b"aborted";
+
+/// Stops the read if `message` is a record walrelay aborted: a broker that
+/// shows aborted records to read_committed readers (tansu 0.6's memory
+/// engine commits and aborts alike) would publish every aborted Kafka
+/// transaction to consumers as phantom events, and could hand walrelay a
+/// position whose events it never committed, skipping them on resume.
+pub fn refuse_aborted(message: &BorrowedMessage<'_>, key: &str, topic: &str) -> Result<()> {
+    if message.key() == Some(key.as_bytes()) && message.payload() == Some(ABORTED) {
+        return Err(Error::permanent(format!(
+            "the Kafka broker does not support transactions as exactly once needs them: a \
+             read_committed consumer of {topic} was shown a record of a transaction walrelay \
+             aborted (offset {}), so aborted transactions would reach consumers as phantom \
+             events and a position read back could name events never committed. Run with \
+             --delivery at-least-once, whose consumers dedupe by event id, or use a broker \
+             with Kafka's transactions (Apache Kafka 0.11 or later)",
+            message.offset()
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the position topic's partition from its start, read_committed,
+/// handing each record to `visit` until the record `sync` under `sync_key`
+/// shows; returns how many records were read. Blocking; gives up at
+/// `deadline`.
+pub fn scan_to(
+    config: &ClientConfig,
+    topic: &str,
+    sync_key: &str,
+    sync: &[u8],
+    deadline: Instant,
+    mut visit: impl FnMut(&BorrowedMessage<'_>) -> Result<()>,
+) -> Result<u64> {
     let consumer: BaseConsumer<TokenContext> =
         super::factory::consumer(config, "the Kafka consumer of the position topic")?;
     let mut assignment = TopicPartitionList::new();
@@ -198,7 +262,6 @@ pub fn read(
         .map_err(|e| {
             Error::transient(format!("cannot read position topic {topic}")).with_source(e)
         })?;
-    let mut last = None;
     let mut read = 0u64;
     while Instant::now() < deadline {
         let Some(message) = consumer.poll(Duration::from_millis(200)) else {
@@ -224,30 +287,10 @@ pub fn read(
             }
         })?;
         read += 1;
-        let Some(record_key) = message.key() else {
-            continue;
-        };
-        if record_key == sync_key.as_bytes() && message.payload() == Some(sync) {
-            info!(
-                topic,
-                records = read,
-                "read the position topic back to this session's sync record"
-            );
-            return Ok(last);
+        if message.key() == Some(sync_key.as_bytes()) && message.payload() == Some(sync) {
+            return Ok(read);
         }
-        if record_key != key.as_bytes() {
-            continue;
-        }
-        match message.payload().map(Position::decode) {
-            Some(Ok(position)) => last = Some(position),
-            // A tombstone (an operator forgetting the slot's position) or a
-            // record walrelay cannot read: what stood before no longer holds.
-            Some(Err(e)) => {
-                warn!(topic, offset = message.offset(), error = %e, "a position record walrelay cannot read; ignoring the ones before it");
-                last = None;
-            }
-            None => last = None,
-        }
+        visit(&message)?;
     }
     Err(Error::transient(format!(
         "the position topic {topic} did not show this session's sync record in time: a \

@@ -63,7 +63,7 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
             init(&producer, &record_id, deadline)?;
             // What an older producer left open on the partition is aborted
             // before the sync record's commit could commit it.
-            let aborted = position_record(&topic, &record_key, b"aborted");
+            let aborted = position_record(&topic, &record_key, position::ABORTED);
             abort_alone(&producer, &record_id, aborted)?;
             let sync = position_record(&topic, &record_key, record_value.as_bytes());
             write_alone(&producer, &record_id, sync)

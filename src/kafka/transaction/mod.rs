@@ -16,8 +16,11 @@
 //! the next session's `init_transactions`, would abort that session's
 //! transaction and fence it (measured on Apache Kafka 4.4).
 //!
-//! A broker without transactions (tansu) is found before anything is
-//! created by a probe: a transaction of one record under an id of its own.
+//! A broker without transactions is found before anything is created by a
+//! probe under an id of its own: a transaction of one record aborted, then
+//! one committed, read back read_committed. A broker that refuses the
+//! commit, or shows the aborted record (the tansu the tests fetch commits
+//! and aborts alike), is refused.
 //!
 //! A fence stops walrelay, except one reported for a transaction older
 //! than `transaction.timeout.ms`: the coordinator fenced its own timed-out
@@ -142,7 +145,7 @@ pub fn error(
         return Error::permanent(format!(
             "the Kafka broker does not support transactions ({text}): --delivery exactly-once \
              needs Kafka's transactions (KIP-98, Apache Kafka 0.11 or later, with \
-             transaction.state.log settings a single node can meet); tansu has none. Run \
+             transaction.state.log settings a single node can meet). Run \
              with --delivery at-least-once, whose consumers dedupe by event id"
         ));
     }
@@ -347,9 +350,10 @@ pub fn abort_alone<C: ProducerContext + 'static>(
 }
 
 /// Before anything is created: the position topic exists (created if
-/// missing), and the broker runs transactions, which a transaction of one
-/// record under a probe id of its own shows (a broker without them, such
-/// as tansu, refuses its commit).
+/// missing), and the broker runs transactions, which two under a probe id
+/// of its own show: one record aborted and one committed, read back with
+/// read_committed (a broker without them refuses the commit, or shows the
+/// aborted record).
 pub async fn probe(
     config: &ClientConfig,
     position_topic: &str,
@@ -363,13 +367,24 @@ pub async fn probe(
     let producer_config = self::config(config, &id);
     let producer = super::factory::producer(&producer_config, TokenContext)?;
     let (topic, key) = (position_topic.to_string(), format!("probe/{slot}"));
+    let reader = position::reader_config(config);
     blocking(move || {
         init(&producer, &id, deadline).map_err(coordinator_unavailable)?;
-        let record = BaseRecord::to(&topic)
-            .partition(position::PARTITION)
-            .key(key.as_bytes())
-            .payload(id.as_str().as_bytes());
-        write_alone(&producer, &id, record)
+        let record = |payload| {
+            BaseRecord::to(&topic)
+                .partition(position::PARTITION)
+                .key(key.as_bytes())
+                .payload(payload)
+        };
+        // An aborted record, then a committed one: a read_committed reader
+        // must see the second and never the first.
+        abort_alone(&producer, &id, record(position::ABORTED))?;
+        let committed = id.as_str().as_bytes();
+        write_alone(&producer, &id, record(committed))?;
+        position::scan_to(&reader, &topic, &key, committed, deadline, |message| {
+            position::refuse_aborted(message, &key, &topic)
+        })
+        .map(drop)
     })
     .await?;
     info!(
