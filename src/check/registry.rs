@@ -9,7 +9,7 @@ use crate::config::Settings;
 use crate::outbox::schema::ConnectSchema;
 use crate::postgres::setup;
 use crate::registry::trouble::Trouble;
-use crate::registry::{Side, Unwritten};
+use crate::registry::{Encoding, Side, Unwritten};
 
 const NAMES: [&str; 4] = [
     "registry.reachable",
@@ -66,17 +66,14 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
         .router
         .topic("WalrelayCheck")
         .unwrap_or_else(|_| "walrelay.check".into());
-    let document = match payload_document(settings).await {
-        Ok(document) => document,
+    let (encoding, document) = match payload_document(settings).await {
+        Ok(found) => found,
         Err(why) => {
             out.push(Check::skip(NAMES[2], why.clone()));
             out.push(Check::skip(NAMES[3], why));
             return out;
         }
     };
-    let encoding = settings
-        .registry_value
-        .expect("payload_document needs a value format");
     let planned = match registry.plan(&topic, Side::Value, encoding, &document) {
         Ok(planned) => planned,
         Err(Unwritten::Poison(why)) => {
@@ -125,11 +122,11 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
 
 /// The value as `--value-format avro|json-schema` would start from for a payload
 /// column whose schema is its type's (no expansion, no envelope), with an
-/// empty payload: only its schema matters here.
-async fn payload_document(settings: &Settings) -> Result<Vec<u8>, String> {
-    if settings.registry_value.is_none() {
+/// empty payload: only its schema matters here; and the value's format.
+async fn payload_document(settings: &Settings) -> Result<(Encoding, Vec<u8>), String> {
+    let Some(encoding) = settings.registry_value else {
         return Err("only --key-format is a registry's".into());
-    }
+    };
     let m = &settings.mapping;
     let envelope = m
         .placements
@@ -157,5 +154,6 @@ async fn payload_document(settings: &Settings) -> Result<Vec<u8>, String> {
         .ok_or_else(|| format!("{table} has no column {:?}", m.payload))?;
     let (type_oid, modifier, not_null): (u32, i32, bool) = (row.get(0), row.get(1), row.get(2));
     let schema = ConnectSchema::of_column(type_oid, modifier, m.decimals, !not_null)?;
-    Ok(format!("{{\"schema\":{},\"payload\":null}}", schema.json(None)).into_bytes())
+    let document = format!("{{\"schema\":{},\"payload\":null}}", schema.json(None));
+    Ok((encoding, document.into_bytes()))
 }

@@ -191,7 +191,6 @@ pub fn read(
 ) -> Result<Option<Position>> {
     let mut last = None;
     let read = scan_to(config, topic, sync_key, sync, deadline, |message| {
-        refuse_aborted(message, sync_key, topic)?;
         if message.key() != Some(key.as_bytes()) {
             return Ok(());
         }
@@ -226,7 +225,7 @@ pub const ABORTED: &[u8] = b"aborted";
 /// engine commits and aborts alike) would publish every aborted Kafka
 /// transaction to consumers as phantom events, and could hand walrelay a
 /// position whose events it never committed, skipping them on resume.
-pub fn refuse_aborted(message: &BorrowedMessage<'_>, key: &str, topic: &str) -> Result<()> {
+fn refuse_aborted(message: &BorrowedMessage<'_>, key: &str, topic: &str) -> Result<()> {
     if message.key() == Some(key.as_bytes()) && message.payload() == Some(ABORTED) {
         return Err(Error::permanent(format!(
             "the Kafka broker does not support transactions as exactly once needs them: a \
@@ -243,7 +242,8 @@ pub fn refuse_aborted(message: &BorrowedMessage<'_>, key: &str, topic: &str) -> 
 
 /// Reads the position topic's partition from its start, read_committed,
 /// handing each record to `visit` until the record `sync` under `sync_key`
-/// shows; returns how many records were read. Blocking; gives up at
+/// shows; returns how many records were read. An aborted record under
+/// `sync_key` on the way stops it (`refuse_aborted`). Blocking; gives up at
 /// `deadline`.
 pub fn scan_to(
     config: &ClientConfig,
@@ -290,6 +290,7 @@ pub fn scan_to(
         if message.key() == Some(sync_key.as_bytes()) && message.payload() == Some(sync) {
             return Ok(read);
         }
+        refuse_aborted(&message, sync_key, topic)?;
         visit(&message)?;
     }
     Err(Error::transient(format!(

@@ -209,23 +209,47 @@ fn plain(json: &Json) -> Value {
 /// None when the payload's own text may be written as it is.
 pub fn value(schema: &Connect, payload: &Value) -> Result<Option<Value>, String> {
     let rewrite = needs_rewrite(schema);
-    let out = conform(schema, payload, "", rewrite)?;
+    let out = conform(schema, payload, rewrite).map_err(Misfit::message)?;
     Ok(rewrite.then_some(out))
+}
+
+/// A value that does not fit its schema. The path to it is gathered as the
+/// error returns, innermost part first, so that a value that fits (every
+/// event but a poison one) builds no path at all.
+struct Misfit {
+    parts: Vec<String>,
+    why: String,
+}
+
+impl Misfit {
+    fn new(why: String) -> Self {
+        Misfit {
+            parts: Vec::new(),
+            why,
+        }
+    }
+
+    fn within(mut self, part: String) -> Self {
+        self.parts.push(part);
+        self
+    }
+
+    fn message(self) -> String {
+        let at: String = self.parts.iter().rev().map(String::as_str).collect();
+        format!("{} {}", place(&at), self.why)
+    }
 }
 
 /// Checks `value` against `schema`; with `rewrite`, returns it with maps
 /// of non-string keys as `{"key","value"}` objects (Null otherwise).
-fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<Value, String> {
+fn conform(schema: &Connect, value: &Value, rewrite: bool) -> Result<Value, Misfit> {
     if value.is_null() {
         if schema.optional {
             return Ok(Value::Null);
         }
-        return Err(format!(
-            "{} is null but its schema is not optional",
-            place(at)
-        ));
+        return Err(Misfit::new("is null but its schema is not optional".into()));
     }
-    let wrong = |what: &str| format!("{} is not {what}: {value}", place(at));
+    let wrong = |what: &str| Misfit::new(format!("is not {what}: {value}"));
     let keep = || if rewrite { value.clone() } else { Value::Null };
     match &schema.kind {
         Kind::Int8 | Kind::Int16 | Kind::Int32 | Kind::Int64 => {
@@ -257,7 +281,7 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
             let list = value.as_array().ok_or_else(|| wrong("an array"))?;
             let mut out = Vec::new();
             for (i, item) in list.iter().enumerate() {
-                let item = conform(items, item, &format!("{at}[{i}]"), rewrite)?;
+                let item = conform(items, item, rewrite).map_err(|m| m.within(format!("[{i}]")))?;
                 if rewrite {
                     out.push(item);
                 }
@@ -268,7 +292,8 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
             let map = value.as_object().ok_or_else(|| wrong("an object"))?;
             let mut out = Map::new();
             for (key, item) in map {
-                let item = conform(values, item, &format!("{at}.{key}"), rewrite)?;
+                let item =
+                    conform(values, item, rewrite).map_err(|m| m.within(format!(".{key}")))?;
                 if rewrite {
                     out.insert(key.clone(), item);
                 }
@@ -285,8 +310,9 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
                 let [key, item] = pair.as_array().map(Vec::as_slice).unwrap_or_default() else {
                     return Err(wrong("an array of [key, value] pairs"));
                 };
-                let key = conform(keys, key, &format!("{at}[{i}].key"), true)?;
-                let item = conform(values, item, &format!("{at}[{i}].value"), true)?;
+                let key = conform(keys, key, true).map_err(|m| m.within(format!("[{i}].key")))?;
+                let item =
+                    conform(values, item, true).map_err(|m| m.within(format!("[{i}].value")))?;
                 out.push(json!({"key": key, "value": item}));
             }
             Ok(Value::Array(out))
@@ -296,7 +322,8 @@ fn conform(schema: &Connect, value: &Value, at: &str, rewrite: bool) -> Result<V
             let mut out = Map::new();
             for (name, field) in fields {
                 let item = object.get(name).unwrap_or(&Value::Null);
-                let item = conform(field, item, &format!("{at}.{name}"), rewrite)?;
+                let item =
+                    conform(field, item, rewrite).map_err(|m| m.within(format!(".{name}")))?;
                 if rewrite {
                     out.insert(name.clone(), item);
                 }

@@ -13,7 +13,7 @@ use super::{own_record, InFlight, KafkaSink, TopicHandles};
 use crate::error::{Error, Result};
 use crate::kafka::position::{self, Position};
 use crate::kafka::transaction::{
-    abort, abort_alone, blocking, commit, failed, init, transactional_id, write_alone, Lane,
+    abort, abort_then_commit, blocking, commit, failed, init, transactional_id, Lane,
     TransactionalId,
 };
 use crate::postgres::lsn::Lsn;
@@ -63,10 +63,8 @@ impl<T: Send + Sync + 'static> KafkaSink<'_, T> {
             init(&producer, &record_id, deadline)?;
             // What an older producer left open on the partition is aborted
             // before the sync record's commit could commit it.
-            let aborted = position_record(&topic, &record_key, position::ABORTED);
-            abort_alone(&producer, &record_id, aborted)?;
-            let sync = position_record(&topic, &record_key, record_value.as_bytes());
-            write_alone(&producer, &record_id, sync)
+            let record = |value| position_record(&topic, &record_key, value);
+            abort_then_commit(&producer, &record_id, record, record_value.as_bytes())
         })
         .await?;
         let key = position::key(&server.system_id, slot);

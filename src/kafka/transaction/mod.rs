@@ -305,9 +305,22 @@ pub fn abort<C: ProducerContext + 'static>(
     Ok(())
 }
 
-/// Writes one record in a transaction of its own and commits it: the
-/// start-up probe, and a session's sync record (kafka::position).
-pub fn write_alone<C: ProducerContext + 'static>(
+/// Writes `record(position::ABORTED)` in a transaction it aborts, then
+/// `record(committed)` in one it commits: the start-up probe under its own
+/// key, and a session's sync record (kafka::position). A read_committed
+/// reader must see the second and never the first.
+pub fn abort_then_commit<'a, C: ProducerContext + 'static>(
+    producer: &BaseProducer<C>,
+    id: &TransactionalId,
+    record: impl Fn(&'a [u8]) -> BaseRecord<'a, [u8], [u8], C::DeliveryOpaque>,
+    committed: &'a [u8],
+) -> Result<()> {
+    abort_alone(producer, id, record(position::ABORTED))?;
+    write_alone(producer, id, record(committed))
+}
+
+/// Writes one record in a transaction of its own and commits it.
+fn write_alone<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
     id: &TransactionalId,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
@@ -339,7 +352,7 @@ fn open_with<C: ProducerContext + 'static>(
 /// writing its markers (a broker restarted uncleanly skips the partitions
 /// it finds without a leader) are aborted, not committed by the next
 /// marker, so that the position read back never claims them.
-pub fn abort_alone<C: ProducerContext + 'static>(
+fn abort_alone<C: ProducerContext + 'static>(
     producer: &BaseProducer<C>,
     id: &TransactionalId,
     record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque>,
@@ -376,15 +389,9 @@ pub async fn probe(
                 .key(key.as_bytes())
                 .payload(payload)
         };
-        // An aborted record, then a committed one: a read_committed reader
-        // must see the second and never the first.
-        abort_alone(&producer, &id, record(position::ABORTED))?;
         let committed = id.as_str().as_bytes();
-        write_alone(&producer, &id, record(committed))?;
-        position::scan_to(&reader, &topic, &key, committed, deadline, |message| {
-            position::refuse_aborted(message, &key, &topic)
-        })
-        .map(drop)
+        abort_then_commit(&producer, &id, record, committed)?;
+        position::scan_to(&reader, &topic, &key, committed, deadline, |_| Ok(())).map(drop)
     })
     .await?;
     info!(

@@ -191,3 +191,18 @@ fn a_payload_without_such_maps_is_written_as_it_came_once_checked() {
     let missing = value(&schema, &json!({"n": 1})).unwrap_err();
     assert!(missing.contains("\"id\" is null"), "{missing}");
 }
+
+#[test]
+fn a_misfit_deep_in_the_payload_is_named_by_its_whole_path() {
+    let schema = Connect::parse(
+        r#"{"type":"struct","fields":[{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":false},"optional":false,"field":"codes"}],"optional":false,"field":"customer"}],"optional":false}"#,
+    )
+    .unwrap();
+    let wrong = value(&schema, &json!({"customer": {"codes": [1, "x"]}})).unwrap_err();
+    assert!(
+        wrong.starts_with("the field \"customer.codes[1]\" is not an integer"),
+        "{wrong}"
+    );
+    let top = value(&schema, &json!([])).unwrap_err();
+    assert!(top.starts_with("the value is not an object"), "{top}");
+}
