@@ -1,5 +1,5 @@
 //! The schema registry's part of `walrelay check`, with `--key-format` or
-//! `--value-format` avro or json-schema: the registry answers, the
+//! `--value-format` avro, json-schema or protobuf: the registry answers, the
 //! credentials work, the subject's compatibility level is readable, and the
 //! schema walrelay would register for the payload column passes the
 //! registry's compatibility check (a dry run: nothing is registered).
@@ -120,7 +120,7 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
     out
 }
 
-/// The value as `--value-format avro|json-schema` would start from for a payload
+/// The value as `--value-format avro|json-schema|protobuf` would start from for a payload
 /// column whose schema is its type's (no expansion, no envelope), with an
 /// empty payload: only its schema matters here; and the value's format.
 async fn payload_document(settings: &Settings) -> Result<(Encoding, Vec<u8>), String> {

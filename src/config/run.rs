@@ -183,11 +183,11 @@ pub struct MappingArgs {
     #[arg(long, env = "WALRELAY_DECIMAL_HANDLING_MODE", value_enum, default_value_t = DecimalMode::Precise)]
     pub decimal_handling_mode: DecimalMode,
 
-    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would, or Confluent's AvroConverter (avro) or JsonSchemaConverter (json-schema) with --schema-registry-url.
+    /// How keys are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would, or Confluent's AvroConverter (avro), JsonSchemaConverter (json-schema) or ProtobufConverter (protobuf) with --schema-registry-url.
     #[arg(long, env = "WALRELAY_KEY_FORMAT", value_enum, default_value_t = Format::String)]
     pub key_format: Format,
 
-    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would, as Debezium's CloudEventsConverter after the router (cloudevents), or as Confluent's AvroConverter (avro) or JsonSchemaConverter (json-schema) with --schema-registry-url.
+    /// How values are written: as Kafka Connect's StringConverter or JsonConverter (schemas.enable=false, or true with json-with-schema) would, as Debezium's CloudEventsConverter after the router (cloudevents), or as Confluent's AvroConverter (avro), JsonSchemaConverter (json-schema) or ProtobufConverter (protobuf) with --schema-registry-url.
     #[arg(long, env = "WALRELAY_VALUE_FORMAT", value_enum, default_value_t = Format::String)]
     pub value_format: Format,
 

@@ -344,6 +344,7 @@ fn check_formats(args: &RunArgs) -> Result<()> {
         let format = match m.value_format {
             Format::Avro => "avro",
             Format::JsonSchema => "json-schema",
+            Format::Protobuf => "protobuf",
             _ => "json-with-schema",
         };
         return Err(Error::permanent(format!(

@@ -33,6 +33,11 @@ pub enum Format {
     /// the Confluent wire format (see `registry::json_schema`).
     #[value(name = "json-schema")]
     JsonSchema,
+    /// Confluent's ProtobufConverter: the same Connect schema as a proto3
+    /// file registered in --schema-registry-url, and the record as that
+    /// message's binary in the Confluent wire format (see
+    /// `registry::protobuf`).
+    Protobuf,
 }
 
 /// Kafka Connect's schema of a plain string (`Schema.STRING_SCHEMA`), as
@@ -50,7 +55,7 @@ impl Format {
     /// turns into Avro or JSON Schema.
     pub fn mapped(self) -> Self {
         match self {
-            Format::Avro | Format::JsonSchema => Format::JsonWithSchema,
+            Format::Avro | Format::JsonSchema | Format::Protobuf => Format::JsonWithSchema,
             other => other,
         }
     }
@@ -67,10 +72,10 @@ impl Format {
         match self {
             Format::String | Format::CloudEvents => text,
             Format::Json => Some(Bytes::from(json())),
-            // --header-format avro/json-schema is refused at start-up.
-            Format::JsonWithSchema | Format::Avro | Format::JsonSchema => Some(Bytes::from(
-                format!("{{\"schema\":{schema},\"payload\":{}}}", json()),
-            )),
+            // --header-format avro/json-schema/protobuf is refused at start-up.
+            Format::JsonWithSchema | Format::Avro | Format::JsonSchema | Format::Protobuf => Some(
+                Bytes::from(format!("{{\"schema\":{schema},\"payload\":{}}}", json())),
+            ),
         }
     }
 

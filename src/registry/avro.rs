@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use base64::Engine;
 use serde_json::Value;
 
-use super::connect_schema::{place, Connect, Json, Kind};
+use super::connect_schema::{float, place, Connect, Json, Kind};
 use super::names::{adjust, NameAdjustment};
 
 /// AvroData.NAMESPACE and DEFAULT_SCHEMA_NAME: an unnamed struct's record.
@@ -420,20 +420,6 @@ fn encode_at(schema: &Connect, value: &Value, out: &mut Vec<u8>, at: &str) -> Re
         }
     }
     Ok(())
-}
-
-/// A JSON number, or the strings Jackson writes for non-finite ones.
-fn float(value: &Value) -> Option<f64> {
-    match value {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// A long (and an int, which encodes the same) as a zig-zag varint.

@@ -225,6 +225,47 @@ pub fn place(at: &str) -> String {
     }
 }
 
+/// A JSON number, or the strings Jackson writes for non-finite ones.
+pub fn float(value: &serde_json::Value) -> Option<f64> {
+    match value {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A value that does not fit its schema. The path to it is gathered as the
+/// error returns, innermost part first, so that a value that fits (every
+/// event but a poison one) builds no path at all.
+pub struct Misfit {
+    parts: Vec<String>,
+    why: String,
+}
+
+impl Misfit {
+    pub fn new(why: String) -> Self {
+        Misfit {
+            parts: Vec::new(),
+            why,
+        }
+    }
+
+    pub fn within(mut self, part: String) -> Self {
+        self.parts.push(part);
+        self
+    }
+
+    pub fn message(self) -> String {
+        let at: String = self.parts.iter().rev().map(String::as_str).collect();
+        format!("{} {}", place(&at), self.why)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

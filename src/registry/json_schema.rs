@@ -33,7 +33,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::connect_schema::{place, Connect, Json, Kind};
+use super::connect_schema::{Connect, Json, Kind, Misfit};
 
 /// JsonSchemaData.NAMESPACE: parameters under it are the converter's own
 /// and are not written as `connect.parameters`.
@@ -211,33 +211,6 @@ pub fn value(schema: &Connect, payload: &Value) -> Result<Option<Value>, String>
     let rewrite = needs_rewrite(schema);
     let out = conform(schema, payload, rewrite).map_err(Misfit::message)?;
     Ok(rewrite.then_some(out))
-}
-
-/// A value that does not fit its schema. The path to it is gathered as the
-/// error returns, innermost part first, so that a value that fits (every
-/// event but a poison one) builds no path at all.
-struct Misfit {
-    parts: Vec<String>,
-    why: String,
-}
-
-impl Misfit {
-    fn new(why: String) -> Self {
-        Misfit {
-            parts: Vec::new(),
-            why,
-        }
-    }
-
-    fn within(mut self, part: String) -> Self {
-        self.parts.push(part);
-        self
-    }
-
-    fn message(self) -> String {
-        let at: String = self.parts.iter().rev().map(String::as_str).collect();
-        format!("{} {}", place(&at), self.why)
-    }
 }
 
 /// Checks `value` against `schema`; with `rewrite`, returns it with maps

@@ -1,17 +1,18 @@
 //! Formats that live in a schema registry (`--key-format`/`--value-format`
-//! `avro` or `json-schema`): what Confluent's `AvroConverter` and
-//! `JsonSchemaConverter` write after Debezium's outbox router, in the
-//! Confluent wire format (a zero magic byte, the schema's id as a
-//! big-endian i32, then the Avro binary datum or the JSON text).
+//! `avro`, `json-schema` or `protobuf`): what Confluent's `AvroConverter`,
+//! `JsonSchemaConverter` and `ProtobufConverter` write after Debezium's
+//! outbox router, in the Confluent wire format (a zero magic byte, the
+//! schema's id as a big-endian i32, then the Avro binary datum, the JSON
+//! text, or Protobuf's message indexes and the message's binary).
 //!
 //! The seam: the mapping writes the record as JsonConverter with
 //! schemas.enable=true would (`outbox::schema`), the Connect schema and
 //! value walrelay already derives; this module reads that document back
-//! (`connect_schema`), converts the schema as `AvroData` (`avro`) or
-//! `JsonSchemaData` (`json_schema`) does, registers it under the subject
-//! the strategy names (`client`), and encodes the value. The formats share
-//! the client, the subject strategies and the id cache; another one
-//! (Protobuf) would add a converter beside these two.
+//! (`connect_schema`), converts the schema as `AvroData` (`avro`),
+//! `JsonSchemaData` (`json_schema`) or `ProtobufData` (`protobuf`) does,
+//! registers it under the subject the strategy names (`client`), and
+//! encodes the value. The formats share the client, the subject strategies
+//! and the id cache.
 
 pub mod avro;
 pub mod client;
@@ -19,6 +20,7 @@ pub mod connect_schema;
 pub mod json_schema;
 pub mod login;
 pub mod names;
+pub mod protobuf;
 pub mod trouble;
 
 use std::collections::HashMap;
@@ -82,6 +84,8 @@ pub enum Encoding {
     Avro,
     /// Confluent's JsonSchemaConverter.
     JsonSchema,
+    /// Confluent's ProtobufConverter.
+    Protobuf,
 }
 
 impl Encoding {
@@ -90,6 +94,7 @@ impl Encoding {
         match format {
             Format::Avro => Some(Encoding::Avro),
             Format::JsonSchema => Some(Encoding::JsonSchema),
+            Format::Protobuf => Some(Encoding::Protobuf),
             _ => None,
         }
     }
@@ -99,6 +104,7 @@ impl Encoding {
         match self {
             Encoding::Avro => None,
             Encoding::JsonSchema => Some("JSON"),
+            Encoding::Protobuf => Some("PROTOBUF"),
         }
     }
 
@@ -107,6 +113,7 @@ impl Encoding {
         match self {
             Encoding::Avro => "avro",
             Encoding::JsonSchema => "json-schema",
+            Encoding::Protobuf => "protobuf",
         }
     }
 
@@ -114,6 +121,7 @@ impl Encoding {
         match self {
             Encoding::Avro => 0,
             Encoding::JsonSchema => 1,
+            Encoding::Protobuf => 2,
         }
     }
 }
@@ -148,6 +156,8 @@ struct Compiled {
     /// The name RecordNameStrategy uses; a JSON Schema without a title
     /// has none.
     record_name: Option<String>,
+    /// Protobuf's message indexes, written after the id (empty otherwise).
+    indexes: Vec<u8>,
     /// Its id under each subject it was written to.
     ids: Mutex<HashMap<String, i32>>,
 }
@@ -158,7 +168,7 @@ pub struct Serializer {
     client: Client,
     settings: RegistrySettings,
     /// By the JsonConverter schema text, one map per `Encoding::index`.
-    compiled: [Mutex<HashMap<String, Arc<Compiled>>>; 2],
+    compiled: [Mutex<HashMap<String, Arc<Compiled>>>; 3],
     /// With use.latest.version: each subject's latest id, whatever the schema.
     latest: Mutex<HashMap<String, i32>>,
 }
@@ -216,6 +226,10 @@ impl Serializer {
                 Ok(Some(rewritten)) => out.extend_from_slice(rewritten.to_string().as_bytes()),
                 Err(e) => return Err(refused(e)),
             },
+            Encoding::Protobuf => {
+                out.extend_from_slice(&compiled.indexes);
+                protobuf::encode(&compiled.connect, &payload, &mut out).map_err(refused)?
+            }
         }
         Ok(Some(Bytes::from(out)))
     }
@@ -310,6 +324,7 @@ impl Serializer {
             ));
         }
         let connect = Connect::parse(schema).map_err(poison)?;
+        let mut indexes = Vec::new();
         let (text, record_name) = match encoding {
             Encoding::Avro => {
                 let avro = avro::schema_text(&connect, self.settings.names).map_err(poison)?;
@@ -322,12 +337,18 @@ impl Serializer {
                 json_schema::schema_text(&connect),
                 json_schema::record_name(&connect),
             ),
+            Encoding::Protobuf => {
+                let file = protobuf::schema(&connect, self.settings.names).map_err(poison)?;
+                indexes = file.indexes;
+                (file.text, Some(file.message))
+            }
         };
         let compiled = Arc::new(Compiled {
             connect,
             encoding,
             text,
             record_name,
+            indexes,
             ids: Mutex::new(HashMap::new()),
         });
         cache

@@ -93,7 +93,7 @@ fn ticket(
     }
 }
 
-/// --key-format/--value-format avro or json-schema: the event registered and encoded
+/// --key-format/--value-format avro, json-schema or protobuf: the event registered and encoded
 /// for its topic; as it is otherwise. Not a method: a `&Publisher` is not
 /// Send (its timings are per-thread), and this future holds what it
 /// borrows across the registry's await.
