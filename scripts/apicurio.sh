@@ -3,12 +3,15 @@
 # Confluent-compatible API at /apis/ccompat/v7, for walrelay's Avro and
 # JSON Schema tests; its ready Quarkus distribution from Maven Central
 # (io.apicurio:apicurio-registry-app:3.3.3:tar.gz:all, checksum-checked by
-# mvn), and Python confluent-kafka's AvroDeserializer and JSONDeserializer,
-# consumers registry users already run, to read what walrelay writes.
+# mvn), and Python confluent-kafka's AvroDeserializer, JSONDeserializer and
+# ProtobufDeserializer, consumers registry users already run, to read what
+# walrelay writes (with grpcio-tools' protoc, which compiles the registered
+# .proto into the class a Protobuf consumer reads with).
 #
 #   scripts/apicurio.sh fetch            fetch and unpack it once; prints its folder
-#   scripts/apicurio.sh python           install confluent-kafka[avro,json,schemaregistry]
-#                                        into a venv once; prints its python
+#   scripts/apicurio.sh python           install confluent-kafka[avro,json,protobuf,
+#                                        schemaregistry] and grpcio-tools into a
+#                                        venv once; prints its python
 #   scripts/apicurio.sh converter        Debezium's worker (scripts/debezium.sh fetch)
 #                                        with Apicurio's AvroConverter 2.6.13.Final
 #                                        as a second plugin; prints the folder to
@@ -32,9 +35,10 @@ set -euo pipefail
 
 version=3.3.3
 confluent_kafka=2.16.2
+grpcio_tools=1.85.4
 cache="${WALRELAY_CACHE:-$HOME/.cache/walrelay}"
 home="$cache/apicurio-$version"
-venv="$cache/registry-oracle-confluent-kafka-$confluent_kafka"
+venv="$cache/registry-oracle-confluent-kafka-$confluent_kafka-protoc-$grpcio_tools"
 
 usage() {
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
@@ -70,12 +74,13 @@ fetch() {
 
 python() {
   if [ ! -f "$venv/.installed" ]; then
-    echo "installing confluent-kafka[avro,json,schemaregistry]==$confluent_kafka into $venv" >&2
+    echo "installing confluent-kafka[avro,json,protobuf,schemaregistry]==$confluent_kafka and grpcio-tools==$grpcio_tools into $venv" >&2
     rm -rf "$venv"
     mkdir -p "$cache"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check \
-      "confluent-kafka[avro,json,schemaregistry]==$confluent_kafka" >&2
+      "confluent-kafka[avro,json,protobuf,schemaregistry]==$confluent_kafka" \
+      "grpcio-tools==$grpcio_tools" >&2
     touch "$venv/.installed"
   fi
   echo "$venv/bin/python"

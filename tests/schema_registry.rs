@@ -1,8 +1,9 @@
-//! Avro and JSON Schema with a schema registry (`--value-format avro`,
-//! `json-schema`), beside the real thing: Postgres, a Kafka-protocol broker
-//! and Apicurio Registry 3.3.3's Confluent-compatible API, read back by
-//! Python confluent-kafka's AvroDeserializer and JSONDeserializer, consumers
-//! registry users already run.
+//! Avro, JSON Schema and Protobuf with a schema registry (`--value-format
+//! avro`, `json-schema`, `protobuf`), beside the real thing: Postgres, a
+//! Kafka-protocol broker and Apicurio Registry 3.3.3's Confluent-compatible
+//! API, read back by Python confluent-kafka's AvroDeserializer,
+//! JSONDeserializer and ProtobufDeserializer, consumers registry users
+//! already run.
 
 mod support;
 
@@ -12,7 +13,9 @@ use serde_json::{json, Value};
 use support::oidc::{IdentityProvider, ISSUER};
 use support::outbox::events;
 use support::pg::confirmed_flush_lsn;
-use support::registry::{read_with_confluent_kafka, read_with_deserializer, SchemaRegistry};
+use support::registry::{
+    read_with_confluent_kafka, read_with_deserializer, read_with_protobuf, SchemaRegistry,
+};
 use support::{eventually, promtool, Stack};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -186,6 +189,147 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
     }
     let (_, versions) = registry.get(&format!("/subjects/{topic}-value/versions"));
     assert_eq!(versions.trim(), "[1]");
+}
+
+/// `--key-format`/`--value-format protobuf` as a Protobuf consumer in use
+/// reads it (tests/fixtures/protobuf_oracle.py): its class compiled by
+/// protoc from the schema walrelay registered, each value read by
+/// confluent-kafka's ProtobufDeserializer (magic byte, id, message indexes,
+/// the writer's schema fetched by id). The payload is expanded, and a
+/// numeric, a timestamptz and a uuid are placed in the envelope. The
+/// expected values are the rows' own; proto3 holds no null, so a NULL
+/// column reads back as the type's default, as from Confluent's converter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
+    let registry = SchemaRegistry::start();
+    let url = registry.url();
+    let stack = stack_with_odd_envelope_columns(&[
+        "--value-format",
+        "protobuf",
+        "--key-format",
+        "protobuf",
+        "--expand-json-payload",
+        "--schema-registry-url",
+        &url,
+    ])
+    .await;
+    stack
+        .client
+        .batch_execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
+               placed_at, ref) VALUES \
+             ('00000000-0000-0000-0000-00000000f001', 'order', 'o-1', 'ProtoPlaced', \
+              '{\"order_id\": \"o-1\", \"total_cents\": 1999, \"tags\": [\"new\", \"gift\"], \
+                \"customer\": {\"id\": \"c-42\", \"vip\": true}, \"ratio\": 0.5}', \
+              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
+             ('00000000-0000-0000-0000-00000000f002', 'order', 'o-2', 'ProtoPlaced', \
+              '{\"order_id\": \"o-2\", \"total_cents\": 0, \"tags\": [\"new\"], \
+                \"customer\": {\"id\": \"c-7\", \"vip\": false}, \"ratio\": 1.25}', \
+              -0.05, NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    let topic = "outbox.event.ProtoPlaced";
+    // The envelope's Connect name, as Debezium's TableSchemaBuilder gives it
+    // under topic.prefix shop, is the message's full name.
+    let message = "shop.public.outbox.ProtoPlaced.Value";
+    let read = read_with_protobuf(
+        &stack.broker.brokers(),
+        &url,
+        topic,
+        2,
+        message,
+        Some("google.protobuf.StringValue"),
+    );
+    let rows = read.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{read:?}\nlog:\n{}", stack.relay.log());
+    let (first, second) = (&rows[0], &rows[1]);
+    // A text key is google.protobuf.StringValue, the eighth message of
+    // wrappers.proto: message indexes [7].
+    assert_eq!(first["key"], json!({"value": "o-1"}), "{read}");
+    assert_eq!(first["key_indexes"], json!([7]), "{read}");
+    assert_eq!(second["key"], json!({"value": "o-2"}), "{read}");
+    let (first, second) = (&first["value"], &second["value"]);
+    // MessageToDict writes an int32 as a number, a double as one.
+    assert_eq!(
+        first["payload"],
+        json!({"order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
+        "{read}"
+    );
+    assert_eq!(
+        second["payload"],
+        json!({"order_id": "o-2", "total_cents": 0, "tags": ["new"],
+               "customer": {"id": "c-7", "vip": false}, "ratio": 1.25}),
+        "{read}"
+    );
+    // confluent.type.Decimal: the unscaled two's-complement bytes (1234 is
+    // 0x04D2, -5 0xFB), BigDecimal's precision of the value, the scale.
+    assert_eq!(
+        first["amount"],
+        json!({"value": "BNI=", "precision": 4, "scale": 2}),
+        "{read}"
+    );
+    assert_eq!(
+        second["amount"],
+        json!({"value": "+w==", "precision": 1, "scale": 2}),
+        "{read}"
+    );
+    assert_eq!(first["ref"], "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11");
+    let placed = first["placed_at"].as_str().expect("a string");
+    assert_eq!(
+        humantime::parse_rfc3339(placed).ok(),
+        Some(humantime::parse_rfc3339("2026-12-06T09:15:30.123456Z").unwrap()),
+        "the same instant, in UTC: {placed}"
+    );
+    assert_eq!(
+        (&second["placed_at"], &second["ref"]),
+        (&json!(""), &json!(""))
+    );
+
+    // Registered as PROTOBUF, once per subject, the message in the package
+    // its Connect name gives, the decimal's file imported.
+    for subject in [format!("{topic}-value"), format!("{topic}-key")] {
+        let (_, versions) = registry.get(&format!("/subjects/{subject}/versions"));
+        assert_eq!(versions.trim(), "[1]", "{subject}");
+    }
+    let (status, latest) = registry.get(&format!("/subjects/{topic}-value/versions/latest"));
+    assert_eq!(status, 200, "{latest}");
+    let latest: Value = serde_json::from_str(&latest).unwrap();
+    assert_eq!(latest["schemaType"], "PROTOBUF", "{latest}");
+    let text = latest["schema"].as_str().unwrap();
+    assert!(
+        text.starts_with(
+            "syntax = \"proto3\";\npackage shop.public.outbox.ProtoPlaced;\n\n\
+             import \"confluent/type/decimal.proto\";\n\nmessage Value {\n"
+        ),
+        "{text}"
+    );
+
+    // The wire format: magic byte 0, the id, the message indexes (the first
+    // message: one 0), then the message.
+    let (_, key_latest) = registry.get(&format!("/subjects/{topic}-key/versions/latest"));
+    let key_latest: Value = serde_json::from_str(&key_latest).unwrap();
+    let (id, key_id) = (
+        latest["id"].as_i64().unwrap() as i32,
+        key_latest["id"].as_i64().unwrap() as i32,
+    );
+    let reader = stack.broker.consumer();
+    reader.subscribe(&[topic]);
+    for record in reader.read(2, WAIT) {
+        let value = record.raw_value.as_ref().unwrap();
+        assert_eq!(value[0], 0, "the magic byte");
+        assert_eq!(i32::from_be_bytes(value[1..5].try_into().unwrap()), id);
+        assert_eq!(value[5], 0, "message indexes [0]");
+        let key = record.raw_key.as_ref().unwrap();
+        let aggregate = &key[key.len() - 3..];
+        let mut expected = vec![0];
+        expected.extend_from_slice(&key_id.to_be_bytes());
+        // [7], then StringValue's field 1: 0a, the length, the text.
+        expected.extend_from_slice(&[0x02, 0x0e, 0x0a, 0x03]);
+        expected.extend_from_slice(aggregate);
+        assert_eq!(key, &expected);
+    }
 }
 
 /// JsonSchemaData gives a text key `{"type":"string"}`, which Apicurio's

@@ -18,7 +18,10 @@
 //!   `double`, boolean `bool`; a Decimal is `confluent.type.Decimal`
 //!   (imported from confluent/type/decimal.proto) with its scale and
 //!   precision as parameters; parameters are `(confluent.field_meta)`
-//!   options, whose file is not imported, as ProtobufData leaves it;
+//!   options, whose file (confluent/meta.proto) is not imported, as
+//!   ProtobufData leaves it and registries resolve it (a schema Debezium's
+//!   converter registered, quoted in redpanda-data/console#1184, reads so;
+//!   protoc wants the import added);
 //! - an array is a `repeated` field of its items (an array of arrays is
 //!   refused); a map a `repeated` field of a nested `<Name>Entry` message of
 //!   `key` = 1 and `value` = 2;
@@ -310,12 +313,13 @@ impl Builder {
         let mut params = Vec::new();
         let type_name = match &schema.kind {
             _ if schema.name.as_deref() == Some(DECIMAL) => {
-                // HashMap order of ProtobufData's params: scale, precision.
-                if let Some(scale) = schema.parameter("scale") {
-                    params.push(("scale", scale.to_string()));
-                }
+                // Precision, then scale: the order in a schema Debezium's
+                // ProtobufConverter registered (redpanda-data/console#1184).
                 if let Some(precision) = schema.parameter("connect.decimal.precision") {
                     params.push(("precision", precision.to_string()));
+                }
+                if let Some(scale) = schema.parameter("scale") {
+                    params.push(("scale", scale.to_string()));
                 }
                 if !self.imports.contains(&DECIMAL_IMPORT) {
                     self.imports.push(DECIMAL_IMPORT);

@@ -316,3 +316,38 @@ os._exit(0)
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// What a Protobuf consumer reads from `topic` (tests/fixtures/
+/// protobuf_oracle.py): its class compiled by protoc from the value
+/// subject's schema, each value read by confluent-kafka's
+/// ProtobufDeserializer; with `key_message`, keys in the wire format too.
+/// `[{"key", "key_indexes", "value"}, …]`, messages as MessageToDict
+/// writes them.
+pub fn read_with_protobuf(
+    brokers: &str,
+    registry: &str,
+    topic: &str,
+    count: usize,
+    value_message: &str,
+    key_message: Option<&str>,
+) -> serde_json::Value {
+    let python = script_output("python");
+    let oracle =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protobuf_oracle.py");
+    let count = count.to_string();
+    let mut args = vec![brokers, registry, topic, &count, value_message];
+    args.extend(key_message);
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&python)
+        .arg(&oracle)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Protobuf consumer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -86,8 +86,11 @@ fn a_struct_is_a_message_in_the_package_its_name_gives_and_the_text_is_confluent
     // before the imports, before the messages, and between a message's
     // fields and its nested messages), the field meta as RestApiTest's
     // `(confluent.field_meta) = {` block; ProtobufSchema.toOption writes a
-    // precision or scale with its value first; ProtobufData's params are a
-    // HashMap, whose order for these two keys is scale, precision.
+    // precision or scale with its value first. A schema Debezium's
+    // ProtobufConverter registered (quoted in redpanda-data/console#1184:
+    // `int32 Register_Time = 5` with connect.type int16, a
+    // `confluent.type.Decimal` with precision then scale, decimal.proto
+    // imported and meta.proto not) reads the same way.
     let decimal = r#"{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{"scale":"2","connect.decimal.precision":"10"}}"#;
     let address = r#"{"type":"struct","fields":[{"type":"string","optional":true,"field":"city"}],"optional":true,"name":"payload.address"}"#;
     let proto = file(&record(&[
@@ -118,12 +121,12 @@ message Value {\n\
 \x20 confluent.type.Decimal amount = 3 [(confluent.field_meta) = {\n\
 \x20   params: [\n\
 \x20     {\n\
-\x20       value: \"2\",\n\
-\x20       key: \"scale\"\n\
-\x20     },\n\
-\x20     {\n\
 \x20       value: \"10\",\n\
 \x20       key: \"precision\"\n\
+\x20     },\n\
+\x20     {\n\
+\x20       value: \"2\",\n\
+\x20       key: \"scale\"\n\
 \x20     }\n\
 \x20   ]\n\
 \x20 }];\n\
