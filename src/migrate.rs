@@ -469,7 +469,12 @@ impl<'c> Draft<'c> {
                 self.get(&format!("{side}.converter.schemas.enable")),
             );
             self.notes.extend(note);
-            if side == "value" && matches!(format, "json-with-schema" | "avro" | "json-schema") {
+            if side == "value"
+                && matches!(
+                    format,
+                    "json-with-schema" | "avro" | "json-schema" | "protobuf"
+                )
+            {
                 // The envelope's schema is named after it (EventRouterDelegate.getSchemaName).
                 needs_topic_prefix = true;
             }

@@ -17,6 +17,9 @@ use support::registry::{
     read_with_confluent_kafka, read_with_deserializer, read_with_protobuf, SchemaRegistry,
 };
 use support::{eventually, promtool, Stack};
+use walrelay::registry::connect_schema::Connect;
+use walrelay::registry::names::NameAdjustment;
+use walrelay::registry::protobuf;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -330,6 +333,76 @@ async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
         expected.extend_from_slice(aggregate);
         assert_eq!(key, &expected);
     }
+}
+
+/// `walrelay check` speaks PROTOBUF to the registry for `--value-format
+/// protobuf`: the payload column's schema (a jsonb's Connect string, so
+/// wrappers.proto's StringValue) passes beside the same schema and fails
+/// beside a message whose field 1 is no string, under BACKWARD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walrelay_check_dry_runs_the_protobuf_schema_against_the_subject() {
+    let registry = SchemaRegistry::start();
+    let pg = support::Postgres::start();
+    let broker = support::Broker::start();
+    pg.client_with_outbox().await;
+    let args: Vec<String> = [
+        "--pg-url",
+        &pg.url(),
+        "--kafka-brokers",
+        &broker.brokers(),
+        "--value-format",
+        "protobuf",
+        "--schema-registry-url",
+        &registry.url(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let subject = "outbox.event.WalrelayCheck-value";
+    registry.send(
+        "PUT",
+        &format!("/config/{subject}"),
+        r#"{"compatibility":"BACKWARD"}"#,
+    );
+    // A first version whose first message (DoubleValue's place) holds a
+    // string where walrelay's wrappers.proto holds a double.
+    let other = "syntax = \"proto3\";\npackage google.protobuf;\n\n\
+                 message DoubleValue {\n  string value = 1;\n}\n";
+    let body = json!({ "schemaType": "PROTOBUF", "schema": other }).to_string();
+    let (status, answer) = registry.send("POST", &format!("/subjects/{subject}/versions"), &body);
+    assert_eq!(status, 200, "{answer}");
+    let (ok, doc, out) = support::check_json(&args);
+    assert!(!ok, "{out}");
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "fail", "{out}");
+
+    // The subject's latest version made what walrelay would register: a pass.
+    registry.send(
+        "PUT",
+        &format!("/config/{subject}"),
+        r#"{"compatibility":"NONE"}"#,
+    );
+    let payload = Connect::parse(
+        r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}"#,
+    )
+    .unwrap();
+    let ours = protobuf::schema(&payload, NameAdjustment::None)
+        .unwrap()
+        .text;
+    let ours = json!({ "schemaType": "PROTOBUF", "schema": ours }).to_string();
+    let (status, answer) = registry.send("POST", &format!("/subjects/{subject}/versions"), &ours);
+    assert_eq!(status, 200, "{answer}");
+    registry.send(
+        "PUT",
+        &format!("/config/{subject}"),
+        r#"{"compatibility":"BACKWARD"}"#,
+    );
+    let (_, doc, out) = support::check_json(&args);
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "pass", "{out}");
+    // Nothing was registered by the dry runs.
+    let (_, versions) = registry.get(&format!("/subjects/{subject}/versions"));
+    assert_eq!(versions.trim(), "[1,2]");
 }
 
 /// JsonSchemaData gives a text key `{"type":"string"}`, which Apicurio's

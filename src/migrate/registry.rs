@@ -1,6 +1,7 @@
 //! A connector's registry converters as walrelay flags: Confluent's
 //! `io.confluent.connect.avro.AvroConverter` and
-//! `io.confluent.connect.json.JsonSchemaConverter`, and Apicurio's
+//! `io.confluent.connect.json.JsonSchemaConverter` and
+//! `io.confluent.connect.protobuf.ProtobufConverter`, and Apicurio's
 //! `io.apicurio.registry.utils.converter.AvroConverter`, each configured
 //! under the `key.converter.` / `value.converter.` prefix. Secrets
 //! (`basic.auth.user.info`, tokens, passwords) are never printed: the note
@@ -27,6 +28,7 @@ use crate::error::{Error, Result};
 
 const CONFLUENT: &str = "io.confluent.connect.avro.AvroConverter";
 const CONFLUENT_JSON_SCHEMA: &str = "io.confluent.connect.json.JsonSchemaConverter";
+const CONFLUENT_PROTOBUF: &str = "io.confluent.connect.protobuf.ProtobufConverter";
 const APICURIO: &str = "io.apicurio.registry.utils.converter.AvroConverter";
 
 /// What the converters become: walrelay flags (a value or none), the
@@ -43,6 +45,7 @@ pub fn format_of(converter: &str) -> Option<&'static str> {
     match converter.trim() {
         CONFLUENT | APICURIO => Some("avro"),
         CONFLUENT_JSON_SCHEMA => Some("json-schema"),
+        CONFLUENT_PROTOBUF => Some("protobuf"),
         _ => None,
     }
 }
@@ -160,7 +163,11 @@ fn read_side(config: &BTreeMap<String, String>, side: &'static str, converter: &
         APICURIO => apicurio(&mut r, &mut out),
         CONFLUENT_JSON_SCHEMA => {
             confluent(&mut r, &mut out);
-            json_schema_data(&mut r);
+            unvaried(&mut r, "JSON Schema", "JsonSchemaData", JSON_SCHEMA_DATA);
+        }
+        CONFLUENT_PROTOBUF => {
+            confluent(&mut r, &mut out);
+            unvaried(&mut r, "Protobuf", "ProtobufData", PROTOBUF_DATA);
         }
         _ => {
             confluent(&mut r, &mut out);
@@ -255,19 +262,38 @@ fn avro_data(r: &mut Reader<'_>) {
     }
 }
 
-/// JsonSchemaData's options walrelay does not vary (JsonSchemaDataConfig:
-/// decimal.format BASE64, object.additional.properties true).
-fn json_schema_data(r: &mut Reader<'_>) {
+/// JsonSchemaData's options walrelay does not vary (JsonSchemaDataConfig).
+const JSON_SCHEMA_DATA: &[(&str, &str)] = &[
+    ("decimal.format", "BASE64"),
+    ("object.additional.properties", "true"),
+];
+
+/// ProtobufData's options walrelay does not vary (ProtobufDataConfig's
+/// defaults), and the serializer's that change what is registered
+/// (KafkaProtobufSerializerConfig: skip.known.types true).
+const PROTOBUF_DATA: &[(&str, &str)] = &[
+    ("enhanced.protobuf.schema.support", "false"),
+    ("scrub.invalid.names", "false"),
+    ("int.for.enums", "false"),
+    ("optional.for.nullables", "false"),
+    ("wrapper.for.nullables", "false"),
+    ("wrapper.for.raw.primitives", "true"),
+    ("generate.struct.for.nulls", "false"),
+    ("generate.index.for.unions", "true"),
+    ("flatten.unions", "false"),
+    ("skip.known.types", "true"),
+];
+
+/// A note for each of the converter's options set away from the default
+/// walrelay writes with: the registered schemas would differ.
+fn unvaried(r: &mut Reader<'_>, format: &str, data: &str, defaults: &[(&str, &str)]) {
     let prefix = r.prefix.clone();
-    for (key, default) in [
-        ("decimal.format", "BASE64"),
-        ("object.additional.properties", "true"),
-    ] {
+    for (key, default) in defaults {
         if let Some(value) = r.get(key) {
             if !value.eq_ignore_ascii_case(default) {
                 r.notes.push(format!(
-                    "{prefix}{key}={value}: walrelay writes JSON Schema with \
-                     JsonSchemaData's default ({key}={default}); the registered schemas differ"
+                    "{prefix}{key}={value}: walrelay writes {format} with \
+                     {data}'s default ({key}={default}); the registered schemas differ"
                 ));
             }
         }
@@ -563,6 +589,41 @@ mod tests {
             notes.iter().any(|n| n.contains("decimal.format=NUMERIC")),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn confluents_protobuf_converter_carries_the_same_registry_settings() {
+        // ProtobufConverter reads AbstractKafkaSchemaSerDeConfig's keys as
+        // AvroConverter does; ProtobufDataConfig's options (here
+        // wrapper.for.nullables, default false) walrelay does not vary.
+        let Carried { args, notes, .. } = flags(&config(
+            "value.converter=io.confluent.connect.protobuf.ProtobufConverter\n\
+             value.converter.schema.registry.url=http://sr:8081\n\
+             value.converter.value.subject.name.strategy=\
+             io.confluent.kafka.serializers.subject.RecordNameStrategy\n\
+             value.converter.wrapper.for.nullables=true\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                (
+                    "--schema-registry-url".to_string(),
+                    Some("http://sr:8081".to_string())
+                ),
+                (
+                    "--schema-registry-subject-strategy".to_string(),
+                    Some("record".to_string())
+                )
+            ]
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("wrapper.for.nullables=true") && n.contains("Protobuf")),
+            "{notes:?}"
+        );
+        assert_eq!(format_of(CONFLUENT_PROTOBUF), Some("protobuf"));
     }
 
     #[test]
