@@ -1,5 +1,5 @@
-//! The flags of the schema registry (`--key-format`/`--value-format` avro
-//! or json-schema), a group of their own in `--help`, and the settings built from
+//! The flags of the schema registry (`--key-format`/`--value-format` avro,
+//! json-schema or protobuf), a group of their own in `--help`, and the settings built from
 //! them. The names follow Confluent's serializer settings, which Debezium
 //! users set as `value.converter.*`.
 
@@ -12,7 +12,7 @@ use crate::registry::client::Auth;
 use crate::registry::names::NameAdjustment;
 use crate::registry::{Encoding, RegistrySettings, SubjectStrategy};
 
-/// Schema registry: where Avro and JSON Schema schemas are registered, and how.
+/// Schema registry: where Avro, JSON Schema and Protobuf schemas are registered, and how.
 #[derive(Args, Clone)]
 #[command(next_help_heading = "Schema registry")]
 pub struct SchemaRegistryArgs {

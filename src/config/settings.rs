@@ -69,7 +69,7 @@ pub struct Settings {
     pub retention: Option<RetentionSettings>,
     /// `--snapshot-where`: rows to publish on the start that creates the slot.
     pub snapshot: Option<SnapshotPlan>,
-    /// `--key-format`/`--value-format avro|json-schema`: the registry's
+    /// `--key-format`/`--value-format avro|json-schema|protobuf`: the registry's
     /// serializer, shared by every session so its ids stay cached; and
     /// which format each side is written in, if a registry's.
     pub registry: Option<Arc<Serializer>>,

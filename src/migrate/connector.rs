@@ -99,6 +99,17 @@ pub fn converter_format(
                  by hand if the registry speaks Confluent's API"
             )),
         ),
+        // Other Protobuf converters (Apicurio's, AWS Glue's) likewise.
+        class if class.contains("Protobuf") => (
+            "string",
+            Some(format!(
+                "{side}.converter={converter}: walrelay writes Protobuf as Confluent's \
+                 ProtobufConverter does; this converter's settings are not carried, so the \
+                 command writes the column's bytes as they are (--{side}-format string): set \
+                 --{side}-format protobuf and --schema-registry-url by hand if the registry \
+                 speaks Confluent's API and its schemas are ProtobufData's"
+            )),
+        ),
         _ => (
             "string",
             Some(format!(
@@ -293,6 +304,13 @@ mod tests {
         );
         assert_eq!(format, "string");
         assert!(note.unwrap().contains("--value-format avro"));
+        let (format, note) = converter_format(
+            "value",
+            Some("io.apicurio.registry.utils.converter.ProtobufConverter"),
+            None,
+        );
+        assert_eq!(format, "string");
+        assert!(note.unwrap().contains("--value-format protobuf"));
         let (format, note) = converter_format(
             "value",
             Some("io.debezium.converters.CloudEventsConverter"),
