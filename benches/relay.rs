@@ -57,11 +57,11 @@
 //! must take the flags the scenario passes (docs/benchmarks.md, "Before
 //! and after the restructure").
 //!
-//! Avro beside JSON (`-- formats`, only by name): one fill of
-//! BENCH_EVENTS (200,000) drained from BENCH_PAIRS (3) pairs of slots in
-//! turn, `--value-format json` then `--value-format avro` (keys Avro too)
-//! with Apicurio Registry 3.3.3, both with `--expand-json-payload`; events/s
-//! and CPU per event of each (relay/formats.rs).
+//! Avro and Protobuf beside JSON (`-- formats`, only by name): one fill of
+//! BENCH_EVENTS (200,000) drained from BENCH_PAIRS (3) rounds of slots in
+//! turn, `--value-format json`, `avro` and `protobuf` (keys likewise), the
+//! registry's with Apicurio Registry 3.3.3, all with `--expand-json-payload`;
+//! events/s and CPU per event of each (relay/formats.rs).
 
 #[path = "../tests/support/mod.rs"]
 mod support;

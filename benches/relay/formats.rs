@@ -1,15 +1,17 @@
-//! Avro beside JSON (`-- formats`, issue 46 item 8): what the schema
-//! registry's format costs a drain, in the same run.
+//! Avro and Protobuf beside JSON (`-- formats`, issue 46 item 8): what the
+//! schema registry's formats cost a drain, in the same run.
 //!
 //! BENCH_EVENTS (200,000) events in transactions of BENCH_TXN_SIZE (100)
 //! wait in the outbox, filled once (relay/drain.rs's rows). Each drain has
 //! a slot of its own, created before the fill, so every drain reads the
-//! same WAL; BENCH_PAIRS (3) pairs take turns (JSON then Avro, then Avro
-//! then JSON, …), each drain into a fresh broker. Both write keys and values through the converter and
-//! expand the jsonb payload (`--expand-json-payload`), so the difference is
-//! the format: JsonConverter without schemas against Confluent's
-//! AvroConverter in the wire format, its schemas in one Apicurio Registry
-//! 3.3.3 (tests/support/registry.rs) started before the first drain.
+//! same WAL; BENCH_PAIRS (3) rounds take turns (JSON, Avro, Protobuf, then
+//! Avro, Protobuf, JSON, …: each format first once in three rounds), each
+//! drain into a fresh broker. All write keys and values through the
+//! converter and expand the jsonb payload (`--expand-json-payload`), so the
+//! difference is the format: JsonConverter without schemas against
+//! Confluent's AvroConverter and ProtobufConverter in the wire format,
+//! their schemas in one Apicurio Registry 3.3.3 (tests/support/registry.rs)
+//! started before the first drain.
 //! Each drain is timed from walrelay's start to its slot confirmed past the
 //! last commit, as relay/drain.rs times it; CPU is walrelay's, every thread.
 
@@ -27,31 +29,36 @@ pub async fn formats() {
     let registry = SchemaRegistry::start();
     let url = registry.url();
     let json = ["--key-format", "json", "--value-format", "json"];
-    let avro = [
-        "--key-format",
-        "avro",
-        "--value-format",
-        "avro",
-        "--schema-registry-url",
-        &url,
-    ];
+    let registered = |format| {
+        [
+            "--key-format",
+            format,
+            "--value-format",
+            format,
+            "--schema-registry-url",
+            &url,
+        ]
+    };
+    let (avro, protobuf) = (registered("avro"), registered("protobuf"));
     let pg = Postgres::start();
     let client = pg.client_with_outbox().await;
     let mut drains = Vec::new();
     for pair in 0..pairs {
-        // JSON first in even pairs, Avro first in odd ones: neither always
-        // drains the colder cache or the busier minute.
-        let mut turn = [("json", &json[..]), ("avro", &avro[..])];
-        if pair % 2 == 1 {
-            turn.reverse();
-        }
+        // Each round starts with the next format: none always drains the
+        // colder cache or the busier minute.
+        let mut turn = [
+            ("json", &json[..]),
+            ("avro", &avro[..]),
+            ("protobuf", &protobuf[..]),
+        ];
+        turn.rotate_left((pair % 3) as usize);
         for (format, flags) in turn {
             drains.push((format, format!("{format}_{pair}"), flags));
         }
     }
     let slots: Vec<&str> = drains.iter().map(|(_, slot, _)| slot.as_str()).collect();
     let end = fill_for_slots(&client, &slots, events, txn_size).await;
-    println!("formats: {events} events in transactions of {txn_size}, {pairs} pairs of drains");
+    println!("formats: {events} events in transactions of {txn_size}, {pairs} rounds of drains");
     let mut results: Vec<(&str, f64, f64)> = Vec::new();
     for (format, slot, flags) in &drains {
         let broker = Broker::start();
@@ -76,7 +83,7 @@ pub async fn formats() {
         );
         relay.kill9();
         // After the timing: a record of each drain is in the format asked
-        // for (Avro: Confluent's magic byte 0 then the schema id).
+        // for (Avro, Protobuf: Confluent's magic byte 0 then the schema id).
         let reader = broker.consumer();
         reader.subscribe(&["outbox.event.OrderPlaced"]);
         let first = reader.read(1, Duration::from_secs(60));
@@ -84,18 +91,18 @@ pub async fn formats() {
             .first()
             .and_then(|r| r.raw_value.clone())
             .expect("a record of the drain");
-        let expected = if *format == "avro" { 0 } else { b'{' };
+        let expected = if *format == "json" { b'{' } else { 0 };
         assert_eq!(value[0], expected, "{format}: {value:?}");
         let rate = events as f64 / secs;
         let per_event = cpu * 1e6 / events as f64;
         println!(
-            "  {format:<4} {slot:<7} {rate:>7.0} events/s ({secs:.2}s); CPU {per_event:.2} µs/event; \
+            "  {format:<8} {slot:<10} {rate:>7.0} events/s ({secs:.2}s); CPU {per_event:.2} µs/event; \
              peak RSS {} MiB",
             rss / 1024
         );
         results.push((format, rate, per_event));
     }
-    for format in ["json", "avro"] {
+    for format in ["json", "avro", "protobuf"] {
         let mut rates: Vec<f64> = results
             .iter()
             .filter(|r| r.0 == format)
