@@ -168,13 +168,12 @@ fn single(
         Kind::String | Kind::Bytes => LEN,
         _ => VARINT,
     };
-    let mut body = Vec::new();
-    let is_default = scalar(schema, value, &mut body)?;
-    if is_default && !always {
-        return Ok(());
-    }
+    let start = out.len();
     put_key(out, tag, wire);
-    out.extend_from_slice(&body);
+    let is_default = scalar(schema, value, out)?;
+    if is_default && !always {
+        out.truncate(start);
+    }
     Ok(())
 }
 
