@@ -119,22 +119,7 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
         &url,
     ])
     .await;
-    stack
-        .client
-        .batch_execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
-               placed_at, ref) VALUES \
-             ('00000000-0000-0000-0000-00000000e001', 'order', 'o-1', 'JsonSchemaPlaced', \
-              '{\"order_id\": \"o-1\", \"total_cents\": 1999, \"tags\": [\"new\", \"gift\"], \
-                \"customer\": {\"id\": \"c-42\", \"vip\": true}, \"ratio\": 0.5}', \
-              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
-             ('00000000-0000-0000-0000-00000000e002', 'order', 'o-2', 'JsonSchemaPlaced', \
-              '{\"order_id\": \"o-2\", \"total_cents\": 5, \"tags\": [\"new\"], \
-                \"customer\": {\"id\": \"c-7\", \"vip\": false}, \"ratio\": 1.25}', \
-              -0.05, NULL, NULL)",
-        )
-        .await
-        .unwrap();
+    insert_two_orders(&stack, "JsonSchemaPlaced", 5).await;
     let topic = "outbox.event.JsonSchemaPlaced";
     let read = read_with_deserializer("json", &stack.broker.brokers(), &url, topic, 2, false);
     let rows = read.as_array().unwrap();
@@ -216,22 +201,7 @@ async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
         &url,
     ])
     .await;
-    stack
-        .client
-        .batch_execute(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, amount, \
-               placed_at, ref) VALUES \
-             ('00000000-0000-0000-0000-00000000f001', 'order', 'o-1', 'ProtoPlaced', \
-              '{\"order_id\": \"o-1\", \"total_cents\": 1999, \"tags\": [\"new\", \"gift\"], \
-                \"customer\": {\"id\": \"c-42\", \"vip\": true}, \"ratio\": 0.5}', \
-              12.34, '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
-             ('00000000-0000-0000-0000-00000000f002', 'order', 'o-2', 'ProtoPlaced', \
-              '{\"order_id\": \"o-2\", \"total_cents\": 0, \"tags\": [\"new\"], \
-                \"customer\": {\"id\": \"c-7\", \"vip\": false}, \"ratio\": 1.25}', \
-              -0.05, NULL, NULL)",
-        )
-        .await
-        .unwrap();
+    insert_two_orders(&stack, "ProtoPlaced", 0).await;
     let topic = "outbox.event.ProtoPlaced";
     // The envelope's Connect name, as Debezium's TableSchemaBuilder gives it
     // under topic.prefix shop, is the message's full name.
@@ -1150,6 +1120,31 @@ async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro()
     assert_eq!(first["amount"], "12.34", "a Decimal of scale 2: {read}");
     assert_eq!(second["amount"], "-0.05", "{read}");
     assert_uuid_and_instant_read_back(first, second, &read);
+}
+
+/// Two orders of `event_type` into the outbox of
+/// `stack_with_odd_envelope_columns`: an expanded payload with a nested
+/// object and an array, a numeric (12.34, -0.05), a timestamptz and a uuid
+/// (the second's NULL); the second order's total is `second_total`.
+async fn insert_two_orders(stack: &Stack, event_type: &str, second_total: i64) {
+    let order = |n: u32, total: i64, customer: &str, vip: bool, tags: &str, ratio: &str| {
+        format!(
+            "{{\"order_id\": \"o-{n}\", \"total_cents\": {total}, \"tags\": [{tags}], \
+             \"customer\": {{\"id\": \"{customer}\", \"vip\": {vip}}}, \"ratio\": {ratio}}}"
+        )
+    };
+    let statement = "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, \
+           amount, placed_at, ref) VALUES \
+         (gen_random_uuid(), 'order', 'o-1', $1, $2::text::jsonb, 12.34, \
+          '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
+         (gen_random_uuid(), 'order', 'o-2', $1, $3::text::jsonb, -0.05, NULL, NULL)";
+    let first = order(1, 1999, "c-42", true, "\"new\", \"gift\"", "0.5");
+    let second = order(2, second_total, "c-7", false, "\"new\"", "1.25");
+    stack
+        .client
+        .execute(statement, &[&event_type, &first, &second])
+        .await
+        .unwrap();
 }
 
 /// A stack beside `flags` whose outbox has a numeric(10,2), a timestamptz

@@ -236,70 +236,12 @@ pub fn read_with_deserializer(
     let python = script_output("python");
     // Partitions assigned, not subscribed: no consumer group to join or
     // leave, which some brokers answer slowly.
-    let program = r#"
-import base64, decimal, json, os, sys, time
-from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.schema_registry.json_schema import JSONDeserializer
-from confluent_kafka.serialization import SerializationContext, MessageField
-
-brokers, url, topic, count, registry_keys, fmt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1", sys.argv[6]
-conf = json.loads(url) if url.startswith("{") else {"url": url}
-conf.setdefault("timeout", 10)
-registry = SchemaRegistryClient(conf)
-# The JSON one with no schema of its own reads the writer's from the registry.
-deserialize = AvroDeserializer(registry) if fmt == "avro" else JSONDeserializer(None, schema_registry_client=registry)
-consumer = Consumer({"bootstrap.servers": brokers, "group.id": "avro-reader",
-                     "enable.auto.commit": False})
-deadline = time.time() + 60
-partitions = {}
-while not partitions and time.time() < deadline:
-    # A topic its producer has not created yet has no partitions: wait.
-    found = consumer.list_topics(topic, timeout=10).topics.get(topic)
-    partitions = found.partitions if found is not None and found.error is None else {}
-    if not partitions:
-        time.sleep(0.5)
-consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-
-def plain(v):
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, dict):
-        return {k: plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [plain(x) for x in v]
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return v
-
-out = []
-while len(out) < count and time.time() < deadline:
-    msg = consumer.poll(1.0)
-    if msg is None:
-        continue
-    if msg.error():
-        raise SystemExit(str(msg.error()))
-    key = msg.key()
-    if registry_keys and key is not None:
-        key = deserialize(key, SerializationContext(topic, MessageField.KEY))
-    elif key is not None:
-        key = key.decode()
-    value = deserialize(msg.value(), SerializationContext(topic, MessageField.VALUE))
-    out.append({"key": plain(key), "value": plain(value), "partition": msg.partition(),
-                "offset": msg.offset()})
-print(json.dumps(sorted(out, key=lambda r: (r["value"] is None, str(r["key"]), r["offset"]))))
-sys.stdout.flush()
-os._exit(0)
-"#;
+    let reader = fixture("registry_reader.py");
     let out = Command::new("timeout")
+        .arg("120")
+        .arg(&python)
+        .arg(&reader)
         .args([
-            "120",
-            &python,
-            "-c",
-            program,
             brokers,
             registry,
             topic,
@@ -350,4 +292,10 @@ pub fn read_with_protobuf(
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
