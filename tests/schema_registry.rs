@@ -111,15 +111,13 @@ async fn confluent_kafkas_avro_deserializer_reads_every_record_walrelay_writes()
 async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_as_json_schema() {
     let registry = SchemaRegistry::start();
     let url = registry.url();
-    let stack = stack_with_odd_envelope_columns(&[
-        "--value-format",
-        "json-schema",
-        "--expand-json-payload",
-        "--schema-registry-url",
+    let stack = two_orders_as(
         &url,
-    ])
+        &["--value-format", "json-schema"],
+        "JsonSchemaPlaced",
+        5,
+    )
     .await;
-    insert_two_orders(&stack, "JsonSchemaPlaced", 5).await;
     let topic = "outbox.event.JsonSchemaPlaced";
     let read = read_with_deserializer("json", &stack.broker.brokers(), &url, topic, 2, false);
     let rows = read.as_array().unwrap();
@@ -128,12 +126,7 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
     assert_eq!(first["key"], "o-1", "{read}");
     assert_eq!(second["key"], "o-2", "{read}");
     let (first, second) = (&first["value"], &second["value"]);
-    assert_eq!(
-        first["payload"],
-        json!({"order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
-               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
-        "{read}"
-    );
+    assert_eq!(first["payload"], first_order_payload(), "{read}");
     assert_eq!(second["payload"]["total_cents"], 5, "{read}");
     // A Decimal is JsonConverter's Base64 of the unscaled two's-complement
     // value (decimal.format BASE64, the default): 1234 is 0x04D2, -5 0xFB.
@@ -191,17 +184,8 @@ async fn confluent_kafkas_json_deserializer_reads_every_record_walrelay_writes_a
 async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
     let registry = SchemaRegistry::start();
     let url = registry.url();
-    let stack = stack_with_odd_envelope_columns(&[
-        "--value-format",
-        "protobuf",
-        "--key-format",
-        "protobuf",
-        "--expand-json-payload",
-        "--schema-registry-url",
-        &url,
-    ])
-    .await;
-    insert_two_orders(&stack, "ProtoPlaced", 0).await;
+    let formats = ["--value-format", "protobuf", "--key-format", "protobuf"];
+    let stack = two_orders_as(&url, &formats, "ProtoPlaced", 0).await;
     let topic = "outbox.event.ProtoPlaced";
     // The envelope's Connect name, as Debezium's TableSchemaBuilder gives it
     // under topic.prefix shop, is the message's full name.
@@ -224,12 +208,7 @@ async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
     assert_eq!(second["key"], json!({"value": "o-2"}), "{read}");
     let (first, second) = (&first["value"], &second["value"]);
     // MessageToDict writes an int32 as a number, a double as one.
-    assert_eq!(
-        first["payload"],
-        json!({"order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
-               "customer": {"id": "c-42", "vip": true}, "ratio": 0.5}),
-        "{read}"
-    );
+    assert_eq!(first["payload"], first_order_payload(), "{read}");
     assert_eq!(
         second["payload"],
         json!({"order_id": "o-2", "total_cents": 0, "tags": ["new"],
@@ -1122,29 +1101,36 @@ async fn envelope_columns_of_odd_types_decode_to_their_postgres_values_in_avro()
     assert_uuid_and_instant_read_back(first, second, &read);
 }
 
-/// Two orders of `event_type` into the outbox of
-/// `stack_with_odd_envelope_columns`: an expanded payload with a nested
-/// object and an array, a numeric (12.34, -0.05), a timestamptz and a uuid
-/// (the second's NULL); the second order's total is `second_total`.
-async fn insert_two_orders(stack: &Stack, event_type: &str, second_total: i64) {
-    let order = |n: u32, total: i64, customer: &str, vip: bool, tags: &str, ratio: &str| {
-        format!(
-            "{{\"order_id\": \"o-{n}\", \"total_cents\": {total}, \"tags\": [{tags}], \
-             \"customer\": {{\"id\": \"{customer}\", \"vip\": {vip}}}, \"ratio\": {ratio}}}"
-        )
-    };
+/// A stack of `stack_with_odd_envelope_columns` writing in `formats` with
+/// the registry at `url`, the payload expanded, and two orders of
+/// `event_type` in its outbox: an expanded payload with a nested object and
+/// an array, a numeric (12.34, -0.05), a timestamptz and a uuid (the
+/// second's NULL); the second order's total is `second_total`.
+async fn two_orders_as(url: &str, formats: &[&str], event_type: &str, second_total: i64) -> Stack {
+    let mut flags = formats.to_vec();
+    flags.extend(["--expand-json-payload", "--schema-registry-url", url]);
+    let stack = stack_with_odd_envelope_columns(&flags).await;
     let statement = "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, \
            amount, placed_at, ref) VALUES \
          (gen_random_uuid(), 'order', 'o-1', $1, $2::text::jsonb, 12.34, \
           '2026-12-06 10:15:30.123456+01', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'), \
          (gen_random_uuid(), 'order', 'o-2', $1, $3::text::jsonb, -0.05, NULL, NULL)";
-    let first = order(1, 1999, "c-42", true, "\"new\", \"gift\"", "0.5");
-    let second = order(2, second_total, "c-7", false, "\"new\"", "1.25");
+    let first = first_order_payload().to_string();
+    let second = json!({"order_id": "o-2", "total_cents": second_total, "tags": ["new"],
+                        "customer": {"id": "c-7", "vip": false}, "ratio": 1.25})
+    .to_string();
     stack
         .client
         .execute(statement, &[&event_type, &first, &second])
         .await
         .unwrap();
+    stack
+}
+
+/// The payload of the first order `two_orders_as` writes.
+fn first_order_payload() -> Value {
+    json!({"order_id": "o-1", "total_cents": 1999, "tags": ["new", "gift"],
+           "customer": {"id": "c-42", "vip": true}, "ratio": 0.5})
 }
 
 /// A stack beside `flags` whose outbox has a numeric(10,2), a timestamptz
