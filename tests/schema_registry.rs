@@ -287,9 +287,11 @@ async fn a_protobuf_consumer_reads_every_record_walrelay_writes_as_protobuf() {
 /// `walrelay check` speaks PROTOBUF to the registry for `--value-format
 /// protobuf`: the payload column's schema (a jsonb's Connect string, so
 /// wrappers.proto's StringValue) passes beside the same schema and fails
-/// beside a message whose field 1 is no string, under BACKWARD.
+/// beside a message whose field 1 is no string, under BACKWARD; with
+/// `--schema-registry-use-latest-version` it passes while the latest
+/// version is that schema and fails once it is another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn walrelay_check_dry_runs_the_protobuf_schema_against_the_subject() {
+async fn walrelay_check_dry_runs_the_protobuf_schema_and_the_latest_version_against_the_subject() {
     let registry = SchemaRegistry::start();
     let pg = support::Postgres::start();
     let broker = support::Broker::start();
@@ -352,6 +354,42 @@ async fn walrelay_check_dry_runs_the_protobuf_schema_against_the_subject() {
     // Nothing was registered by the dry runs.
     let (_, versions) = registry.get(&format!("/subjects/{subject}/versions"));
     assert_eq!(versions.trim(), "[1,2]");
+
+    // With use.latest.version the dry run asks whether the latest version
+    // is walrelay's schema: it is (version 2), then it is not (version 3).
+    let mut latest_args = args.clone();
+    latest_args.extend(
+        [
+            "--schema-registry-auto-register",
+            "false",
+            "--schema-registry-use-latest-version",
+        ]
+        .map(String::from),
+    );
+    let (_, doc, out) = support::check_json(&latest_args);
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "pass", "{out}");
+    registry.send(
+        "PUT",
+        &format!("/config/{subject}"),
+        r#"{"compatibility":"NONE"}"#,
+    );
+    let third = "syntax = \"proto3\";\npackage google.protobuf;\n\n\
+                 message StringValue {\n  string value = 1;\n  int64 more = 2;\n}\n";
+    let third = json!({ "schemaType": "PROTOBUF", "schema": third }).to_string();
+    let (status, answer) = registry.send("POST", &format!("/subjects/{subject}/versions"), &third);
+    assert_eq!(status, 200, "{answer}");
+    let (ok, doc, out) = support::check_json(&latest_args);
+    assert!(!ok, "{out}");
+    let dry_run = support::check_entry(&doc, "registry.compatibility");
+    assert_eq!(dry_run["status"], "fail", "{out}");
+    assert!(
+        dry_run["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--schema-registry-use-latest-version"),
+        "{out}"
+    );
 }
 
 /// JsonSchemaData gives a text key `{"type":"string"}`, which Apicurio's
@@ -781,7 +819,7 @@ async fn with_registration_locked_down_walrelay_looks_schemas_up_and_an_unregist
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() {
+async fn with_use_latest_version_walrelay_writes_under_the_latest_id_only_when_it_is_its_schema() {
     let registry = SchemaRegistry::start();
     let subject = "/subjects/outbox.event.AvroLatest-value/versions";
     let register = |avro: &str| {
@@ -795,6 +833,15 @@ async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() 
     register(r#""string""#);
     let latest =
         register(r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#);
+    // Another subject whose latest version is a record: walrelay's string
+    // bytes under its id would be read as that record, wrongly.
+    let (status, answer) = registry.send(
+        "POST",
+        "/subjects/outbox.event.AvroNotLatest-value/versions",
+        &json!({ "schema": r#"{"type":"record","name":"Old","fields":[{"name":"a","type":"int"}]}"# })
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
     let url = registry.url();
     let stack = Stack::start(&[
         "--value-format",
@@ -804,9 +851,12 @@ async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() 
         "--schema-registry-auto-register",
         "false",
         "--schema-registry-use-latest-version",
+        "--on-poison",
+        "dead-letter",
     ])
     .await;
     events("AvroLatest", 2).insert(&stack.client).await;
+    events("AvroNotLatest", 1).insert(&stack.client).await;
     let reader = stack.broker.consumer();
     reader.subscribe(&["outbox.event.AvroLatest"]);
     for record in reader.read(2, WAIT) {
@@ -815,6 +865,20 @@ async fn with_use_latest_version_walrelay_writes_under_the_subjects_latest_id() 
     }
     let (_, versions) = registry.get(subject);
     assert_eq!(versions.trim(), "[1,2]", "nothing registered");
+    // The event of the other subject is not written under the record's id:
+    // it is poison, with the reason and the fix.
+    let dead = stack.broker.consumer();
+    dead.subscribe(&["walrelay.dead-letter"]);
+    let dead = dead.read(1, WAIT);
+    assert_eq!(dead.len(), 1, "log:\n{}", stack.relay.log());
+    let reason = dead[0].header("walrelay.reason").unwrap();
+    assert!(
+        reason.contains("is not the schema walrelay writes by"),
+        "{reason}"
+    );
+    let other = stack.broker.consumer();
+    other.subscribe(&["outbox.event.AvroNotLatest"]);
+    assert!(other.read(1, Duration::from_secs(3)).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

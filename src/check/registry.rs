@@ -8,8 +8,9 @@ use super::Check;
 use crate::config::Settings;
 use crate::outbox::schema::ConnectSchema;
 use crate::postgres::setup;
+use crate::registry::client::Client;
 use crate::registry::trouble::Trouble;
-use crate::registry::{Encoding, Side, Unwritten};
+use crate::registry::{same_bytes, Encoding, Side, Unwritten};
 
 const NAMES: [&str; 4] = [
     "registry.reachable",
@@ -99,6 +100,10 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             "give walrelay's login the right to read the subject's configuration",
         ),
     });
+    if registry.uses_latest_version() {
+        out.push(latest_check(client, subject, encoding, schema).await);
+        return out;
+    }
     out.push(
         match client
             .compatible(subject, schema, planned.schema_type)
@@ -156,4 +161,32 @@ async fn payload_document(settings: &Settings) -> Result<(Encoding, Vec<u8>), St
     let schema = ConnectSchema::of_column(type_oid, modifier, m.decimals, !not_null)?;
     let document = format!("{{\"schema\":{},\"payload\":null}}", schema.json(None));
     Ok((encoding, document.into_bytes()))
+}
+
+/// With --schema-registry-use-latest-version, the dry run asks whether the
+/// subject's latest version is the schema walrelay writes by (see
+/// `registry::same_bytes`): another one makes every event poison.
+async fn latest_check(client: &Client, subject: &str, encoding: Encoding, schema: &str) -> Check {
+    match client.latest(subject).await {
+        Ok((id, latest)) if same_bytes(encoding, schema, &latest) => Check::pass(
+            NAMES[3],
+            format!(
+                "subject {subject:?}'s latest version (id {id}) is the payload column's schema"
+            ),
+        ),
+        Ok((id, latest)) => Check::fail(
+            NAMES[3],
+            format!(
+                "subject {subject:?}'s latest version (id {id}) is not the schema walrelay writes \
+                 by, so every event would be poison: {latest}"
+            ),
+            "register walrelay's schema as the subject's latest version, or drop \
+             --schema-registry-use-latest-version",
+        ),
+        Err(e) => Check::fail(
+            NAMES[3],
+            e.to_string(),
+            "register the subject's schema first",
+        ),
+    }
 }

@@ -83,7 +83,7 @@ pub struct SchemaRegistryArgs {
     #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_AUTO_REGISTER", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub schema_registry_auto_register: bool,
 
-    /// With --schema-registry-auto-register false: write with the subject's latest schema id (use.latest.version) instead of looking the schema up.
+    /// With --schema-registry-auto-register false: write with the subject's latest schema id (use.latest.version) instead of looking the schema up. The latest version must be the schema walrelay writes by, up to what leaves the bytes alone (Avro's canonical form with its logical types; Protobuf's text but for white space); another makes the event poison.
     #[arg(long, env = "WALRELAY_SCHEMA_REGISTRY_USE_LATEST_VERSION")]
     pub schema_registry_use_latest_version: bool,
 

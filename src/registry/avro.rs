@@ -19,8 +19,12 @@ use std::collections::HashSet;
 use base64::Engine;
 use serde_json::Value;
 
+mod canonical;
+
 use super::connect_schema::{float, place, Connect, Json, Kind};
 use super::names::{adjust, NameAdjustment};
+
+pub use canonical::canonical;
 
 /// AvroData.NAMESPACE and DEFAULT_SCHEMA_NAME: an unnamed struct's record.
 const DEFAULT_NAMESPACE: &str = "io.confluent.connect.avro";

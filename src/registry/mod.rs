@@ -169,8 +169,8 @@ pub struct Serializer {
     settings: RegistrySettings,
     /// By the JsonConverter schema text, one map per `Encoding::index`.
     compiled: [Mutex<HashMap<String, Arc<Compiled>>>; 3],
-    /// With use.latest.version: each subject's latest id, whatever the schema.
-    latest: Mutex<HashMap<String, i32>>,
+    /// With use.latest.version: each subject's latest id and schema text.
+    latest: Mutex<HashMap<String, (i32, String)>>,
 }
 
 impl std::fmt::Debug for Serializer {
@@ -194,6 +194,12 @@ impl Serializer {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether records are written under each subject's latest id
+    /// (`--schema-registry-use-latest-version`).
+    pub fn uses_latest_version(&self) -> bool {
+        !self.settings.auto_register && self.settings.use_latest_version
     }
 
     /// The wire-format bytes of one side of a record, from the document
@@ -387,27 +393,60 @@ impl Serializer {
         subject: &str,
         compiled: &Compiled,
     ) -> Result<i32, Unwritten> {
-        let latest = !self.settings.auto_register && self.settings.use_latest_version;
-        let cache = if latest { &self.latest } else { &compiled.ids };
-        if let Some(id) = cache.lock().expect("not poisoned").get(subject) {
+        if let Some(id) = compiled.ids.lock().expect("not poisoned").get(subject) {
             return Ok(*id);
         }
         let (text, schema_type) = (&compiled.text, compiled.encoding.schema_type());
         let answer = if self.settings.auto_register {
             self.client.register(subject, text, schema_type).await
-        } else if latest {
-            self.client.latest(subject).await.map(|(id, _)| id)
+        } else if self.settings.use_latest_version {
+            self.latest_of(subject, compiled).await
         } else {
             self.client.lookup(subject, text, schema_type).await
         };
         let reachable = !matches!(answer, Err(Trouble::Unreachable(_)));
         metrics.set_schema_registry_reachable(reachable);
         let id = answer.map_err(|trouble| self.refusal(subject, trouble))?;
-        cache
+        compiled
+            .ids
             .lock()
             .expect("not poisoned")
             .insert(subject.to_string(), id);
         Ok(id)
+    }
+
+    /// use.latest.version: the subject's latest id, if the latest schema
+    /// is walrelay's own up to what leaves the bytes and their meaning
+    /// alone. walrelay writes its own schema's bytes (Confluent's Avro
+    /// serializer re-encodes the datum with the latest schema instead), so
+    /// under another schema's id they would be read wrong, without a word.
+    async fn latest_of(&self, subject: &str, compiled: &Compiled) -> Result<i32, Trouble> {
+        let cached = self
+            .latest
+            .lock()
+            .expect("not poisoned")
+            .get(subject)
+            .cloned();
+        let (id, latest) = match cached {
+            Some(hit) => hit,
+            None => {
+                let answer = self.client.latest(subject).await?;
+                self.latest
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(subject.to_string(), answer.clone());
+                answer
+            }
+        };
+        if same_bytes(compiled.encoding, &compiled.text, &latest) {
+            return Ok(id);
+        }
+        Err(Trouble::NotLatest(format!(
+            "--schema-registry-use-latest-version: the latest version of subject {subject:?} (id {id}) is \
+             not the schema walrelay writes by (`walrelay check` shows it); walrelay writes \
+             its own schema's bytes, which another schema would read wrong: register that \
+             schema as the latest version, or drop --schema-registry-use-latest-version"
+        )))
     }
 
     fn refusal(&self, subject: &str, trouble: Trouble) -> Unwritten {
@@ -429,10 +468,26 @@ impl Serializer {
                  (--schema-registry-auto-register false): register it, or turn \
                  auto-registration on: {m}"
             )),
+            Trouble::NotLatest(m) => Unwritten::Poison(m),
             Trouble::NotFound(m) | Trouble::Rejected(m) => Unwritten::Poison(format!(
                 "the schema registry refuses subject {subject:?}: {m}"
             )),
         }
+    }
+}
+
+/// Whether bytes written by `ours` read the same under `latest`: Avro's
+/// canonical forms agree (with the logical types kept); a Protobuf file is
+/// the same text but for white space; JSON Schema's bytes are JSON text,
+/// which a reader validates against the latest schema itself.
+pub fn same_bytes(encoding: Encoding, ours: &str, latest: &str) -> bool {
+    match encoding {
+        Encoding::Avro => match (avro::canonical(ours), avro::canonical(latest)) {
+            (Some(ours), Some(latest)) => ours == latest,
+            _ => false,
+        },
+        Encoding::Protobuf => ours.split_whitespace().eq(latest.split_whitespace()),
+        Encoding::JsonSchema => true,
     }
 }
 
@@ -501,6 +556,36 @@ mod tests {
             (planned.subject.as_str(), planned.schema.as_str()),
             ("t-key", "\"string\"")
         );
+    }
+
+    #[test]
+    fn the_latest_version_is_taken_only_when_it_writes_the_same_bytes() {
+        // Avro: the canonical forms (avro/canonical.rs); Protobuf: the same
+        // text but for white space; JSON Schema: JSON text either way.
+        let connect =
+            r#"{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}"#;
+        assert!(same_bytes(Encoding::Avro, connect, r#""string""#));
+        assert!(!same_bytes(
+            Encoding::Avro,
+            connect,
+            r#"["null",{"type":"string"}]"#
+        ));
+        let proto = "syntax = \"proto3\";\n\nmessage V {\n  string a = 1;\n}\n";
+        assert!(same_bytes(
+            Encoding::Protobuf,
+            proto,
+            "syntax = \"proto3\";\nmessage V {\n    string a = 1;\n}"
+        ));
+        assert!(!same_bytes(
+            Encoding::Protobuf,
+            proto,
+            "syntax = \"proto3\";\nmessage V {\n  int64 a = 1;\n}"
+        ));
+        assert!(same_bytes(
+            Encoding::JsonSchema,
+            "{}",
+            r#"{"type":"object"}"#
+        ));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! sorted by what walrelay does about it (`Serializer::refusal`).
 
 /// What went wrong with a registry request. Only the answers that speak of
-/// one schema or subject (`Incompatible`, `NotFound`, `Rejected`) may be an
+/// one schema or subject (`Incompatible`, `NotFound`, `Rejected`,
+/// `NotLatest`) may be an
 /// event's own fault (the poison policy); every other one would be the
 /// same for every event, so the events wait or walrelay stops: a wrong URL
 /// must not dead-letter the whole stream.
@@ -19,6 +20,9 @@ pub enum Trouble {
     NotFound(String),
     /// 422 with a registry's error code (42201: an invalid schema).
     Rejected(String),
+    /// use.latest.version: the subject's latest version is not the schema
+    /// walrelay writes by.
+    NotLatest(String),
     /// An answer no schema registry gives: a 404 or 4xx without a
     /// registry's error code, a success that is not the JSON asked for.
     /// A URL that misses the API's path, or a proxy answering in its place.
@@ -33,6 +37,7 @@ impl std::fmt::Display for Trouble {
             | Trouble::Incompatible(m)
             | Trouble::NotFound(m)
             | Trouble::Rejected(m)
+            | Trouble::NotLatest(m)
             | Trouble::NotARegistry(m) => f.write_str(m),
         }
     }
