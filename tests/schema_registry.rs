@@ -310,11 +310,12 @@ async fn walrelay_check_dry_runs_the_protobuf_schema_and_the_latest_version_agai
     .map(|s| s.to_string())
     .collect();
     let subject = "outbox.event.WalrelayCheck-value";
-    registry.send(
-        "PUT",
-        &format!("/config/{subject}"),
-        r#"{"compatibility":"BACKWARD"}"#,
-    );
+    let compatibility = |level: &str| {
+        let body = json!({ "compatibility": level }).to_string();
+        let (status, answer) = registry.send("PUT", &format!("/config/{subject}"), &body);
+        assert_eq!(status, 200, "{answer}");
+    };
+    compatibility("BACKWARD");
     // A first version whose first message (DoubleValue's place) holds a
     // string where walrelay's wrappers.proto holds a double.
     let other = "syntax = \"proto3\";\npackage google.protobuf;\n\n\
@@ -328,11 +329,7 @@ async fn walrelay_check_dry_runs_the_protobuf_schema_and_the_latest_version_agai
     assert_eq!(dry_run["status"], "fail", "{out}");
 
     // The subject's latest version made what walrelay would register: a pass.
-    registry.send(
-        "PUT",
-        &format!("/config/{subject}"),
-        r#"{"compatibility":"NONE"}"#,
-    );
+    compatibility("NONE");
     let payload = Connect::parse(
         r#"{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}"#,
     )
@@ -343,11 +340,7 @@ async fn walrelay_check_dry_runs_the_protobuf_schema_and_the_latest_version_agai
     let ours = json!({ "schemaType": "PROTOBUF", "schema": ours }).to_string();
     let (status, answer) = registry.send("POST", &format!("/subjects/{subject}/versions"), &ours);
     assert_eq!(status, 200, "{answer}");
-    registry.send(
-        "PUT",
-        &format!("/config/{subject}"),
-        r#"{"compatibility":"BACKWARD"}"#,
-    );
+    compatibility("BACKWARD");
     let (_, doc, out) = support::check_json(&args);
     let dry_run = support::check_entry(&doc, "registry.compatibility");
     assert_eq!(dry_run["status"], "pass", "{out}");
@@ -369,11 +362,7 @@ async fn walrelay_check_dry_runs_the_protobuf_schema_and_the_latest_version_agai
     let (_, doc, out) = support::check_json(&latest_args);
     let dry_run = support::check_entry(&doc, "registry.compatibility");
     assert_eq!(dry_run["status"], "pass", "{out}");
-    registry.send(
-        "PUT",
-        &format!("/config/{subject}"),
-        r#"{"compatibility":"NONE"}"#,
-    );
+    compatibility("NONE");
     let third = "syntax = \"proto3\";\npackage google.protobuf;\n\n\
                  message StringValue {\n  string value = 1;\n  int64 more = 2;\n}\n";
     let third = json!({ "schemaType": "PROTOBUF", "schema": third }).to_string();

@@ -330,23 +330,22 @@ impl Serializer {
             ));
         }
         let connect = Connect::parse(schema).map_err(poison)?;
-        let mut indexes = Vec::new();
-        let (text, record_name) = match encoding {
+        let (text, record_name, indexes) = match encoding {
             Encoding::Avro => {
                 let avro = avro::schema_text(&connect, self.settings.names).map_err(poison)?;
                 let name = avro::record_name(&connect, self.settings.names)
                     .map_err(poison)?
                     .unwrap_or_else(|| avro_type_name(&avro));
-                (avro, Some(name))
+                (avro, Some(name), Vec::new())
             }
             Encoding::JsonSchema => (
                 json_schema::schema_text(&connect),
                 json_schema::record_name(&connect),
+                Vec::new(),
             ),
             Encoding::Protobuf => {
                 let file = protobuf::schema(&connect, self.settings.names).map_err(poison)?;
-                indexes = file.indexes;
-                (file.text, Some(file.message))
+                (file.text, Some(file.message), file.indexes)
             }
         };
         let compiled = Arc::new(Compiled {

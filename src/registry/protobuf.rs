@@ -86,10 +86,9 @@ pub struct ProtoFile {
 /// The proto3 file ProtobufData makes of `schema`, or why it cannot.
 pub fn schema(schema: &Connect, names: NameAdjustment) -> Result<ProtoFile, String> {
     if let Some(index) = wrapper_index(schema)? {
-        let (_, name) = WRAPPER_NAMES[index];
         return Ok(ProtoFile {
             text: WRAPPERS.to_string(),
-            message: format!("google.protobuf.{name}"),
+            message: format!("google.protobuf.{}", WRAPPER_NAMES[index]),
             indexes: message_indexes(&[index]),
         });
     }
@@ -98,11 +97,7 @@ pub fn schema(schema: &Connect, names: NameAdjustment) -> Result<ProtoFile, Stri
         default_index: 0,
         imports: Vec::new(),
     };
-    let full = builder.name_or_default(schema.name.as_deref());
-    let full = match names {
-        NameAdjustment::Avro => names::adjust(&full, names)?,
-        NameAdjustment::None => full,
-    };
+    let full = builder.full_name(schema.name.as_deref())?;
     let (package, name) = match full.rsplit_once('.') {
         Some((package, name)) => (Some(package), name),
         None => (None, full.as_str()),
@@ -130,30 +125,30 @@ pub fn schema(schema: &Connect, names: NameAdjustment) -> Result<ProtoFile, Stri
     })
 }
 
-/// wrappers.proto's messages in their order, by the Connect type each holds.
-const WRAPPER_NAMES: [(&str, &str); 9] = [
-    ("float64", "DoubleValue"),
-    ("float32", "FloatValue"),
-    ("int64", "Int64Value"),
-    ("uint64", "UInt64Value"),
-    ("int32", "Int32Value"),
-    ("uint32", "UInt32Value"),
-    ("boolean", "BoolValue"),
-    ("string", "StringValue"),
-    ("bytes", "BytesValue"),
+/// wrappers.proto's messages in their order: the index is the message's.
+const WRAPPER_NAMES: [&str; 9] = [
+    "DoubleValue",
+    "FloatValue",
+    "Int64Value",
+    "UInt64Value",
+    "Int32Value",
+    "UInt32Value",
+    "BoolValue",
+    "StringValue",
+    "BytesValue",
 ];
 
 /// descriptorFromConnectSchema: the wrapper message a primitive root
 /// becomes (its index in wrappers.proto), None for a struct.
 fn wrapper_index(schema: &Connect) -> Result<Option<usize>, String> {
-    let connect = match &schema.kind {
+    Ok(Some(match &schema.kind {
         Kind::Struct(_) => return Ok(None),
-        Kind::Int8 | Kind::Int16 | Kind::Int32 => "int32",
-        Kind::Int64 => "int64",
-        Kind::Float32 => "float32",
-        Kind::Float64 => "float64",
-        Kind::Boolean => "boolean",
-        Kind::String => "string",
+        Kind::Float64 => 0,
+        Kind::Float32 => 1,
+        Kind::Int64 => 2,
+        Kind::Int8 | Kind::Int16 | Kind::Int32 => 4,
+        Kind::Boolean => 6,
+        Kind::String => 7,
         Kind::Bytes if schema.name.as_deref() == Some(DECIMAL) => {
             // ProtobufData makes a BytesValue schema but a Decimal message
             // for the value, which no reader can decode.
@@ -161,20 +156,19 @@ fn wrapper_index(schema: &Connect) -> Result<Option<usize>, String> {
                         ProtobufConverter cannot write; place it in a struct"
                 .into());
         }
-        Kind::Bytes => "bytes",
+        Kind::Bytes => 8,
         Kind::Array(_) | Kind::Map(..) => {
+            let what = if matches!(schema.kind, Kind::Array(_)) {
+                "array"
+            } else {
+                "map"
+            };
             return Err(format!(
-                "an {} at the root of the record, which Protobuf cannot hold \
-                 (\"Unsupported root schema\" in Confluent's ProtobufConverter)",
-                if matches!(schema.kind, Kind::Array(_)) {
-                    "array"
-                } else {
-                    "map"
-                }
-            ))
+                "an {what} at the root of the record, which Protobuf cannot hold \
+                 (\"Unsupported root schema\" in Confluent's ProtobufConverter)"
+            ));
         }
-    };
-    Ok(WRAPPER_NAMES.iter().position(|(c, _)| *c == connect))
+    }))
 }
 
 /// MessageIndexes.toByteArray: the one index [0] as a single 0; otherwise
@@ -247,13 +241,19 @@ impl Builder {
         }
     }
 
+    /// getNameOrDefault, then the name as --schema-name-adjustment-mode
+    /// leaves it (judged as Protobuf's under `none`, by `identifier`).
+    fn full_name(&mut self, name: Option<&str>) -> Result<String, String> {
+        let full = self.name_or_default(name);
+        match self.names {
+            NameAdjustment::Avro => names::adjust(&full, self.names),
+            NameAdjustment::None => Ok(full),
+        }
+    }
+
     /// getUnqualifiedName: the last part of the name (or a default).
     fn unqualified(&mut self, name: Option<&str>) -> Result<String, String> {
-        let full = self.name_or_default(name);
-        let full = match self.names {
-            NameAdjustment::Avro => names::adjust(&full, self.names)?,
-            NameAdjustment::None => full,
-        };
+        let full = self.full_name(name)?;
         let last = full.rsplit('.').next().unwrap_or_default().to_string();
         identifier(&last, "schema name", &full)?;
         Ok(last)
